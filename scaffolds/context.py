@@ -1,0 +1,445 @@
+"""The run context: engine, budget, trace, prompts and structured concurrency.
+
+A :class:`Context` is handed to every strategy. It is the only way a strategy talks to
+an engine, so it can enforce the budget, account usage across every sub-call, record
+the trace and derive per-call seeds. Children made with :meth:`Context.child` share one
+run state; fan-out goes through :func:`gather` (an :class:`asyncio.TaskGroup`), so
+cancelling the run cancels every engine call under it.
+
+>>> import asyncio
+>>> from scaffolds.engines.mock import MockEngine
+>>> ctx = Context.root(MockEngine(lambda r: "\\\\boxed{7}"), budget=Budget(max_calls=3))
+>>> [c.text for c in asyncio.run(ctx.generate("3+4=", kind="generate", label="try"))]
+['\\\\boxed{7}']
+>>> ctx.usage.calls
+1
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import time
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from scaffolds.answers import extract_answer
+from scaffolds.engine import (
+    Completion,
+    Engine,
+    EngineDelta,
+    GenerateRequest,
+    GenerateResult,
+    Message,
+    Prompt,
+    SamplingParams,
+    Usage,
+)
+from scaffolds.errors import BudgetExhaustedError, DeadlineExceededError, InvalidRequestError
+from scaffolds.prompts import PromptSet, Template, get_prompt_set
+from scaffolds.trace import StepDelta, StepFinished, StepStarted, TraceRecorder
+
+T = TypeVar("T")
+
+FORCE_ANSWER_TOKENS = 48
+"""Tokens held back when the budget cuts a step, so a forced final answer still fits."""
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """Limits of one run; ``None`` means unlimited.
+
+    ``max_tokens`` caps the *generated* tokens of all engine calls together (prompt
+    tokens are bounded by ``max_calls``). A call never gets more ``max_tokens`` than
+    what is left; parallel calls reserve their share before they start.
+
+    >>> Budget(max_calls=0)
+    Traceback (most recent call last):
+    ...
+    scaffolds.errors.InvalidRequestError: budget.max_calls must be >= 1 (got 0)
+    """
+
+    max_tokens: int | None = None
+    max_calls: int | None = None
+    timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_tokens", "max_calls"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise InvalidRequestError(
+                    f"budget.{name} must be >= 1 (got {value})", param=f"budget.{name}"
+                )
+        if self.timeout_s is not None and not (
+            math.isfinite(self.timeout_s) and self.timeout_s > 0
+        ):
+            raise InvalidRequestError(
+                f"budget.timeout_s must be > 0 (got {self.timeout_s})", param="budget.timeout_s"
+            )
+
+    def capped_by(self, cap: Budget) -> Budget:
+        """The tighter of this budget and a server-side cap, limit by limit."""
+
+        def tighter(a: Any, b: Any) -> Any:
+            return b if a is None else a if b is None else min(a, b)
+
+        return Budget(
+            tighter(self.max_tokens, cap.max_tokens),
+            tighter(self.max_calls, cap.max_calls),
+            tighter(self.timeout_s, cap.timeout_s),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """What a scaffold solves: the problem text, the conversation before it, and an
+    optional hint (e.g. an abstraction) the solver should read first.
+
+    >>> Problem.from_messages((Message("system", "Be brief."), Message("user", "2+2?"))).text
+    '2+2?'
+    """
+
+    text: str
+    history: tuple[Message, ...] = ()
+    hint: str | None = None
+    raw_prompt: Prompt | None = None
+    """The caller's prompt exactly as sent, for pass-through solving."""
+
+    @classmethod
+    def from_messages(cls, messages: Sequence[Message]) -> Problem:
+        if not messages or messages[-1].role != "user":
+            raise InvalidRequestError(
+                "the last message must be from the user", param="messages"
+            )
+        return cls(messages[-1].content, tuple(messages[:-1]), raw_prompt=tuple(messages))
+
+    @classmethod
+    def from_text(cls, text: str) -> Problem:
+        return cls(text, raw_prompt=text)
+
+    def with_hint(self, hint: str) -> Problem:
+        return Problem(self.text, self.history, hint, raw_prompt=None)
+
+
+@dataclass
+class _RunState:
+    """Shared, mutable accounting of one run (one per root context)."""
+
+    engine: Engine
+    budget: Budget
+    recorder: TraceRecorder
+    prompts: PromptSet
+    params: SamplingParams
+    chat: bool
+    deadline: float | None
+    usage: Usage = Usage()
+    reserved_tokens: int = 0
+    reserved_calls: int = 0
+    cut_reason: str | None = None
+    step_counter: int = 0
+    child_counters: dict[str, int] = field(default_factory=dict)
+
+
+class Context:
+    """A strategy's handle on the run. Make one with :meth:`root`; derive with :meth:`child`."""
+
+    def __init__(self, state: _RunState, scope_id: str, scope: tuple[str, ...], final: bool):
+        self._state = state
+        self.scope_id = scope_id
+        self.scope = scope
+        self.final = final
+
+    @classmethod
+    def root(
+        cls,
+        engine: Engine,
+        *,
+        budget: Budget | None = None,
+        recorder: TraceRecorder | None = None,
+        prompts: PromptSet | str = "default",
+        params: SamplingParams | None = None,
+        chat: bool = True,
+    ) -> Context:
+        budget = budget or Budget()
+        deadline = None if budget.timeout_s is None else time.monotonic() + budget.timeout_s
+        state = _RunState(
+            engine=engine,
+            budget=budget,
+            recorder=recorder or TraceRecorder(),
+            prompts=get_prompt_set(prompts) if isinstance(prompts, str) else prompts,
+            params=params or SamplingParams(),
+            chat=chat,
+            deadline=deadline,
+        )
+        return cls(state, "run", (), final=True)
+
+    # -- accessors -------------------------------------------------------------------
+    @property
+    def usage(self) -> Usage:
+        return self._state.usage
+
+    @property
+    def recorder(self) -> TraceRecorder:
+        return self._state.recorder
+
+    @property
+    def prompts(self) -> PromptSet:
+        return self._state.prompts
+
+    @property
+    def budget(self) -> Budget:
+        return self._state.budget
+
+    @property
+    def cut_reason(self) -> str | None:
+        """Why the budget cut the run short, if it did."""
+        return self._state.cut_reason
+
+    def child(self, label: str, *, final: bool = False) -> Context:
+        """A nested scope (e.g. "candidate 2"). Only a final scope inside a final scope
+        may mark its steps as the run's final answer."""
+        n = self._state.child_counters.get(self.scope_id, 0) + 1
+        self._state.child_counters[self.scope_id] = n
+        return Context(
+            self._state, f"{self.scope_id}.{n}", (*self.scope, label), final and self.final
+        )
+
+    # -- prompts ---------------------------------------------------------------------
+    def prompt(self, template: Template, problem: Problem | None = None, **fields: str) -> Prompt:
+        """Render ``template`` into an engine prompt (chat or text, as the run uses).
+
+        The problem's history goes first and the rendered template is the last user
+        turn, so every sub-call of one problem shares a prefix with the others.
+        """
+        text = template.render(**fields)
+        if not self._state.chat:
+            return text
+        history = problem.history if problem is not None else ()
+        return (*history, Message("user", text))
+
+    # -- engine calls ----------------------------------------------------------------
+    async def generate(
+        self,
+        prompt: Prompt,
+        *,
+        kind: str,
+        label: str,
+        n: int = 1,
+        max_tokens: int | None = None,
+        final: bool = False,
+        force_answer: bool = False,
+        temperature: float | None = None,
+        stop: Sequence[str] | None = None,
+    ) -> list[Completion]:
+        """One engine call of ``n`` samples (one request), within the budget.
+
+        ``force_answer``: if the budget cut a sample short before it gave a ``\\boxed``
+        answer, ask for the final answer right away (the MRT "time is up" move).
+        Raises :class:`BudgetExhaustedError` if no budget is left to start.
+        """
+        state = self._state
+        wanted = max_tokens if max_tokens is not None else state.params.max_tokens
+        call_tokens, clamped = self._reserve(n, wanted)
+        state.step_counter += 1
+        step_id = f"{self.scope_id}:{state.step_counter}"
+        changes: dict[str, Any] = {"n": n, "max_tokens": call_tokens}
+        if temperature is not None:
+            changes["temperature"] = temperature
+        if stop is not None:
+            changes["stop"] = tuple(stop)
+        if state.params.seed is not None:
+            changes["seed"] = _derive_seed(state.params.seed, step_id)
+        request = GenerateRequest(prompt, state.params.replace(**changes))
+        state.recorder.emit(
+            StepStarted(
+                step_id=step_id,
+                parent_id=self.scope_id,
+                kind=kind,
+                label=" > ".join((*self.scope, label)),
+                n=n,
+                final=final and self.final,
+                prompt=request.prompt_text(),
+                max_tokens=call_tokens,
+            )
+        )
+        try:
+            result = await self._call(request, step_id)
+        except BaseException as exc:
+            self._release(n, call_tokens, used=None)
+            state.recorder.emit(
+                StepFinished(step_id, (), (), (), Usage(), error=type(exc).__name__)
+            )
+            if isinstance(exc, TimeoutError):
+                state.cut_reason = state.cut_reason or "deadline"
+                raise DeadlineExceededError() from exc
+            raise
+        self._release(n, call_tokens, used=result.usage)
+        completions = list(result.completions)
+        state.recorder.emit(
+            StepFinished(
+                step_id,
+                texts=tuple(c.text for c in completions),
+                answers=tuple(extract_answer(c.text) for c in completions),
+                finish_reasons=tuple(c.finish_reason for c in completions),
+                usage=result.usage,
+                reasonings=tuple(c.reasoning for c in completions),
+                token_ids=tuple(c.token_ids for c in completions),
+                logprobs=tuple(c.logprobs for c in completions),
+                prompt_token_ids=result.prompt_token_ids,
+            )
+        )
+        if force_answer and clamped:
+            completions = await self._force_answers(prompt, completions, label)
+        return completions
+
+    async def _call(self, request: GenerateRequest, step_id: str) -> GenerateResult:
+        state = self._state
+        deadline = state.deadline
+        loop_deadline = (
+            None if deadline is None else asyncio.get_running_loop().time() + deadline - time.monotonic()
+        )
+        async with asyncio.timeout_at(loop_deadline):
+            if not state.recorder.live:
+                return await state.engine.generate(request)
+            result: GenerateResult | None = None
+            async for item in state.engine.stream(request):
+                if isinstance(item, EngineDelta):
+                    state.recorder.emit(StepDelta(step_id, item.index, item.text, item.reasoning))
+                else:
+                    result = item
+            if result is None:
+                raise RuntimeError("engine stream ended without a result")
+            return result
+
+    def _reserve(self, n: int, wanted: int | None) -> tuple[int | None, bool]:
+        """Check the budget and reserve what a call of ``n`` samples may spend."""
+        state, budget = self._state, self._state.budget
+        if state.deadline is not None and time.monotonic() >= state.deadline:
+            state.cut_reason = state.cut_reason or "deadline"
+            raise DeadlineExceededError()
+        if budget.max_calls is not None and (
+            state.usage.calls + state.reserved_calls >= budget.max_calls
+        ):
+            state.cut_reason = state.cut_reason or "calls"
+            raise BudgetExhaustedError("the run's engine-call budget is spent", limit="calls")
+        call_tokens, clamped = wanted, False
+        if budget.max_tokens is not None:
+            left = budget.max_tokens - state.usage.completion_tokens - state.reserved_tokens
+            share = left // n
+            if wanted is None or share < wanted:
+                # The budget, not the caller, bounds this call: hold back room for a
+                # forced final answer in case the cut lands mid-solution.
+                call_tokens, clamped = share - FORCE_ANSWER_TOKENS, True
+                if call_tokens < 1:
+                    state.cut_reason = state.cut_reason or "tokens"
+                    raise BudgetExhaustedError("the run's token budget is spent", limit="tokens")
+            state.reserved_tokens += n * (call_tokens or 0)
+        state.reserved_calls += 1
+        return call_tokens, clamped
+
+    def _release(self, n: int, call_tokens: int | None, used: Usage | None) -> None:
+        state = self._state
+        state.reserved_calls -= 1
+        if state.budget.max_tokens is not None:
+            state.reserved_tokens -= n * (call_tokens or 0)
+        if used is not None:
+            state.usage = state.usage + used
+
+    async def _force_answers(
+        self, prompt: Prompt, completions: list[Completion], label: str
+    ) -> list[Completion]:
+        """Ask each budget-truncated, answerless sample for its final answer now."""
+
+        async def force(completion: Completion) -> Completion:
+            if not completion.truncated or extract_answer(completion.text) is not None:
+                return completion
+            self._state.cut_reason = self._state.cut_reason or "tokens"
+            template = self.prompts.force_answer
+            cue = template.render()
+            forced_prompt: Prompt
+            if isinstance(prompt, str):
+                forced_prompt = prompt + completion.text + cue
+            else:
+                forced_prompt = (
+                    *prompt,
+                    Message("assistant", completion.text),
+                    Message("user", cue.strip()),
+                )
+            # The forced answer spends the tokens held back by _reserve; it is exempt
+            # from the call cap so that a cut never leaves a sample without an answer.
+            [extra] = await self._unbudgeted_call(forced_prompt, label)
+            return Completion(
+                text=completion.text + cue + extra.text,
+                finish_reason="length",
+                reasoning=completion.reasoning,
+                completion_tokens=completion.completion_tokens + extra.completion_tokens,
+                token_ids=completion.token_ids,
+                logprobs=completion.logprobs,
+            )
+
+        return list(await gather(*(force(c) for c in completions)))
+
+    async def _unbudgeted_call(self, prompt: Prompt, label: str) -> list[Completion]:
+        state = self._state
+        state.step_counter += 1
+        step_id = f"{self.scope_id}:{state.step_counter}"
+        params = state.params.replace(n=1, max_tokens=FORCE_ANSWER_TOKENS, seed=None)
+        request = GenerateRequest(prompt, params)
+        state.recorder.emit(
+            StepStarted(
+                step_id=step_id,
+                parent_id=self.scope_id,
+                kind="force_answer",
+                label=" > ".join((*self.scope, f"{label} (forced answer)")),
+                prompt=request.prompt_text(),
+                max_tokens=FORCE_ANSWER_TOKENS,
+            )
+        )
+        result = await self._call(request, step_id)
+        state.usage = state.usage + result.usage
+        state.recorder.emit(
+            StepFinished(
+                step_id,
+                texts=tuple(c.text for c in result.completions),
+                answers=tuple(extract_answer(c.text) for c in result.completions),
+                finish_reasons=tuple(c.finish_reason for c in result.completions),
+                usage=result.usage,
+            )
+        )
+        return list(result.completions)
+
+
+def _derive_seed(seed: int, step_id: str) -> int:
+    """A per-call seed: deterministic for one run shape, distinct between calls."""
+    digest = hashlib.sha256(f"{seed}:{step_id}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+async def gather(*aws: Awaitable[T]) -> list[T]:
+    """Run awaitables concurrently in a TaskGroup; results in order.
+
+    One failure cancels the rest, and cancelling the caller cancels all of them.
+    """
+    async with asyncio.TaskGroup() as group:
+        tasks = [group.create_task(_as_coroutine(aw)) for aw in aws]
+    return [task.result() for task in tasks]
+
+
+async def gather_within_budget(*aws: Awaitable[T]) -> list[T | BudgetExhaustedError]:
+    """Like :func:`gather`, but a branch that runs out of budget yields its error
+    instead of cancelling its siblings (so a scaffold can use what did finish)."""
+
+    async def settle(aw: Awaitable[T]) -> T | BudgetExhaustedError:
+        try:
+            return await aw
+        except BudgetExhaustedError as exc:
+            return exc
+
+    return await gather(*(settle(aw) for aw in aws))
+
+
+async def _as_coroutine(aw: Awaitable[T]) -> T:
+    return await aw
+

@@ -1,0 +1,258 @@
+"""The Engine protocol: generate n samples for one prompt.
+
+An engine is anything with an async ``generate`` method (and optionally a streaming
+form). Every scaffold talks to engines only through this module's types, so vLLM,
+SGLang, any OpenAI-compatible server, an in-process model and the test double
+:class:`~scaffolds.engines.mock.MockEngine` are interchangeable.
+
+>>> req = GenerateRequest(prompt=(Message("user", "2+2?"),), params=SamplingParams(n=4))
+>>> req.params.n, req.is_chat
+(4, True)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from scaffolds.errors import InvalidRequestError
+
+Role = Literal["system", "user", "assistant", "tool", "developer"]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat message."""
+
+    role: Role
+    content: str
+
+    def to_openai(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
+
+
+Prompt = str | tuple[Message, ...]
+"""A plain-text prompt (``/v1/completions``) or chat messages (``/v1/chat/completions``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """Sampling parameters of one engine call; validation names the bad parameter.
+
+    >>> SamplingParams(n=0)
+    Traceback (most recent call last):
+    ...
+    scaffolds.errors.InvalidRequestError: n must be >= 1 (got 0)
+    """
+
+    n: int = 1
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    logprobs: bool = False
+    """Also return the sampled token ids and their logprobs (training needs them)."""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Engine-specific fields passed through verbatim (e.g. vLLM's ``ignore_eos``)."""
+
+    def __post_init__(self) -> None:
+        _check(self.n >= 1, "n", f"n must be >= 1 (got {self.n})")
+        if self.max_tokens is not None:
+            _check(
+                self.max_tokens >= 1,
+                "max_tokens",
+                f"max_tokens must be >= 1 (got {self.max_tokens})",
+            )
+        if self.temperature is not None:
+            _check(
+                math.isfinite(self.temperature) and 0.0 <= self.temperature <= 2.0,
+                "temperature",
+                f"temperature must be in [0, 2] (got {self.temperature})",
+            )
+        if self.top_p is not None:
+            _check(
+                math.isfinite(self.top_p) and 0.0 < self.top_p <= 1.0,
+                "top_p",
+                f"top_p must be in (0, 1] (got {self.top_p})",
+            )
+
+    def replace(self, **changes: Any) -> SamplingParams:
+        """A copy with some fields changed (validated again)."""
+        values = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        values.update(changes)
+        return SamplingParams(**values)
+
+
+def _check(ok: bool, param: str, message: str) -> None:
+    if not ok:
+        raise InvalidRequestError(message, param=param)
+
+
+@dataclass(frozen=True, slots=True)
+class GenerateRequest:
+    """One engine call: a prompt and how to sample it."""
+
+    prompt: Prompt
+    params: SamplingParams = field(default_factory=SamplingParams)
+
+    @property
+    def is_chat(self) -> bool:
+        return not isinstance(self.prompt, str)
+
+    def prompt_text(self) -> str:
+        """The prompt flattened to text (for logs, token estimates and test doubles)."""
+        if isinstance(self.prompt, str):
+            return self.prompt
+        return "\n".join(m.content for m in self.prompt)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token and call accounting; adds up across calls.
+
+    >>> Usage(prompt_tokens=10, completion_tokens=5, calls=1) + Usage(prompt_tokens=3, calls=1)
+    Usage(prompt_tokens=13, completion_tokens=5, cached_tokens=0, calls=2)
+    """
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    """Prompt tokens the engine served from its prefix cache (when it reports them)."""
+    calls: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.cached_tokens + other.cached_tokens,
+            self.calls + other.calls,
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+            "cached_tokens": self.cached_tokens,
+            "calls": self.calls,
+        }
+
+
+FinishReason = str
+"""``"stop"``, ``"length"`` or whatever the engine reports."""
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One sample.
+
+    ``reasoning`` holds the text the engine separated out as reasoning (vLLM's
+    ``reasoning_content``/``reasoning``), if any. ``token_ids``/``logprobs`` are set
+    when the request asked for logprobs.
+    """
+
+    text: str
+    finish_reason: FinishReason | None = "stop"
+    reasoning: str | None = None
+    completion_tokens: int = 0
+    token_ids: tuple[int, ...] | None = None
+    logprobs: tuple[float, ...] | None = None
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+
+@dataclass(frozen=True, slots=True)
+class GenerateResult:
+    """The n samples of one engine call and what the call cost."""
+
+    completions: tuple[Completion, ...]
+    usage: Usage
+    prompt_token_ids: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineDelta:
+    """A piece of streamed text for sample ``index`` of a call."""
+
+    index: int
+    text: str = ""
+    reasoning: str = ""
+
+
+StreamItem = EngineDelta | GenerateResult
+"""A stream yields deltas and ends with exactly one :class:`GenerateResult`."""
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """Generates samples. ``stream`` yields deltas, then the final result.
+
+    >>> import asyncio
+    >>> from scaffolds.engines.mock import MockEngine
+    >>> engine = MockEngine(lambda request: "\\\\boxed{4}")
+    >>> asyncio.run(engine.generate(GenerateRequest("2+2?"))).completions[0].text
+    '\\\\boxed{4}'
+    """
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult: ...
+
+    def stream(self, request: GenerateRequest) -> AsyncIterator[StreamItem]: ...
+
+
+async def stream_from_generate(engine: Engine, request: GenerateRequest) -> AsyncIterator[StreamItem]:
+    """A streaming form for engines that cannot stream: one delta per sample, then the result."""
+    result = await engine.generate(request)
+    for index, completion in enumerate(result.completions):
+        if completion.reasoning:
+            yield EngineDelta(index, reasoning=completion.reasoning)
+        if completion.text:
+            yield EngineDelta(index, text=completion.text)
+    yield result
+
+
+def chat(*contents: str, system: str | None = None) -> tuple[Message, ...]:
+    """Build a user-turn chat prompt: ``chat("hi")`` -> ``(Message("user", "hi"),)``."""
+    messages: list[Message] = []
+    if system is not None:
+        messages.append(Message("system", system))
+    messages.extend(Message("user", text) for text in contents)
+    return tuple(messages)
+
+
+def messages_from_openai(raw: Sequence[Mapping[str, Any]]) -> tuple[Message, ...]:
+    """Convert OpenAI-style message dicts (string or text-part content) to :class:`Message`."""
+    out: list[Message] = []
+    for i, item in enumerate(raw):
+        role = item.get("role")
+        if role not in ("system", "user", "assistant", "tool", "developer"):
+            raise InvalidRequestError(f"unknown role {role!r}", param=f"messages.{i}.role")
+        content = item.get("content")
+        if content is None:
+            text = ""
+        elif isinstance(content, str):
+            text = content
+        elif isinstance(content, list):
+            parts = []
+            for j, part in enumerate(content):
+                if not isinstance(part, Mapping) or part.get("type") != "text":
+                    raise InvalidRequestError(
+                        "only text content parts are supported",
+                        param=f"messages.{i}.content.{j}",
+                    )
+                parts.append(str(part.get("text", "")))
+            text = "".join(parts)
+        else:
+            raise InvalidRequestError(
+                "content must be a string or a list of parts", param=f"messages.{i}.content"
+            )
+        out.append(Message(role, text))
+    return tuple(out)

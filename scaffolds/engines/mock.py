@@ -1,0 +1,111 @@
+"""MockEngine: a test double that answers engine calls with a Python function.
+
+Like httpx's ``MockTransport``, it ships in the library so tests and examples need no
+server. The handler gets the :class:`GenerateRequest` and returns the sample text, a
+list of texts (one per sample), Completion objects, or a whole GenerateResult; it may be
+async. Tokens are counted as whitespace-separated words, so usage is predictable.
+
+>>> import asyncio
+>>> engine = MockEngine(lambda req: f"echo {req.prompt_text()}")
+>>> result = asyncio.run(engine.generate(GenerateRequest("hi", SamplingParams(n=2))))
+>>> [c.text for c in result.completions], result.usage.calls
+(['echo hi', 'echo hi'], 1)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Union
+
+from scaffolds.engine import (
+    Completion,
+    EngineDelta,
+    GenerateRequest,
+    GenerateResult,
+    SamplingParams,
+    StreamItem,
+    Usage,
+)
+
+HandlerResult = Union[str, Sequence[str], Sequence[Completion], GenerateResult]
+Handler = Callable[[GenerateRequest], HandlerResult | Awaitable[HandlerResult]]
+
+__all__ = ["GenerateRequest", "MockEngine", "SamplingParams"]
+
+
+def count_tokens(text: str) -> int:
+    return len(text.split())
+
+
+class MockEngine:
+    """An in-process engine driven by ``handler``; records every request it saw.
+
+    ``delay`` (seconds) is awaited before each answer, so tests can observe calls that
+    are in flight and cancelled. ``max_tokens`` truncates texts word-wise and reports
+    ``finish_reason="length"``, as a real engine would.
+    """
+
+    def __init__(self, handler: Handler, *, delay: float = 0.0) -> None:
+        self.handler = handler
+        self.delay = delay
+        self.requests: list[GenerateRequest] = []
+        self.started = 0
+        self.cancelled = 0
+        self.in_flight = 0
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        self.requests.append(request)
+        self.started += 1
+        self.in_flight += 1
+        try:
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            produced = self.handler(request)
+            if inspect.isawaitable(produced):
+                produced = await produced
+            return self._to_result(request, produced)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        finally:
+            self.in_flight -= 1
+
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamItem]:
+        result = await self.generate(request)
+        for index, completion in enumerate(result.completions):
+            if completion.reasoning:
+                yield EngineDelta(index, reasoning=completion.reasoning)
+            words = completion.text.split(" ")
+            for i, word in enumerate(words):
+                yield EngineDelta(index, text=word if i == 0 else " " + word)
+        yield result
+
+    def _to_result(self, request: GenerateRequest, produced: HandlerResult) -> GenerateResult:
+        if isinstance(produced, GenerateResult):
+            return produced
+        n = request.params.n
+        items: list[str | Completion]
+        if isinstance(produced, str):
+            items = [produced] * n
+        else:
+            items = list(produced)
+            if len(items) != n:
+                raise ValueError(f"handler returned {len(items)} samples for n={n}")
+        completions = [self._complete(item, request.params.max_tokens) for item in items]
+        usage = Usage(
+            prompt_tokens=count_tokens(request.prompt_text()),
+            completion_tokens=sum(c.completion_tokens for c in completions),
+            calls=1,
+        )
+        return GenerateResult(tuple(completions), usage)
+
+    @staticmethod
+    def _complete(item: str | Completion, max_tokens: int | None) -> Completion:
+        if isinstance(item, Completion):
+            return item
+        words = item.split()
+        if max_tokens is not None and len(words) > max_tokens:
+            return Completion(" ".join(words[:max_tokens]), "length", None, max_tokens)
+        return Completion(item, "stop", None, len(words))

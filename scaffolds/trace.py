@@ -1,0 +1,140 @@
+"""Typed trace events: what a scaffold run did, step by step.
+
+Every engine call of a run is a *step*. A step emits :class:`StepStarted`, zero or more
+:class:`StepDelta` (when the run is streamed live), then :class:`StepFinished` with its
+texts, extracted answers and usage. The server streams these, the eval client stores
+them, and training turns them into datasets.
+
+>>> rec = TraceRecorder()
+>>> rec.emit(StepStarted(step_id="s1", parent_id=None, kind="generate", label="candidate 1"))
+>>> [e.type for e in rec.events]
+['step_started']
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from scaffolds.engine import Usage
+
+StepKind = Literal[
+    "generate",
+    "candidate",
+    "refine",
+    "feedback",
+    "summary",
+    "reasoning",
+    "abstraction",
+    "solve",
+    "judge",
+    "force_answer",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class StepStarted:
+    step_id: str
+    parent_id: str | None
+    kind: str
+    label: str
+    n: int = 1
+    final: bool = False
+    """This step's text *is* the run's final answer (it may be streamed as content)."""
+    prompt: str | None = None
+    """The rendered prompt, for datasets and the trace viewer."""
+    max_tokens: int | None = None
+    time: float = field(default_factory=time.time)
+    type: Literal["step_started"] = "step_started"
+
+
+@dataclass(frozen=True, slots=True)
+class StepDelta:
+    step_id: str
+    index: int
+    text: str = ""
+    reasoning: str = ""
+    type: Literal["step_delta"] = "step_delta"
+
+
+@dataclass(frozen=True, slots=True)
+class StepFinished:
+    step_id: str
+    texts: tuple[str, ...]
+    answers: tuple[str | None, ...]
+    finish_reasons: tuple[str | None, ...]
+    usage: Usage
+    reasonings: tuple[str | None, ...] = ()
+    token_ids: tuple[tuple[int, ...] | None, ...] = ()
+    logprobs: tuple[tuple[float, ...] | None, ...] = ()
+    prompt_token_ids: tuple[int, ...] | None = None
+    error: str | None = None
+    time: float = field(default_factory=time.time)
+    type: Literal["step_finished"] = "step_finished"
+
+
+@dataclass(frozen=True, slots=True)
+class RunFinished:
+    text: str
+    answer: str | None
+    usage: Usage
+    cut_short: bool
+    cut_reason: str | None = None
+    time: float = field(default_factory=time.time)
+    type: Literal["run_finished"] = "run_finished"
+
+
+TraceEvent = StepStarted | StepDelta | StepFinished | RunFinished
+
+
+def event_to_dict(event: TraceEvent) -> dict[str, Any]:
+    """A JSON-ready dict of an event (usage flattened with ``total_tokens``)."""
+    data = asdict(event)
+    if isinstance(event, StepFinished | RunFinished):
+        data["usage"] = event.usage.to_dict()
+    return data
+
+
+class TraceRecorder:
+    """Collects a run's events and fans them out to live subscribers.
+
+    ``live=True`` asks the run to stream engine output, so :class:`StepDelta` events
+    exist; otherwise steps only start and finish.
+    """
+
+    def __init__(self, *, live: bool = False, keep_deltas: bool = False) -> None:
+        self.live = live
+        self.keep_deltas = keep_deltas
+        self.events: list[TraceEvent] = []
+        self._queues: list[asyncio.Queue[TraceEvent | None]] = []
+
+    def emit(self, event: TraceEvent) -> None:
+        if not isinstance(event, StepDelta) or self.keep_deltas:
+            self.events.append(event)
+        for queue in self._queues:
+            queue.put_nowait(event)
+
+    def close(self) -> None:
+        """Tell subscribers no more events come."""
+        for queue in self._queues:
+            queue.put_nowait(None)
+
+    def subscribe(self) -> AsyncIterator[TraceEvent]:
+        """Iterate events from now on until :meth:`close`."""
+        queue: asyncio.Queue[TraceEvent | None] = asyncio.Queue()
+        self._queues.append(queue)
+
+        async def iterate() -> AsyncIterator[TraceEvent]:
+            while (event := await queue.get()) is not None:
+                yield event
+
+        return iterate()
+
+    def steps(self) -> list[StepFinished]:
+        return [e for e in self.events if isinstance(e, StepFinished)]
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [event_to_dict(e) for e in self.events]
