@@ -1,0 +1,60 @@
+"""Ponder's scaffold library: composable test-time strategies over any LLM engine.
+
+>>> import asyncio
+>>> from scaffolds.engines.mock import MockEngine
+>>> engine = MockEngine(lambda request: "so the answer is \\\\boxed{391}")
+>>> result = asyncio.run(solve("gsr(n=4)", "What is 17*23?", engine))
+>>> result.solutions[0].answer, result.usage.calls
+('391', 2)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from scaffolds.context import Budget, Problem, Voter
+from scaffolds.engine import Engine, Message, SamplingParams
+from scaffolds.prompts import PromptSet
+from scaffolds.run import RunResult, run_scaffold
+from scaffolds.strategies.base import Strategy
+from scaffolds.trace import TraceRecorder
+
+__all__ = ["Budget", "Problem", "RunResult", "SamplingParams", "Strategy", "run_scaffold", "solve"]
+
+
+async def solve(
+    spec: str | Mapping[str, Any] | Strategy,
+    problem: str | Sequence[Message] | Problem,
+    engine: Engine,
+    *,
+    n: int = 1,
+    budget: Budget | None = None,
+    params: SamplingParams | None = None,
+    prompts: PromptSet | str = "default",
+    recorder: TraceRecorder | None = None,
+    voter: Voter | None = None,
+) -> RunResult:
+    """Run the scaffold ``spec`` (a compact string, a JSON dict or a Strategy) on a problem.
+
+    A string problem is sent as one user chat message; pass ``Problem.from_text(...)``
+    to use the plain completions API instead.
+    """
+    from scaffolds.spec import build_strategy
+
+    strategy = build_strategy(spec)
+    if isinstance(problem, str):
+        problem = Problem.from_messages((Message("user", problem),))
+    elif not isinstance(problem, Problem):
+        problem = Problem.from_messages(tuple(problem))
+    return await run_scaffold(
+        strategy,
+        problem,
+        engine,
+        n=n,
+        budget=budget,
+        params=params,
+        prompts=prompts,
+        recorder=recorder,
+        voter=voter,
+    )

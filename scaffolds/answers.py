@@ -1,39 +1,492 @@
-"""Final-answer extraction, equivalence and voting.
+r"""Final-answer extraction, normalization, equivalence and voting.
 
->>> extract_answer("so the total is \\\\boxed{\\\\frac{1}{2}}.")
-'\\\\frac{1}{2}'
+Extraction and normalization are cheap string work. Equivalence falls back to
+math-verify (imported lazily), whose parser can hang on pathological LaTeX; servers
+should go through :class:`AnswerChecker`, which runs it in a process pool under a time
+limit.
+
+>>> extract_answer("so the total is \\boxed{\\frac{1}{2}}.")
+'\\frac{1}{2}'
+>>> majority_vote(["0.5", None, "\\dfrac{1}{2}", "3"])
+0
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import logging
+import math
+import multiprocessing
+import os
 import re
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, TypeVar
 
-_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_BOXED = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])\s*")
+_FINAL_IS = re.compile(r"final\s+answer\s*(?:is|:)\s*:?\s*([^\s:].*)", re.IGNORECASE)
+_ANSWER_COLON = re.compile(r"answer\s*\**\s*[:：]\s*\**\s*([^\s*].*)", re.IGNORECASE)
+_HASHES = re.compile(r"####[ \t]*(.+)")
+_NUMBER = re.compile(
+    r"(?:(?<![\w)])-)?(?<![\d.])(?:\d{1,3}(?:,\d{3})+(?!\d|,\d)(?:\.\d+)?|\d+(?:\.\d+)?(?:/\d+)?)"
+)
+_THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+_DECIMAL = re.compile(r"-?\d+\.\d+")
+_THINK_END = "</think>"
+_TOKEN = re.compile(r"[^\s$]*")
+_BRACE = re.compile(r"[{}]")
+_WORD = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}")
 
 
 def extract_boxed(text: str) -> str | None:
-    """The content of the last ``\\boxed{...}`` (nested braces allowed), or None."""
-    last: str | None = None
+    r"""The content of the last non-empty ``\boxed{...}`` or ``\fbox{...}``, or None.
+
+    Nested braces are matched; ``\boxed 5`` (no braces) takes the next token.
+    An unclosed ``\boxed{`` (a truncated completion) is skipped.
+
+    >>> extract_boxed(r"\boxed{1} then \boxed{\frac{a}{\sqrt{2}}}")
+    '\\frac{a}{\\sqrt{2}}'
+    >>> extract_boxed(r"$\boxed 5$"), extract_boxed("no box") is None
+    ('5', True)
+    """
+    found: dict[int, str] = {}  # content by the offset where it starts
+    opens: set[int] = set()
     for match in _BOXED.finditer(text):
-        depth, start = 1, match.end()
-        for i in range(start, len(text)):
-            if text[i] == "{":
-                depth += 1
-            elif text[i] == "}":
-                depth -= 1
-                if depth == 0:
-                    last = text[start:i].strip()
-                    break
-    return last
+        at = match.end()
+        if text.startswith("{", at):
+            opens.add(at)
+        elif match.group() != match.group().rstrip():  # "\boxed 5": the next token
+            token = _TOKEN.match(text, at)
+            found[at] = token.group() if token else ""
+    if opens:
+        found.update(_brace_groups(text, opens))
+    contents = [(at, content.strip()) for at, content in found.items() if content.strip()]
+    return max(contents)[1] if contents else None
 
 
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+def _brace_groups(text: str, opens: set[int]) -> dict[int, str]:
+    """The inside of each brace group opening at an offset in ``opens``, in one pass.
+
+    Groups never closed (a truncated completion) are left out.
+    """
+    groups: dict[int, str] = {}
+    stack: list[tuple[int, int]] = []  # (depth, offset) of the open groups we want
+    depth = 0
+    for brace in _BRACE.finditer(text, min(opens)):
+        at = brace.start()
+        if brace.group() == "{":
+            depth += 1
+            if at in opens:
+                stack.append((depth, at))
+        elif depth > 0:
+            if stack and stack[-1][0] == depth:
+                start = stack.pop()[1]
+                groups[start] = text[start + 1 : at]
+            depth -= 1
+    return groups
+
+
+def _clean(answer: str) -> str:
+    r"""Trim markdown bold, enclosing math delimiters, whitespace and a trailing period."""
+    s, previous = answer, None
+    while s != previous:
+        previous = s
+        s = s.strip().strip("*").strip()
+        if s.endswith(".") and not s.endswith(".."):
+            s = s[:-1]
+        if s.startswith(("$", "\\(", "\\[")):
+            s = s[1:] if s.startswith("$") else s[2:]
+        if s.endswith(("\\)", "\\]")):
+            s = s[:-2]
+        elif s.endswith("$") and not s.endswith("\\$"):
+            s = s[:-1]
+    return s
+
+
+def _anchored(region: str) -> str | None:
+    """An explicitly marked answer in ``region``: boxed, then phrases, then ``####``."""
+    boxed = _clean(extract_boxed(region) or "")
+    if boxed:
+        return boxed
+    for pattern in (_FINAL_IS, _ANSWER_COLON, _HASHES):
+        found = [m.group(1) for m in pattern.finditer(region)]
+        if found:
+            answer = _clean(re.split(r"\.\s", found[-1])[0])
+            if answer:
+                return _drop_thousands(answer) if pattern is _HASHES else answer
+    return None
+
+
+def _drop_thousands(s: str) -> str:
+    return s.replace(",", "") if _THOUSANDS.fullmatch(s) else s
+
+
+def _split_think(text: str) -> tuple[str, str | None]:
+    """(reasoning, final part) around the last ``</think>``; final is None if absent/empty."""
+    if _THINK_END not in text:
+        return text, None
+    before, after = text.rsplit(_THINK_END, 1)
+    return before, (after if after.strip() else None)
 
 
 def extract_answer(text: str) -> str | None:
-    """The final answer of a solution: the last ``\\boxed{}``, else the last number."""
-    boxed = extract_boxed(text)
-    if boxed is not None:
-        return boxed
-    numbers = _NUMBER.findall(text)
-    return numbers[-1].replace(",", "") if numbers else None
+    r"""The final answer of a solution, or None.
+
+    Tries the last ``\boxed{}``, then "final answer is X", "answer: X", "#### X",
+    then the last number. If a non-empty part follows ``</think>``, only that part is
+    searched, except that a boxed answer inside the reasoning is a last resort.
+
+    >>> extract_answer("Adding up, 3 + 4 = 7.\n#### 1,007")
+    '1007'
+    >>> extract_answer("<think>maybe 12? \\boxed{12}</think>So it is 13.")
+    '13'
+    >>> extract_answer("The final answer is $x^2$. I hope it is correct.")
+    'x^2'
+    """
+    reasoning, final = _split_think(text)
+    numbers = _NUMBER.findall(text if final is None else final)
+    last = numbers[-1].replace(",", "") if numbers else None
+    if final is None:
+        return _anchored(text) or last
+    return _anchored(final) or last or _clean(extract_boxed(reasoning) or "") or None
+
+
+def _answer_of(text: str) -> str | None:
+    """``text`` if it looks like a bare answer, else the answer extracted from it."""
+    _, final = _split_think(text)
+    region = text if final is None else final
+    anchored = _anchored(region)
+    if anchored:
+        return anchored
+    bare = _clean(region)
+    words = len(_WORD.findall(bare))
+    short = bool(bare) and "\n" not in bare and len(bare) <= 80
+    if short and words < 2:  # not prose: take it as it is
+        return bare
+    return extract_answer(text) or (bare if short and words <= 4 else None)
+
+
+_SPACING = re.compile(r"\\(?:left|right)(?![a-zA-Z])|\\[!,;:]")
+_TEXT_ONLY = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")
+_UNIT_TAIL = re.compile(
+    r"(?P<value>[^\\{}]*\d|\\frac\{[^{}]+\}\{[^{}]+\})\s*"
+    r"\\(?:text|mbox|mathrm)\{\s*[a-zA-Z][a-zA-Z. ]*\}(?:\^\{?\d\}?)?"
+)
+
+
+def normalize_answer(ans: str) -> str:
+    r"""A cheap canonical string form of an answer, for exact comparison.
+
+    >>> normalize_answer(r"$\dfrac{1}{2}$"), normalize_answer(r"\left( 1, 2 \right)")
+    ('\\frac{1}{2}', '(1,2)')
+    >>> normalize_answer("2,000.50"), normalize_answer(r"12 \text{ cm}^2")
+    ('2000.5', '12')
+    """
+    s = _clean(ans)
+    s = _SPACING.sub("", s).replace("\\ ", " ")
+    s = re.sub(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", s).replace("{,}", ",")
+    unit = _UNIT_TAIL.fullmatch(s.strip())
+    if unit:
+        s = unit.group("value")
+    whole = _TEXT_ONLY.fullmatch(s.strip())
+    if whole:
+        s = whole.group(1)
+    s = re.sub(r"\s+", _space_or_nothing, s.strip())
+    s = _clean(s)
+    s = _drop_thousands(s)
+    if _DECIMAL.fullmatch(s):
+        s = s.rstrip("0").rstrip(".")
+    return "0" if s == "-0" else s
+
+
+def _space_or_nothing(match: re.Match[str]) -> str:
+    """Keep one space where it ends a LaTeX command name before a letter (``\\pi r``)."""
+    before, after = match.string[: match.start()], match.string[match.end() :]
+    needed = re.search(r"\\[a-zA-Z]+$", before) and after[:1].isalpha()
+    return " " if needed else ""
+
+
+class _Verifier:
+    """math-verify with a per-call parse cache and thread-appropriate timeouts."""
+
+    def __init__(self, timeout_s: float | None) -> None:
+        on_main = threading.current_thread() is threading.main_thread()
+        limited = on_main and timeout_s is not None and timeout_s > 0
+        # math-verify times out with signal.alarm: whole seconds, main thread only.
+        self.timeout = max(1, math.ceil(timeout_s)) if limited and timeout_s else None
+        self.parsed: dict[str, list[Any]] = {}
+
+    def parse(self, answer: str) -> list[Any]:
+        if answer not in self.parsed:
+            from math_verify import parse
+
+            wrapped = "\\boxed{" + answer + "}"
+            found = self.guarded(lambda: parse(wrapped, parsing_timeout=self.timeout), [])
+            self.parsed[answer] = list(found)
+        return self.parsed[answer]
+
+    def verify(self, gold: str, pred: str) -> bool:
+        """Whether ``pred`` matches ``gold`` (both normalized), in that direction."""
+        from math_verify import verify
+
+        parsed_gold, parsed_pred = self.parse(gold), self.parse(pred)
+        if not parsed_gold or not parsed_pred:
+            return False
+        return bool(
+            self.guarded(
+                lambda: verify(parsed_gold, parsed_pred, timeout_seconds=self.timeout), False
+            )
+        )
+
+    def equivalent(self, a: str, b: str) -> bool:
+        return self.verify(a, b) or self.verify(b, a)
+
+    def guarded(self, call: Callable[[], Any], default: Any) -> Any:
+        """``call()``, or ``default`` if math-verify raised (its timeout is a BaseException).
+
+        math-verify's ``signal.alarm(0)`` would cancel a timer someone else set (such as
+        pytest-timeout's), so one that was running is re-armed with the time it had left.
+        """
+        from math_verify.errors import TimeoutException
+
+        outer = signal.getitimer(signal.ITIMER_REAL)[0] if self.timeout else 0.0
+        started = time.monotonic()
+        try:
+            return call()
+        except (Exception, TimeoutException):
+            logger.debug("math-verify failed", exc_info=True)
+            return default
+        finally:
+            if outer > 0:
+                left = outer - (time.monotonic() - started)
+                signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))
+
+
+def _same(a: str | None, b: str | None, check: Callable[[str, str], bool] | None) -> bool:
+    """Equal normalized forms, else ``check`` on them (if given); empty never matches."""
+    na, nb = normalize_answer(a or ""), normalize_answer(b or "")
+    return bool(na and nb) and (na == nb or (check is not None and check(na, nb)))
+
+
+def answers_equal(a: str, b: str, *, timeout_s: float = 5.0) -> bool:
+    r"""Whether two answers are the same: equal normalized, or math-verify equivalent.
+
+    Safe from any thread: off the main thread math-verify runs without its signal
+    based timeout (run it in :class:`AnswerChecker` for a hard limit).
+
+    >>> answers_equal(r"\frac{1}{2}", "0.5"), answers_equal("2,000", "2000")
+    (True, True)
+    >>> answers_equal("(1, 2)", "[1, 2)")
+    False
+    """
+    return _same(a, b, _Verifier(timeout_s).equivalent)
+
+
+def is_correct(gold: str, prediction_text_or_answer: str, *, timeout_s: float = 5.0) -> bool:
+    r"""Grade a prediction (a bare answer or a whole solution) against the gold answer.
+
+    >>> is_correct("72", "She earns 9 * 8 = 72 dollars.\n#### 72")
+    True
+    >>> is_correct(r"\frac{3}{4}", "So the answer is \\boxed{0.75}."), is_correct("1/2", "2")
+    (True, False)
+    """
+    gold_answer, pred_answer = _answer_of(gold), _answer_of(prediction_text_or_answer)
+    return _same(gold_answer, pred_answer, _Verifier(timeout_s).verify)
+
+
+def _cluster(
+    answers: Sequence[str | None], same: Callable[[str, str], bool] | None
+) -> list[list[int]]:
+    clusters: list[list[int]] = []
+    representatives: list[str] = []
+    by_key: dict[str, int] = {}
+    for index, answer in enumerate(answers):
+        key = normalize_answer(answer) if answer is not None else ""
+        if not key:
+            continue
+        slot = by_key.get(key)
+        if slot is None and same is not None:
+            slot = next((j for j, rep in enumerate(representatives) if same(rep, key)), None)
+        if slot is None:
+            slot = len(clusters)
+            clusters.append([])
+            representatives.append(key)
+        by_key[key] = slot
+        clusters[slot].append(index)
+    return sorted(clusters, key=lambda members: (-len(members), members[0]))
+
+
+def cluster_answers(answers: Sequence[str | None], *, timeout_s: float = 5.0) -> list[list[int]]:
+    r"""Indices of equivalent answers grouped, largest group first, ties by first index.
+
+    None and empty answers join no group. Each answer is compared with the first member
+    of each existing group.
+
+    >>> cluster_answers(["1/2", "7", None, "0.5", "7.0", r"\frac12"])
+    [[0, 3, 5], [1, 4]]
+    """
+    return _cluster(answers, _Verifier(timeout_s).equivalent)
+
+
+def majority_vote(answers: Sequence[str | None], *, timeout_s: float = 5.0) -> int | None:
+    """Index of the first member of the largest group of equivalent answers, or None.
+
+    >>> majority_vote(["3", "4", "4.0", "3"]), majority_vote([None, None])
+    (0, None)
+    """
+    clusters = cluster_answers(answers, timeout_s=timeout_s)
+    return clusters[0][0] if clusters else None
+
+
+def _warm_up() -> int:
+    """Import math-verify in a fresh worker so the first real task is not timed on it."""
+    answers_equal("1/2", "0.5")
+    return os.getpid()
+
+
+class AnswerChecker:
+    """Answer equivalence for async code, in a spawn process pool under a time limit.
+
+    Each task gets ``timeout_s`` seconds (counted once a worker is free for it); on a
+    timeout the pool is killed and replaced, and that one task falls back to comparing
+    normalized strings. ``inline=True`` runs everything in the calling thread instead.
+
+    >>> async def demo() -> int | None:
+    ...     async with AnswerChecker(inline=True) as checker:
+    ...         return await checker.vote(["7", "0.5", "1/2"])
+    >>> asyncio.run(demo())
+    1
+    """
+
+    def __init__(
+        self,
+        *,
+        max_workers: int = 1,
+        timeout_s: float = 10.0,
+        verify_timeout_s: float = 5.0,
+        startup_timeout_s: float = 60.0,
+        inline: bool = False,
+    ) -> None:
+        if max_workers < 1:
+            raise ValueError(f"max_workers must be >= 1 (got {max_workers})")
+        if timeout_s <= 0 or startup_timeout_s <= 0:
+            raise ValueError("timeout_s and startup_timeout_s must be > 0")
+        self.max_workers = max_workers
+        self.timeout_s = timeout_s
+        self.verify_timeout_s = verify_timeout_s
+        self.startup_timeout_s = startup_timeout_s
+        self.inline = inline
+        self._pool: ProcessPoolExecutor | None = None
+        self._warm: list[Future[int]] = []
+        self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
+        self._busy = 0
+        self._closed = False
+
+    async def cluster(self, answers: Sequence[str | None]) -> list[list[int]]:
+        """:func:`cluster_answers` under the time limit."""
+        items = list(answers)
+        return await self._run(cluster_answers, (items,), lambda: _cluster(items, None))
+
+    async def vote(self, answers: Sequence[str | None]) -> int | None:
+        """:func:`majority_vote` under the time limit."""
+        clusters = await self.cluster(answers)
+        return clusters[0][0] if clusters else None
+
+    async def equal(self, a: str, b: str) -> bool:
+        """:func:`answers_equal` under the time limit."""
+        return await self._run(answers_equal, (a, b), lambda: _same(a, b, None))
+
+    async def grade(self, gold: str, pred: str) -> bool:
+        """:func:`is_correct` under the time limit."""
+        return await self._run(
+            is_correct, (gold, pred), lambda: _same(_answer_of(gold), _answer_of(pred), None)
+        )
+
+    async def _run(
+        self, fn: Callable[..., T], args: tuple[Any, ...], fallback: Callable[[], T]
+    ) -> T:
+        task = functools.partial(fn, *args, timeout_s=self.verify_timeout_s)
+        if self.inline:
+            return task()
+        if self._closed:
+            raise RuntimeError("AnswerChecker is closed")
+        name = getattr(fn, "__name__", "task")
+        async with self._semaphore():
+            for _ in range(2):
+                pool = await self._ready_pool()
+                if pool is None:
+                    break
+                try:
+                    run = asyncio.get_running_loop().run_in_executor(pool, task)
+                except (RuntimeError, BrokenProcessPool):  # recycled by another task meanwhile
+                    continue
+                self._busy += 1
+                try:
+                    return await asyncio.wait_for(run, self.timeout_s)
+                except TimeoutError:
+                    logger.warning("%s took over %.3gs; recycling the pool", name, self.timeout_s)
+                    self._recycle(pool)
+                    break
+                except BrokenProcessPool:
+                    self._recycle(pool)
+                finally:
+                    self._busy -= 1
+        logger.warning("answer pool unusable; %s falls back to comparing strings", name)
+        return fallback()
+
+    def _semaphore(self) -> asyncio.Semaphore:
+        """At most ``max_workers`` tasks in flight, so none is timed while queued."""
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._slots[0] is not loop:
+            self._slots = (loop, asyncio.Semaphore(self.max_workers))
+        return self._slots[1]
+
+    async def _ready_pool(self) -> ProcessPoolExecutor | None:
+        if self._pool is None:
+            context = multiprocessing.get_context("spawn")
+            self._pool = ProcessPoolExecutor(max_workers=self.max_workers, mp_context=context)
+            self._warm = [self._pool.submit(_warm_up) for _ in range(self.max_workers)]
+        pool, warm = self._pool, self._warm
+        pending = [f for f in warm if not f.done()]
+        if pending:
+            waiting = [asyncio.wrap_future(f) for f in pending]
+            for wrapper in waiting:  # a failure is handled below; don't log it as unretrieved
+                wrapper.add_done_callback(lambda f: f.cancelled() or f.exception())
+            await asyncio.wait(waiting, timeout=self.startup_timeout_s)
+        if all(f.done() and not f.cancelled() and f.exception() is None for f in warm):
+            return pool
+        self._recycle(pool)
+        return None
+
+    def _recycle(self, pool: ProcessPoolExecutor) -> None:
+        """Kill ``pool``'s workers (a hung one never returns) and forget the pool."""
+        if self._pool is pool:
+            self._pool, self._warm = None, []
+        processes = getattr(pool, "_processes", None) or {}
+        for process in list(processes.values()):
+            process.kill()  # a no-op for a worker that already exited
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    def close(self) -> None:
+        """Shut the pool down without blocking; workers still running a task are killed."""
+        self._closed = True
+        pool, self._pool, self._warm = self._pool, None, []
+        if pool is not None and self._busy:
+            self._recycle(pool)
+        elif pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    async def __aenter__(self) -> AnswerChecker:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.close()

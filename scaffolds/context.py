@@ -9,7 +9,7 @@ cancelling the run cancels every engine call under it.
 >>> import asyncio
 >>> from scaffolds.engines.mock import MockEngine
 >>> ctx = Context.root(MockEngine(lambda r: "\\\\boxed{7}"), budget=Budget(max_calls=3))
->>> [c.text for c in asyncio.run(ctx.generate("3+4=", kind="generate", label="try"))]
+>>> [c.text for c in asyncio.run(ctx.generate("3+4=", kind="generate", label="try")).completions]
 ['\\\\boxed{7}']
 >>> ctx.usage.calls
 1
@@ -23,7 +23,7 @@ import math
 import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from scaffolds.answers import extract_answer
 from scaffolds.engine import (
@@ -45,6 +45,23 @@ T = TypeVar("T")
 
 FORCE_ANSWER_TOKENS = 48
 """Tokens held back when the budget cuts a step, so a forced final answer still fits."""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What one engine call produced: its trace step id and its samples.
+
+    ``cut_short`` is true when the budget, not the caller, limited the call and a
+    sample hit that limit.
+    """
+
+    step_id: str
+    completions: list[Completion]
+    cut_short: bool = False
+
+    @property
+    def first(self) -> Completion:
+        return self.completions[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,9 +127,7 @@ class Problem:
     @classmethod
     def from_messages(cls, messages: Sequence[Message]) -> Problem:
         if not messages or messages[-1].role != "user":
-            raise InvalidRequestError(
-                "the last message must be from the user", param="messages"
-            )
+            raise InvalidRequestError("the last message must be from the user", param="messages")
         return cls(messages[-1].content, tuple(messages[:-1]), raw_prompt=tuple(messages))
 
     @classmethod
@@ -121,6 +136,13 @@ class Problem:
 
     def with_hint(self, hint: str) -> Problem:
         return Problem(self.text, self.history, hint, raw_prompt=None)
+
+
+class Voter(Protocol):
+    """Picks the winning answer of a vote (e.g. :class:`scaffolds.answers.AnswerChecker`,
+    which runs math-verify in a process pool with a time limit)."""
+
+    async def vote(self, answers: Sequence[str | None]) -> int | None: ...
 
 
 @dataclass
@@ -134,7 +156,8 @@ class _RunState:
     params: SamplingParams
     chat: bool
     deadline: float | None
-    usage: Usage = Usage()
+    voter: Voter | None = None
+    usage: Usage = field(default_factory=Usage)
     reserved_tokens: int = 0
     reserved_calls: int = 0
     cut_reason: str | None = None
@@ -145,11 +168,20 @@ class _RunState:
 class Context:
     """A strategy's handle on the run. Make one with :meth:`root`; derive with :meth:`child`."""
 
-    def __init__(self, state: _RunState, scope_id: str, scope: tuple[str, ...], final: bool):
+    def __init__(
+        self,
+        state: _RunState,
+        scope_id: str,
+        scope: tuple[str, ...],
+        final: bool,
+        choice: int | None = None,
+    ):
         self._state = state
         self.scope_id = scope_id
+        """Hierarchical and dotted: ``run.2.1`` is the first child of ``run.2``."""
         self.scope = scope
         self.final = final
+        self.choice = choice
 
     @classmethod
     def root(
@@ -161,6 +193,7 @@ class Context:
         prompts: PromptSet | str = "default",
         params: SamplingParams | None = None,
         chat: bool = True,
+        voter: Voter | None = None,
     ) -> Context:
         budget = budget or Budget()
         deadline = None if budget.timeout_s is None else time.monotonic() + budget.timeout_s
@@ -172,6 +205,7 @@ class Context:
             params=params or SamplingParams(),
             chat=chat,
             deadline=deadline,
+            voter=voter,
         )
         return cls(state, "run", (), final=True)
 
@@ -197,27 +231,49 @@ class Context:
         """Why the budget cut the run short, if it did."""
         return self._state.cut_reason
 
-    def child(self, label: str, *, final: bool = False) -> Context:
+    def child(self, label: str, *, final: bool = False, choice: int | None = None) -> Context:
         """A nested scope (e.g. "candidate 2"). Only a final scope inside a final scope
-        may mark its steps as the run's final answer."""
+        may mark its steps as the run's final answer. ``choice`` tags every step below
+        with the response choice it serves."""
         n = self._state.child_counters.get(self.scope_id, 0) + 1
         self._state.child_counters[self.scope_id] = n
         return Context(
-            self._state, f"{self.scope_id}.{n}", (*self.scope, label), final and self.final
+            self._state,
+            f"{self.scope_id}.{n}",
+            (*self.scope, label),
+            final and self.final,
+            self.choice if choice is None else choice,
         )
 
     # -- prompts ---------------------------------------------------------------------
-    def prompt(self, template: Template, problem: Problem | None = None, **fields: str) -> Prompt:
-        """Render ``template`` into an engine prompt (chat or text, as the run uses).
+    def problem_prompt(self, problem: Problem) -> Prompt:
+        """The problem as the caller sent it (pass-through), in this run's prompt form."""
+        raw = problem.raw_prompt
+        if raw is not None and isinstance(raw, str) != self._state.chat:
+            return raw
+        if not self._state.chat:
+            return problem.text
+        return (*problem.history, Message("user", problem.text))
+
+    def prompt(self, template: Template, problem: Problem, /, **fields: str) -> Prompt:
+        """Render ``template`` for ``problem`` into an engine prompt (chat or text, as the
+        run uses). The template's ``$problem`` field is the problem text.
 
         The problem's history goes first and the rendered template is the last user
         turn, so every sub-call of one problem shares a prefix with the others.
         """
-        text = template.render(**fields)
+        text = template.render(problem=problem.text, **fields)
         if not self._state.chat:
             return text
-        history = problem.history if problem is not None else ()
-        return (*history, Message("user", text))
+        return (*problem.history, Message("user", text))
+
+    async def vote(self, answers: Sequence[str | None]) -> int | None:
+        """Index of a representative of the most common answer (None if none)."""
+        if self._state.voter is not None:
+            return await self._state.voter.vote(answers)
+        from scaffolds.answers import majority_vote
+
+        return majority_vote(answers)
 
     # -- engine calls ----------------------------------------------------------------
     async def generate(
@@ -232,7 +288,7 @@ class Context:
         force_answer: bool = False,
         temperature: float | None = None,
         stop: Sequence[str] | None = None,
-    ) -> list[Completion]:
+    ) -> Step:
         """One engine call of ``n`` samples (one request), within the budget.
 
         ``force_answer``: if the budget cut a sample short before it gave a ``\\boxed``
@@ -241,33 +297,54 @@ class Context:
         """
         state = self._state
         wanted = max_tokens if max_tokens is not None else state.params.max_tokens
-        call_tokens, clamped = self._reserve(n, wanted)
-        state.step_counter += 1
-        step_id = f"{self.scope_id}:{state.step_counter}"
-        changes: dict[str, Any] = {"n": n, "max_tokens": call_tokens}
-        if temperature is not None:
-            changes["temperature"] = temperature
-        if stop is not None:
-            changes["stop"] = tuple(stop)
-        if state.params.seed is not None:
-            changes["seed"] = _derive_seed(state.params.seed, step_id)
-        request = GenerateRequest(prompt, state.params.replace(**changes))
+        grant = self._reserve(n, wanted)
+        try:
+            step_id = self._next_step_id()
+            changes: dict[str, Any] = {"n": n, "max_tokens": grant.call_tokens}
+            if temperature is not None:
+                changes["temperature"] = temperature
+            if stop is not None:
+                changes["stop"] = tuple(stop)
+            if state.params.seed is not None:
+                changes["seed"] = _derive_seed(state.params.seed, step_id)
+            request = GenerateRequest(prompt, state.params.replace(**changes))
+            result = await self._recorded_call(
+                request, step_id, kind=kind, label=label, final=final and self.final
+            )
+            completions = list(result.completions)
+            clamped = grant.held > 0
+            if force_answer and clamped:
+                completions = await self._force_answers(prompt, completions, label, grant.held)
+            cut = clamped and any(c.truncated for c in completions)
+            return Step(step_id, completions, cut_short=cut)
+        finally:
+            self._release(n, grant)
+
+    def _next_step_id(self) -> str:
+        self._state.step_counter += 1
+        return f"{self.scope_id}:{self._state.step_counter}"
+
+    async def _recorded_call(
+        self, request: GenerateRequest, step_id: str, *, kind: str, label: str, final: bool
+    ) -> GenerateResult:
+        """Call the engine with the step's trace events around it; account its usage."""
+        state = self._state
         state.recorder.emit(
             StepStarted(
                 step_id=step_id,
                 parent_id=self.scope_id,
                 kind=kind,
                 label=" > ".join((*self.scope, label)),
-                n=n,
-                final=final and self.final,
+                n=request.params.n,
+                final=final,
                 prompt=request.prompt_text(),
-                max_tokens=call_tokens,
+                max_tokens=request.params.max_tokens,
+                choice=self.choice,
             )
         )
         try:
             result = await self._call(request, step_id)
         except BaseException as exc:
-            self._release(n, call_tokens, used=None)
             state.recorder.emit(
                 StepFinished(step_id, (), (), (), Usage(), error=type(exc).__name__)
             )
@@ -275,8 +352,8 @@ class Context:
                 state.cut_reason = state.cut_reason or "deadline"
                 raise DeadlineExceededError() from exc
             raise
-        self._release(n, call_tokens, used=result.usage)
-        completions = list(result.completions)
+        state.usage = state.usage + result.usage
+        completions = result.completions
         state.recorder.emit(
             StepFinished(
                 step_id,
@@ -290,15 +367,15 @@ class Context:
                 prompt_token_ids=result.prompt_token_ids,
             )
         )
-        if force_answer and clamped:
-            completions = await self._force_answers(prompt, completions, label)
-        return completions
+        return result
 
     async def _call(self, request: GenerateRequest, step_id: str) -> GenerateResult:
         state = self._state
         deadline = state.deadline
         loop_deadline = (
-            None if deadline is None else asyncio.get_running_loop().time() + deadline - time.monotonic()
+            None
+            if deadline is None
+            else asyncio.get_running_loop().time() + deadline - time.monotonic()
         )
         async with asyncio.timeout_at(loop_deadline):
             if not state.recorder.live:
@@ -313,7 +390,7 @@ class Context:
                 raise RuntimeError("engine stream ended without a result")
             return result
 
-    def _reserve(self, n: int, wanted: int | None) -> tuple[int | None, bool]:
+    def _reserve(self, n: int, wanted: int | None) -> _Grant:
         """Check the budget and reserve what a call of ``n`` samples may spend."""
         state, budget = self._state, self._state.budget
         if state.deadline is not None and time.monotonic() >= state.deadline:
@@ -324,40 +401,42 @@ class Context:
         ):
             state.cut_reason = state.cut_reason or "calls"
             raise BudgetExhaustedError("the run's engine-call budget is spent", limit="calls")
-        call_tokens, clamped = wanted, False
+        grant = _Grant(wanted, 0)
         if budget.max_tokens is not None:
             left = budget.max_tokens - state.usage.completion_tokens - state.reserved_tokens
             share = left // n
             if wanted is None or share < wanted:
                 # The budget, not the caller, bounds this call: hold back room for a
                 # forced final answer in case the cut lands mid-solution.
-                call_tokens, clamped = share - FORCE_ANSWER_TOKENS, True
-                if call_tokens < 1:
+                held = min(FORCE_ANSWER_TOKENS, share // 4)
+                if share - held < 1:
                     state.cut_reason = state.cut_reason or "tokens"
                     raise BudgetExhaustedError("the run's token budget is spent", limit="tokens")
-            state.reserved_tokens += n * (call_tokens or 0)
+                grant = _Grant(share - held, held)
+            state.reserved_tokens += n * grant.tokens
         state.reserved_calls += 1
-        return call_tokens, clamped
+        return grant
 
-    def _release(self, n: int, call_tokens: int | None, used: Usage | None) -> None:
+    def _release(self, n: int, grant: _Grant) -> None:
         state = self._state
         state.reserved_calls -= 1
         if state.budget.max_tokens is not None:
-            state.reserved_tokens -= n * (call_tokens or 0)
-        if used is not None:
-            state.usage = state.usage + used
+            state.reserved_tokens -= n * grant.tokens
 
     async def _force_answers(
-        self, prompt: Prompt, completions: list[Completion], label: str
+        self, prompt: Prompt, completions: list[Completion], label: str, max_tokens: int
     ) -> list[Completion]:
-        """Ask each budget-truncated, answerless sample for its final answer now."""
+        """Ask each budget-truncated, answerless sample for its final answer now.
+
+        The forced answers spend the tokens that :meth:`_reserve` held back; they are
+        exempt from the call cap, so that a cut never leaves a sample without an answer.
+        """
 
         async def force(completion: Completion) -> Completion:
             if not completion.truncated or extract_answer(completion.text) is not None:
                 return completion
             self._state.cut_reason = self._state.cut_reason or "tokens"
-            template = self.prompts.force_answer
-            cue = template.render()
+            cue = self.prompts.force_answer.render()
             forced_prompt: Prompt
             if isinstance(prompt, str):
                 forced_prompt = prompt + completion.text + cue
@@ -367,9 +446,17 @@ class Context:
                     Message("assistant", completion.text),
                     Message("user", cue.strip()),
                 )
-            # The forced answer spends the tokens held back by _reserve; it is exempt
-            # from the call cap so that a cut never leaves a sample without an answer.
-            [extra] = await self._unbudgeted_call(forced_prompt, label)
+            request = GenerateRequest(
+                forced_prompt, self._state.params.replace(n=1, max_tokens=max_tokens, seed=None)
+            )
+            result = await self._recorded_call(
+                request,
+                self._next_step_id(),
+                kind="force_answer",
+                label=f"{label} (forced answer)",
+                final=False,
+            )
+            extra = result.completions[0]
             return Completion(
                 text=completion.text + cue + extra.text,
                 finish_reason="length",
@@ -381,34 +468,18 @@ class Context:
 
         return list(await gather(*(force(c) for c in completions)))
 
-    async def _unbudgeted_call(self, prompt: Prompt, label: str) -> list[Completion]:
-        state = self._state
-        state.step_counter += 1
-        step_id = f"{self.scope_id}:{state.step_counter}"
-        params = state.params.replace(n=1, max_tokens=FORCE_ANSWER_TOKENS, seed=None)
-        request = GenerateRequest(prompt, params)
-        state.recorder.emit(
-            StepStarted(
-                step_id=step_id,
-                parent_id=self.scope_id,
-                kind="force_answer",
-                label=" > ".join((*self.scope, f"{label} (forced answer)")),
-                prompt=request.prompt_text(),
-                max_tokens=FORCE_ANSWER_TOKENS,
-            )
-        )
-        result = await self._call(request, step_id)
-        state.usage = state.usage + result.usage
-        state.recorder.emit(
-            StepFinished(
-                step_id,
-                texts=tuple(c.text for c in result.completions),
-                answers=tuple(extract_answer(c.text) for c in result.completions),
-                finish_reasons=tuple(c.finish_reason for c in result.completions),
-                usage=result.usage,
-            )
-        )
-        return list(result.completions)
+
+@dataclass(frozen=True, slots=True)
+class _Grant:
+    """What :meth:`Context._reserve` granted one call, per sample."""
+
+    call_tokens: int | None
+    held: int
+    """Tokens held back for a forced final answer (0 when the budget did not bind)."""
+
+    @property
+    def tokens(self) -> int:
+        return (self.call_tokens or 0) + self.held
 
 
 def _derive_seed(seed: int, step_id: str) -> int:
@@ -422,9 +493,20 @@ async def gather(*aws: Awaitable[T]) -> list[T]:
 
     One failure cancels the rest, and cancelling the caller cancels all of them.
     """
-    async with asyncio.TaskGroup() as group:
-        tasks = [group.create_task(_as_coroutine(aw)) for aw in aws]
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(_as_coroutine(aw)) for aw in aws]
+    except BaseExceptionGroup as group_error:
+        # Callers handle one error at a time (and the server maps it to a status), so
+        # surface the first real failure rather than the group.
+        raise _first_leaf(group_error) from group_error
     return [task.result() for task in tasks]
+
+
+def _first_leaf(error: BaseException) -> BaseException:
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
 
 
 async def gather_within_budget(*aws: Awaitable[T]) -> list[T | BudgetExhaustedError]:
@@ -442,4 +524,3 @@ async def gather_within_budget(*aws: Awaitable[T]) -> list[T | BudgetExhaustedEr
 
 async def _as_coroutine(aw: Awaitable[T]) -> T:
     return await aw
-

@@ -208,7 +208,9 @@ class Engine(Protocol):
     def stream(self, request: GenerateRequest) -> AsyncIterator[StreamItem]: ...
 
 
-async def stream_from_generate(engine: Engine, request: GenerateRequest) -> AsyncIterator[StreamItem]:
+async def stream_from_generate(
+    engine: Engine, request: GenerateRequest
+) -> AsyncIterator[StreamItem]:
     """A streaming form for engines that cannot stream: one delta per sample, then the result."""
     result = await engine.generate(request)
     for index, completion in enumerate(result.completions):

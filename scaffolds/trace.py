@@ -47,6 +47,9 @@ class StepStarted:
     prompt: str | None = None
     """The rendered prompt, for datasets and the trace viewer."""
     max_tokens: int | None = None
+    choice: int | None = None
+    """Which response choice this step belongs to, when a request asked for several
+    independent runs; None when one step serves all choices (samples by index)."""
     time: float = field(default_factory=time.time)
     type: Literal["step_started"] = "step_started"
 
@@ -83,6 +86,8 @@ class RunFinished:
     usage: Usage
     cut_short: bool
     cut_reason: str | None = None
+    choice: int = 0
+    step_id: str | None = None
     time: float = field(default_factory=time.time)
     type: Literal["run_finished"] = "run_finished"
 

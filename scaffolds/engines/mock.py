@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Union
 
 from scaffolds.engine import (
     Completion,
@@ -29,7 +28,7 @@ from scaffolds.engine import (
     Usage,
 )
 
-HandlerResult = Union[str, Sequence[str], Sequence[Completion], GenerateResult]
+HandlerResult = str | Sequence[str] | Sequence[Completion] | GenerateResult
 Handler = Callable[[GenerateRequest], HandlerResult | Awaitable[HandlerResult]]
 
 __all__ = ["GenerateRequest", "MockEngine", "SamplingParams"]

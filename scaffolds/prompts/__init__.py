@@ -47,8 +47,7 @@ class PromptSet:
     def candidates(self, texts: Sequence[str]) -> str:
         """Number and join candidate solutions the way this set's templates expect."""
         return self.candidate_separator.join(
-            self.candidate.render(index=str(i), text=text)
-            for i, text in enumerate(texts, start=1)
+            self.candidate.render(index=str(i), text=text) for i, text in enumerate(texts, start=1)
         )
 
     def templates(self) -> dict[str, Template]:
@@ -105,4 +104,6 @@ def get_prompt_set(name: str) -> PromptSet:
         return PROMPT_SETS[name]
     except KeyError:
         known = ", ".join(sorted(PROMPT_SETS))
-        raise NotFoundError(f"unknown prompt set {name!r} (known: {known})", param="prompt_set") from None
+        raise NotFoundError(
+            f"unknown prompt set {name!r} (known: {known})", param="prompt_set"
+        ) from None

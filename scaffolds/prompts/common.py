@@ -8,14 +8,12 @@ from scaffolds.prompts.template import Template
 
 SOLVE = Template(
     "solve",
-    "$problem\n\n"
-    "Reason step by step, and put your final answer within \\boxed{}.",
+    "$problem\n\nReason step by step, and put your final answer within \\boxed{}.",
 )
 
 FORCE_ANSWER = Template(
     "force_answer",
-    "\n\nTime is up. Stop reasoning here and state the final answer right now, "
-    "as \\boxed{...}.\n",
+    "\n\nTime is up. Stop reasoning here and state the final answer right now, as \\boxed{...}.\n",
 )
 
 CANDIDATE = Template("candidate", "#### Candidate $index\n$text")

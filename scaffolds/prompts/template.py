@@ -1,9 +1,9 @@
 """Named prompt templates with checked fields.
 
 Templates use ``$field`` placeholders (``string.Template``), so LaTeX braces such as
-``\\boxed{}`` need no escaping. A step offers its fields by name; a template uses any subset of them (so the compact
-set can leave out what a tiny model does not need), and rendering fails if a field the
-template uses is not offered.
+``\\boxed{}`` need no escaping. A step offers its fields by name; a template uses any
+subset of them (so the compact set can leave out what a tiny model does not need),
+and rendering fails if a field the template uses is not offered.
 
 >>> t = Template("greet", "Hello $name.")
 >>> t.fields

@@ -42,15 +42,19 @@ class Solution:
 class Strategy(BaseModel):
     """Base of all scaffolds. Instances are immutable and hashable configs."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     name: ClassVar[str]
     summary: ClassVar[str] = ""
+    batches_samples: ClassVar[bool] = False
+    """True when :meth:`solve_many` serves k samples with one engine request."""
 
     async def solve(self, problem: Problem, ctx: Context) -> Solution:
         raise NotImplementedError
 
-    async def solve_many(self, problem: Problem, ctx: Context, k: int, label: str = "sample") -> list[Solution]:
+    async def solve_many(
+        self, problem: Problem, ctx: Context, k: int, label: str = "sample"
+    ) -> list[Solution]:
         """``k`` independent solutions, concurrently; budget-cut branches are dropped.
 
         Strategies whose first call can serve all k samples at once (one engine request

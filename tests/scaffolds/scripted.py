@@ -1,0 +1,49 @@
+"""A MockEngine handler that answers each scaffold step by recognising its template."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from scaffolds.engine import GenerateRequest
+
+Reply = Callable[[GenerateRequest], str | list[str]]
+
+
+def step_of(request: GenerateRequest) -> str:
+    """Which default-set template produced this prompt."""
+    text = request.prompt_text()
+    if "### Candidate solutions" in text:
+        return "judge" if "most likely correct" in text else "gsr_refine"
+    if "### Proposed solution" in text:
+        return "feedback"
+    if "### Feedback on it" in text:
+        return "refine"
+    if "### Existing summary" in text:
+        return "summary"
+    if "### Summary of an earlier attempt" in text:
+        return "rc_continue"
+    if "Do not solve this problem" in text:
+        return "abstraction"
+    if "### Cheat sheet" in text:
+        return "abstraction_solve"
+    if text.startswith("### Problem") and "Solve the problem." in text:
+        return "rc_start"
+    return "solve"
+
+
+class Script:
+    """Answers per step kind; counts calls per kind; default text boxes 42."""
+
+    def __init__(self, **replies: str | list[str] | Reply) -> None:
+        self.replies = replies
+        self.kinds: list[str] = []
+
+    def __call__(self, request: GenerateRequest) -> str | list[str]:
+        kind = step_of(request)
+        self.kinds.append(kind)
+        reply = self.replies.get(kind, f"{kind} says \\boxed{{42}}")
+        if callable(reply):
+            return reply(request)
+        if isinstance(reply, list) and len(reply) != request.params.n:
+            return [reply[i % len(reply)] for i in range(request.params.n)]
+        return reply
