@@ -131,6 +131,8 @@ class FakeEngineState:
     requests: deque[RecordedRequest] = field(default_factory=lambda: deque(maxlen=10_000))
     """The most recent generation requests (at most 10,000)."""
     stopping: bool = False
+    reported_usage: list[dict[str, Any]] = field(default_factory=list)
+    """The ``usage`` object of every answer sent (stream or not), in order."""
     _seen_prompts: list[list[str]] = field(default_factory=list)
 
     def enter(self) -> None:
@@ -364,6 +366,7 @@ async def _stream(
             [{"index": i, **empty, "finish_reason": s.finish} for i, s in enumerate(plan.samples)]
         )
         if (plan.body.get("stream_options") or {}).get("include_usage"):
+            state.reported_usage.append(plan.usage())
             yield chunk([], usage=plan.usage())
         yield _sse("[DONE]")
         outcome = "completed"
@@ -430,6 +433,7 @@ def create_app(config: FakeEngineConfig, state: FakeEngineState) -> FastAPI:
             state.completed += 1
             if config.malformed:
                 return Response(b'{"choices": [', media_type="application/json")
+            state.reported_usage.append(plan.usage())
             return JSONResponse(_full_body(plan, config))
         finally:
             state.open_calls -= 1

@@ -62,7 +62,7 @@ class RC(Strategy):
         step = await ctx.generate(
             ctx.prompt(ctx.prompts.rc_reasoning_start, problem),
             kind="reasoning",
-            label="reasoning 1" if k == 1 else f"reasoning 1 ×{k}",
+            label="reasoning 1",
             n=k,
             max_tokens=self.reasoning_tokens,
             final=self.steps == 1,

@@ -44,7 +44,7 @@ class Single(Strategy):
         step = await ctx.generate(
             prompt,
             kind="generate",
-            label="answer" if k == 1 else f"{k} {label}s",
+            label="answer" if k == 1 else label,
             n=k,
             max_tokens=self.max_tokens,
             final=True,

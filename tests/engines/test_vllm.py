@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -27,6 +28,14 @@ LONG_PROBLEM = (
     )
     + " How many eggs are left at the end?"
 )
+
+
+async def _eventually(check: Callable[[], bool], within: float = 30.0) -> bool:
+    """Poll ``check`` until it holds or ``within`` seconds pass (no timing assertion)."""
+    deadline = time.monotonic() + within
+    while not (ok := check()) and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.2)
+    return ok
 
 
 def _engine(server: VLLMServer) -> OpenAIEngine:
@@ -155,14 +164,8 @@ async def test_cancelling_a_call_aborts_the_generation_in_vllm(vllm_server: VLLM
             SamplingParams(n=2, max_tokens=1500, extra={"ignore_eos": True}),
         )
         task = asyncio.create_task(engine.generate(request))
-        deadline = time.monotonic() + 30
-        while vllm_server.metric("vllm:num_requests_running") < 1 and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
-        assert vllm_server.metric("vllm:num_requests_running") >= 1
+        assert await _eventually(lambda: vllm_server.metric("vllm:num_requests_running") >= 1)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        deadline = time.monotonic() + 30
-        while vllm_server.metric("vllm:num_requests_running") > 0 and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
-    assert vllm_server.metric("vllm:num_requests_running") == 0
+        assert await _eventually(lambda: vllm_server.metric("vllm:num_requests_running") == 0)

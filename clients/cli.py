@@ -1,0 +1,274 @@
+"""The ``ponder`` command line: ``ponder serve`` and ``ponder eval`` (``train`` comes later).
+
+Each command keeps its heavy imports inside its function, so ``ponder --help`` and one
+command never pay for another's dependencies. Other commands join with
+``app.add_typer(sub_app, name="eval")`` or ``@app.command()``.
+
+Example::
+
+    ponder serve --engine http://localhost:8001/v1 --model qwen3-4b \\
+        --alias gsr4='gsr(n=4)' --api-key-file keys.txt --port 8000
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from clients.eval.cli import eval_app
+
+app = typer.Typer(
+    name="ponder",
+    help="Ponder: an OpenAI-compatible server that answers with reasoning scaffolds.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+app.add_typer(eval_app, name="eval")
+
+
+def _env(name: str, text: str) -> str:
+    return f"{text} [env: PONDER_{name}]"
+
+
+@app.callback()
+def main() -> None:
+    """Ponder: an OpenAI-compatible server that answers with reasoning scaffolds."""
+
+
+@app.command()
+def serve(
+    engine: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--engine",
+            metavar="URL",
+            help=_env(
+                "ENGINES",
+                "Engine base URL ending in /v1 (vLLM, SGLang, any OpenAI-compatible "
+                "server); repeat for replicas of --model (env: comma-separated).",
+            ),
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", metavar="NAME", help=_env("MODEL", "Served model name.")),
+    ] = None,
+    engine_model: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME",
+            help=_env("ENGINE_MODEL", "Model name the engines serve (default: --model)."),
+        ),
+    ] = None,
+    engine_api_key: Annotated[
+        str | None,
+        typer.Option(
+            metavar="KEY",
+            help=_env("ENGINE_API_KEY", "The engines' own API key (never a client's)."),
+        ),
+    ] = None,
+    alias: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--alias",
+            metavar="NAME=SPEC",
+            help=_env(
+                "ALIASES",
+                "Scaffold alias listed in /v1/models as MODEL+NAME, e.g. "
+                "gsr4='gsr(n=4)'; repeatable (env: separated by ';').",
+            ),
+        ),
+    ] = None,
+    default_scaffold: Annotated[
+        str | None,
+        typer.Option(
+            metavar="SPEC",
+            help=_env("DEFAULT_SCAFFOLD", "Scaffold when a request names none [default: single]."),
+        ),
+    ] = None,
+    prompts: Annotated[
+        str | None,
+        typer.Option(
+            metavar="SET",
+            help=_env("PROMPTS", "Prompt set the model was trained with: default|compact."),
+        ),
+    ] = None,
+    api_key: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--api-key",
+            metavar="KEY",
+            help=_env(
+                "API_KEYS",
+                "Client API key accepted as 'Authorization: Bearer KEY' on /v1; repeatable "
+                "(env: comma-separated). No keys: /v1 is open.",
+            ),
+        ),
+    ] = None,
+    api_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE", help=_env("API_KEY_FILE", "File of client API keys, one per line.")
+        ),
+    ] = None,
+    host: Annotated[
+        str | None,
+        typer.Option(metavar="HOST", help=_env("HOST", "Address to bind [default: 127.0.0.1].")),
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(metavar="PORT", help=_env("PORT", "Port to bind [default: 8000].")),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help=_env(
+                "CONFIG",
+                "YAML or TOML file with any setting (snake_case keys) and a 'models' list "
+                "(name, engines, engine_api_key, prompts, default_scaffold, aliases).",
+            ),
+        ),
+    ] = None,
+    max_concurrent_runs: Annotated[
+        int | None,
+        typer.Option(help=_env("MAX_CONCURRENT_RUNS", "Runs executing at once [default: 16].")),
+    ] = None,
+    queue_size: Annotated[
+        int | None,
+        typer.Option(
+            help=_env("QUEUE_SIZE", "Requests that may wait for a run; more get 429 [default: 64].")
+        ),
+    ] = None,
+    max_body_bytes: Annotated[
+        int | None,
+        typer.Option(help=_env("MAX_BODY_BYTES", "Largest request body; more gets 413 [4 MiB].")),
+    ] = None,
+    max_budget_tokens: Annotated[
+        int | None,
+        typer.Option(help=_env("MAX_BUDGET_TOKENS", "Cap on generated tokens per request.")),
+    ] = None,
+    max_budget_calls: Annotated[
+        int | None,
+        typer.Option(help=_env("MAX_BUDGET_CALLS", "Cap on engine calls per request.")),
+    ] = None,
+    max_budget_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help=_env("MAX_BUDGET_TIMEOUT_S", "Cap on seconds per request; 504 after [900].")
+        ),
+    ] = None,
+    spec_max_calls: Annotated[
+        int | None,
+        typer.Option(
+            help=_env("SPEC_MAX_CALLS", "Most engine calls a scaffold (times n) may plan [256].")
+        ),
+    ] = None,
+    spec_max_depth: Annotated[
+        int | None,
+        typer.Option(help=_env("SPEC_MAX_DEPTH", "Deepest scaffold nesting [default: 4].")),
+    ] = None,
+    default_max_tokens: Annotated[
+        int | None,
+        typer.Option(
+            help=_env("DEFAULT_MAX_TOKENS", "max_tokens per engine call when a request sets none.")
+        ),
+    ] = None,
+    graceful_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help=_env(
+                "GRACEFUL_TIMEOUT_S",
+                "On SIGTERM, seconds in-flight requests get to finish before they are "
+                "cancelled [default: 30].",
+            )
+        ),
+    ] = None,
+    engine_connect_timeout: Annotated[
+        float | None,
+        typer.Option(help=_env("ENGINE_CONNECT_TIMEOUT_S", "Engine connect timeout [5 s].")),
+    ] = None,
+    engine_read_timeout: Annotated[
+        float | None,
+        typer.Option(help=_env("ENGINE_READ_TIMEOUT_S", "Engine read timeout [600 s].")),
+    ] = None,
+    engine_max_retries: Annotated[
+        int | None,
+        typer.Option(help=_env("ENGINE_MAX_RETRIES", "Retries of a failed engine call [3].")),
+    ] = None,
+    log_level: Annotated[
+        str | None,
+        typer.Option(help=_env("LOG_LEVEL", "debug|info|warning|error [default: info].")),
+    ] = None,
+    log_json: Annotated[
+        bool | None,
+        typer.Option(
+            "--log-json/--log-text", help=_env("LOG_JSON", "JSON log lines [default: JSON].")
+        ),
+    ] = None,
+) -> None:
+    """Serve an OpenAI-compatible API that answers each request with a scaffold run.
+
+    Flags beat PONDER_* environment variables, which beat the --config file.
+    """
+    from pydantic import ValidationError
+
+    from scaffolds.errors import PonderError
+    from server.app import serve as run_server
+    from server.settings import Settings, setting_errors
+
+    given: dict[str, Any] = {
+        "engines": engine,
+        "model": model,
+        "engine_model": engine_model,
+        "engine_api_key": engine_api_key,
+        "aliases": alias,
+        "default_scaffold": default_scaffold,
+        "prompts": prompts,
+        "api_keys": api_key,
+        "api_key_file": api_key_file,
+        "host": host,
+        "port": port,
+        "config": config,
+        "max_concurrent_runs": max_concurrent_runs,
+        "queue_size": queue_size,
+        "max_body_bytes": max_body_bytes,
+        "max_budget_tokens": max_budget_tokens,
+        "max_budget_calls": max_budget_calls,
+        "max_budget_timeout_s": max_budget_timeout,
+        "spec_max_calls": spec_max_calls,
+        "spec_max_depth": spec_max_depth,
+        "default_max_tokens": default_max_tokens,
+        "graceful_timeout_s": graceful_timeout,
+        "engine_connect_timeout_s": engine_connect_timeout,
+        "engine_read_timeout_s": engine_read_timeout,
+        "engine_max_retries": engine_max_retries,
+        "log_level": log_level,
+        "log_json": log_json,
+    }
+    overrides = {k: v for k, v in given.items() if v is not None and v != []}
+    try:
+        settings = Settings(**overrides)
+        if not settings.served_models():
+            raise typer.BadParameter(
+                "no model to serve: give --engine and --model, or a --config with 'models'"
+            )
+        run_server(settings)
+    except ValidationError as err:
+        typer.echo(f"ponder serve: invalid settings:\n{setting_errors(err)}", err=True)
+        raise typer.Exit(2) from None
+    except (PonderError, ValueError) as err:
+        param = getattr(err, "param", None)
+        where = f"{param}: " if param else ""
+        typer.echo(f"ponder serve: {where}{err}", err=True)
+        raise typer.Exit(2) from None
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,39 @@
+"""Batch evaluation client: run scaffolds over a dataset, grade, compare accuracy to compute.
+
+The pieces: :mod:`~clients.eval.datasets` (JSONL, Batch API files, HF datasets),
+:mod:`~clients.eval.runner` (requests, resume), :mod:`~clients.eval.grading`,
+:mod:`~clients.eval.report` and :mod:`~clients.eval.plots`, and the ``ponder eval``
+command line in :mod:`~clients.eval.cli`.
+
+From Python (a server must be running)::
+
+    problems = load_problems("../shared/data/gsm8k_test.jsonl", limit=50).problems
+    config = EvalConfig("http://127.0.0.1:8000/v1", "m", ["gsr(n=4)"], Path("runs/x"))
+    outcome, report = asyncio.run(evaluate(config, problems, MathGrader()))
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "EvalConfig": "runner",
+    "run_eval": "runner",
+    "ExactGrader": "grading",
+    "Grade": "grading",
+    "JudgeGrader": "grading",
+    "MathGrader": "grading",
+    "Problem": "datasets",
+    "load_problems": "datasets",
+    "evaluate": "pipeline",
+    "write_reports": "pipeline",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """Import the public names lazily, so ``ponder --help`` stays fast."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"clients.eval.{_EXPORTS[name]}"), name)

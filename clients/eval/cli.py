@@ -1,0 +1,242 @@
+"""``ponder eval``: batch evaluation of scaffolds against a Ponder (or any OpenAI) URL.
+
+Mounted by ``clients/cli.py`` as ``ponder eval``; also runnable on its own::
+
+    ponder eval --base-url http://127.0.0.1:8000/v1 --model m \\
+        --dataset ../shared/data/gsm8k_test.jsonl --limit 100 \\
+        --scaffold single --scaffold "gsr(n=4)" --samples 4 --out runs/gsm8k
+    ponder eval compare runs/a/results.jsonl runs/b/results.jsonl
+    ponder eval make-addition --count 200 --seed 0 --out addition.jsonl
+    ponder eval report runs/gsm8k
+
+Rerunning the same command resumes: finished samples are skipped, failed ones retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from clients.eval.grading import Grader
+
+__all__ = ["eval_app"]
+
+eval_app = typer.Typer(
+    help="Evaluate scaffolds on a dataset: run, grade, report accuracy against compute.",
+    no_args_is_help=False,
+    add_completion=False,
+)
+err = Console(stderr=True)
+
+
+def _fail(message: str) -> typer.Exit:
+    err.print(f"[red]error:[/red] {message}")
+    return typer.Exit(2)
+
+
+def make_grader(
+    kind: str,
+    *,
+    workers: int = 2,
+    timeout_s: float = 10.0,
+    judge_url: str | None = None,
+    judge_model: str | None = None,
+    judge_api_key: str | None = None,
+    rubric: Path | None = None,
+    pass_score: float = 7.0,
+) -> Grader:
+    """A grader by name: ``math`` (math-verify), ``exact``, or ``judge`` (needs a URL)."""
+    from clients.eval.grading import DEFAULT_RUBRIC, ExactGrader, JudgeGrader, MathGrader
+
+    if kind == "math":
+        return MathGrader(workers=workers, timeout_s=timeout_s)
+    if kind == "exact":
+        return ExactGrader()
+    if kind == "judge":
+        if not judge_url or not judge_model:
+            raise _fail("--grader judge needs --judge-url and --judge-model")
+        text = rubric.read_text(encoding="utf-8") if rubric else DEFAULT_RUBRIC
+        return JudgeGrader(
+            judge_url, judge_model, api_key=judge_api_key, rubric=text, pass_score=pass_score
+        )
+    raise _fail(f"--grader must be math, exact or judge (got {kind!r})")
+
+
+@eval_app.callback(invoke_without_command=True)
+def run(
+    ctx: typer.Context,
+    base_url: Annotated[
+        str | None, typer.Option(help="OpenAI-compatible base URL, e.g. http://host:8000/v1")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="model name to request")] = None,
+    dataset: Annotated[
+        str | None,
+        typer.Option(help="JSONL (id/problem/answer) or Batch API file; or a HF dataset"),
+    ] = None,
+    scaffold: Annotated[
+        list[str] | None,
+        typer.Option("--scaffold", "-s", help="scaffold spec, repeatable; 'none' = plain"),
+    ] = None,
+    samples: Annotated[int, typer.Option(min=1, help="samples per problem")] = 1,
+    concurrency: Annotated[int, typer.Option(min=1, help="requests in flight")] = 8,
+    api_key: Annotated[str | None, typer.Option(envvar="OPENAI_API_KEY")] = None,
+    out: Annotated[Path | None, typer.Option(help="output folder (rerun to resume)")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="first N problems only")] = None,
+    split: Annotated[str, typer.Option(help="split of a HF dataset")] = "test",
+    temperature: Annotated[float | None, typer.Option()] = None,
+    max_tokens: Annotated[int | None, typer.Option(min=1)] = None,
+    seed: Annotated[int | None, typer.Option(help="sample i is sent with seed + i")] = None,
+    template: Annotated[
+        str, typer.Option(help="user message; {problem} is replaced by the problem")
+    ] = "{problem}",
+    trace: Annotated[bool, typer.Option(help="store each sample's trace")] = False,
+    extra_body: Annotated[
+        str | None, typer.Option(help='JSON merged into each request, e.g. {"budget": {...}}')
+    ] = None,
+    grader: Annotated[str, typer.Option(help="math | exact | judge")] = "math",
+    grade_workers: Annotated[int, typer.Option(min=1, help="math-verify processes")] = 2,
+    grade_timeout: Annotated[float, typer.Option(help="seconds per grading item")] = 10.0,
+    judge_url: Annotated[str | None, typer.Option(help="judge base URL")] = None,
+    judge_model: Annotated[str | None, typer.Option()] = None,
+    judge_api_key: Annotated[str | None, typer.Option()] = None,
+    rubric: Annotated[Path | None, typer.Option(help="rubric text file for the judge")] = None,
+    pass_score: Annotated[float, typer.Option(help="judge score (0-7) that counts")] = 7.0,
+    timeout: Annotated[float, typer.Option(help="seconds per request")] = 1800.0,
+    max_retries: Annotated[int, typer.Option(min=0)] = 3,
+    progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
+) -> None:
+    """Run SCAFFOLDs x SAMPLES over DATASET, grade, and write the report into OUT."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from clients.eval.datasets import load_problems
+    from clients.eval.pipeline import evaluate
+    from clients.eval.report import print_table
+    from clients.eval.results import read_results
+    from clients.eval.runner import EvalConfig, check_specs, load_extra_body
+    from scaffolds.errors import SpecError
+
+    missing = [n for n, v in (("--base-url", base_url), ("--model", model),
+                              ("--dataset", dataset), ("--out", out)) if not v]  # fmt: skip
+    if missing:
+        err.print(ctx.get_help())
+        raise _fail(f"missing {', '.join(missing)}")
+    assert base_url and model and dataset and out
+    try:
+        specs = check_specs(scaffold or ["single"])
+        body = load_extra_body(extra_body)
+        loaded = load_problems(dataset, split=split, limit=limit)
+    except (SpecError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    for bad in loaded.bad:
+        err.print(f"[yellow]skipped[/yellow] {dataset} {bad}")
+    if not loaded.problems:
+        raise _fail(f"no usable problems in {dataset}")
+    config = EvalConfig(
+        base_url=base_url,
+        model=model,
+        scaffolds=specs,
+        out_dir=out,
+        samples=samples,
+        concurrency=concurrency,
+        api_key=api_key,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        seed=seed,
+        template=template,
+        trace=trace,
+        timeout_s=timeout,
+        max_retries=max_retries,
+        extra_body=body,
+    )
+    grade = make_grader(
+        grader,
+        workers=grade_workers,
+        timeout_s=grade_timeout,
+        judge_url=judge_url,
+        judge_model=judge_model,
+        judge_api_key=judge_api_key,
+        rubric=rubric,
+        pass_score=pass_score,
+    )
+    previous = read_results(config.results_path)
+    for bad in previous.bad:
+        err.print(f"[yellow]dropped unreadable result[/yellow] {config.results_path} {bad}")
+    try:
+        outcome, report = asyncio.run(
+            evaluate(config, loaded.problems, grade, dataset=dataset, progress=progress)
+        )
+    except KeyboardInterrupt:
+        kept = len(read_results(config.results_path).done())
+        err.print(f"\ninterrupted: {kept} finished samples are saved in {config.results_path};")
+        err.print("rerun the same command to resume.")
+        raise typer.Exit(130) from None
+    print_table(report)
+    err.print(
+        f"{outcome.already_done} samples were already done, {outcome.finished} finished now, "
+        f"{outcome.errors} failed (rerun to retry). Report: {out / 'report.md'}"
+    )
+
+
+@eval_app.command()
+def compare(
+    a: Annotated[Path, typer.Argument(help="results JSONL (or output folder) A")],
+    b: Annotated[Path, typer.Argument(help="results JSONL (or output folder) B")],
+    json_out: Annotated[Path | None, typer.Option("--json", help="also save as JSON")] = None,
+) -> None:
+    """Put two runs side by side, scaffold by scaffold, with a paired per-problem count."""
+    from clients.eval.compare import compare_runs, print_comparison
+    from clients.eval.grading import MathGrader
+    from clients.eval.pipeline import clustering
+    from clients.eval.report import write_json
+
+    async def go() -> dict[str, Any]:
+        async with clustering(MathGrader(workers=1)) as cluster:
+            return await compare_runs(a, b, cluster)
+
+    for path in (a, b):
+        if not path.exists():
+            raise _fail(f"no such file: {path}")
+    result = asyncio.run(go())
+    print_comparison(result)
+    if json_out is not None:
+        write_json(result, json_out)
+
+
+@eval_app.command("make-addition")
+def make_addition(
+    out: Annotated[Path, typer.Option(help="JSONL file to write")],
+    count: Annotated[int, typer.Option(min=1)] = 100,
+    seed: Annotated[int, typer.Option()] = 0,
+) -> None:
+    """Write COUNT synthetic 3-digit addition problems (``347+589=`` -> ``936``)."""
+    from clients.eval.synthetic import write_addition
+
+    rows = write_addition(out, count, seed=seed)
+    err.print(f"wrote {rows} problems to {out}")
+
+
+@eval_app.command()
+def report(
+    out: Annotated[Path, typer.Argument(help="an eval output folder")],
+    grader: Annotated[str, typer.Option(help="math | exact (for maj@k clustering)")] = "math",
+) -> None:
+    """Rebuild the report and plots of a folder from its results.jsonl (no requests)."""
+    from clients.eval.pipeline import write_reports
+    from clients.eval.report import print_table
+
+    if not (out / "results.jsonl").is_file():
+        raise _fail(f"no results.jsonl in {out}")
+    grade = make_grader(grader, workers=1)
+
+    async def go() -> dict[str, Any]:
+        try:
+            return await write_reports(out, grade)
+        finally:
+            await grade.aclose()
+
+    print_table(asyncio.run(go()))

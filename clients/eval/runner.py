@@ -1,0 +1,381 @@
+"""Run scaffolds over problems against a Ponder server (or any OpenAI-compatible URL).
+
+Every (scaffold, problem, sample) is one chat request with ``n=1`` through the official
+``openai`` async client (which retries connection errors, 429 and 5xx with backoff).
+``concurrency`` workers share one queue; each finished sample is graded and appended to
+the results file at once, so cancelling (Ctrl-C) loses nothing already finished and a
+rerun does only what is missing (failed samples included).
+
+Ponder's extensions are read when present and ignored when not: ``usage.engine_calls``,
+``usage.prompt_tokens_details.cached_tokens``, ``ponder.cut_reason`` and ``trace``.
+The scaffold spec ``none`` sends no Ponder field at all (for plain OpenAI endpoints).
+
+>>> def step(i, kind, answer, tokens):
+...     return [{"type": "step_started", "step_id": i, "kind": kind},
+...             {"type": "step_finished", "step_id": i, "answers": [answer],
+...              "texts": ["..."], "usage": {"completion_tokens": tokens}}]
+>>> trace = step("r1", "reasoning", "3", 10) + step("s1", "summary", None, 4)
+>>> trace += step("r2", "reasoning", "4", 6)
+>>> [(s["answer"], s["completion_tokens"]) for s in reasoning_steps(trace)]
+[('3', 10), ('4', 20)]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
+
+from clients.eval.datasets import Problem
+from clients.eval.grading import Grader
+from clients.eval.results import Key, Record, ResultStore
+from scaffolds.answers import extract_answer
+from scaffolds.errors import SpecError
+from scaffolds.spec import format_spec, parse_spec
+
+__all__ = ["NO_SCAFFOLD", "EvalConfig", "RunOutcome", "reasoning_steps", "run_eval", "spec_name"]
+
+NO_SCAFFOLD = "none"
+"""The spec that sends a plain OpenAI request (no ``scaffold``/``return_trace``)."""
+STEP_KINDS = ("reasoning",)
+
+
+@dataclass
+class EvalConfig:
+    """One eval run; ``out_dir`` receives ``results.jsonl`` and the report."""
+
+    base_url: str
+    model: str
+    scaffolds: list[str]
+    out_dir: Path
+    samples: int = 1
+    concurrency: int = 8
+    api_key: str | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+    """Sample i is sent with ``seed + i`` (so samples differ, and reruns repeat)."""
+    template: str = "{problem}"
+    trace: bool = False
+    """Store each sample's whole trace (``return_trace``) in its record."""
+    timeout_s: float = 1800.0
+    max_retries: int = 3
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def results_path(self) -> Path:
+        return self.out_dir / "results.jsonl"
+
+
+@dataclass
+class RunOutcome:
+    already_done: int
+    finished: int = 0
+    errors: int = 0
+    pending: int = 0
+
+
+def spec_name(spec: str) -> str:
+    """The top strategy name of a spec (``none`` for the plain-request spec).
+
+    >>> spec_name("rc(steps=3)"), spec_name('{"name": "gsr", "n": 4}'), spec_name("none")
+    ('rc', 'gsr', 'none')
+    """
+    if spec.strip() == NO_SCAFFOLD:
+        return NO_SCAFFOLD
+    return str(parse_spec(spec).get("name", ""))
+
+
+def check_specs(specs: Sequence[str]) -> list[str]:
+    """The specs in one canonical spelling (the resume key), de-duplicated; SpecError
+    names a malformed one.
+
+    >>> check_specs(["gsr( n = 4 )", '{"name": "gsr", "n": 4}', "none"])
+    ['gsr(n=4)', 'none']
+    """
+    out: list[str] = []
+    for spec in specs:
+        spec = spec.strip()
+        try:
+            canonical = spec if spec == NO_SCAFFOLD else format_spec(parse_spec(spec))
+        except SpecError as err:
+            raise SpecError(f"--scaffold {spec!r}: {err}", param="scaffold") from None
+        if canonical not in out:
+            out.append(canonical)
+    return out
+
+
+def reasoning_steps(trace: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per reasoning step (RC's chunks): its answer, text and the cumulative completion
+    tokens of every step finished so far. Only choice 0 (or untagged steps) count."""
+    kinds: dict[str, str] = {}
+    steps: list[dict[str, Any]] = []
+    spent = 0
+    for event in trace:
+        kind, step_id = event.get("type"), str(event.get("step_id"))
+        if kind == "step_started" and event.get("choice") in (None, 0):
+            kinds[step_id] = str(event.get("kind"))
+        elif kind == "step_finished" and step_id in kinds:
+            usage = event.get("usage") or {}
+            spent += int(usage.get("completion_tokens") or 0)
+            if kinds[step_id] in STEP_KINDS:
+                texts, answers = event.get("texts") or [""], event.get("answers") or []
+                text = str(texts[0] or "")
+                answer = answers[0] if answers else extract_answer(text)
+                steps.append({"answer": answer, "text": text, "completion_tokens": spent})
+    return steps
+
+
+def _usage(data: Mapping[str, Any]) -> dict[str, int]:
+    usage = data.get("usage") or {}
+    details = usage.get("prompt_tokens_details") or {}
+    prompt = int(usage.get("prompt_tokens") or 0)
+    completion = int(usage.get("completion_tokens") or 0)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": int(usage.get("total_tokens") or prompt + completion),
+        "cached_tokens": int(details.get("cached_tokens") or 0),
+        "engine_calls": int(usage.get("engine_calls") or 1),
+    }
+
+
+def _message(data: Mapping[str, Any]) -> tuple[str, str | None, str | None]:
+    """(content, reasoning, finish_reason) of the first choice."""
+    choices = data.get("choices") or [{}]
+    first = choices[0] or {}
+    message = first.get("message") or {}
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    return str(message.get("content") or ""), reasoning, first.get("finish_reason")
+
+
+class _Rate(ProgressColumn):
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text(f"{speed:.2f}/s" if speed else "-/s", style="progress.data.speed")
+
+
+@dataclass
+class _Tally:
+    done: int = 0
+    graded: int = 0
+    correct: int = 0
+    tokens: int = 0
+    errors: int = 0
+
+    def add(self, record: Record) -> None:
+        if record.get("error"):
+            self.errors += 1
+            return
+        self.done += 1
+        self.tokens += int((record.get("usage") or {}).get("total_tokens") or 0)
+        if record.get("correct") is not None:
+            self.graded += 1
+            self.correct += bool(record["correct"])
+
+    def line(self) -> str:
+        acc = f"{self.correct / self.graded:.1%}" if self.graded else "-"
+        tok = f"{self.tokens / self.done:,.0f}" if self.done else "-"
+        err = f" err {self.errors}" if self.errors else ""
+        return f"acc {acc}  tok/sample {tok}{err}"
+
+
+class _Runner:
+    def __init__(self, config: EvalConfig, grader: Grader, store: ResultStore) -> None:
+        from openai import AsyncOpenAI
+
+        self.config, self.grader, self.store = config, grader, store
+        self.client = AsyncOpenAI(
+            base_url=config.base_url,
+            api_key=config.api_key or "EMPTY",
+            max_retries=config.max_retries,
+            timeout=config.timeout_s,
+        )
+
+    def body(self, spec: str, problem: Problem, sample: int) -> dict[str, Any]:
+        """Everything but ``model`` and ``messages``, sent as ``extra_body``."""
+        cfg = self.config
+        body: dict[str, Any] = dict(problem.body or {})
+        body.pop("messages", None)
+        for name, value in (("temperature", cfg.temperature), ("max_tokens", cfg.max_tokens)):
+            if value is not None:
+                body[name] = value
+        if cfg.seed is not None:
+            body["seed"] = cfg.seed + sample
+        body.update(cfg.extra_body)
+        if spec != NO_SCAFFOLD:
+            body["scaffold"] = spec
+            if cfg.trace or spec_name(spec) == "rc":
+                body["return_trace"] = True
+        return body
+
+    async def request(self, spec: str, problem: Problem, sample: int) -> Record:
+        cfg = self.config
+        record: Record = {"scaffold": spec, "id": problem.id, "sample": sample}
+        record |= {"model": cfg.model, "reference": problem.answer}
+        started = time.perf_counter()
+        try:
+            reply: Any = await self.client.chat.completions.create(
+                model=cfg.model,
+                messages=problem.messages(cfg.template),  # type: ignore[arg-type]
+                extra_body=self.body(spec, problem, sample),
+            )
+            data: dict[str, Any] = reply.model_dump(mode="json")
+        except Exception as err:  # recorded, counted, and retried by the next run
+            record["error"] = f"{type(err).__name__}: {err}"[:2000]
+            record["latency_s"] = time.perf_counter() - started
+            record["time"] = time.time()
+            return record
+        record["latency_s"] = time.perf_counter() - started
+        text, reasoning, finish = _message(data)
+        ponder = data.get("ponder") if isinstance(data.get("ponder"), dict) else {}
+        cut_reason = (ponder or {}).get("cut_reason")
+        record |= {"response": text, "reasoning": reasoning, "finish_reason": finish}
+        record |= {"cut_short": finish == "length" or bool(cut_reason), "cut_reason": cut_reason}
+        record["usage"] = _usage(data)
+        answer = extract_answer(text) if text else None
+        grade = await self.grader.grade(problem, text, answer)
+        record |= {"extracted": answer, "correct": grade.correct, "score": grade.score}
+        if grade.note:
+            record["grade_note"] = grade.note
+        trace = data.get("trace")
+        if isinstance(trace, list):
+            if spec_name(spec) == "rc":
+                record["steps"] = await self.grade_steps(problem, reasoning_steps(trace))
+            if cfg.trace:
+                record["trace"] = trace
+        if problem.meta:
+            record["meta"] = problem.meta
+        record["time"] = time.time()
+        return record
+
+    async def grade_steps(
+        self, problem: Problem, steps: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        out = []
+        for step in steps:
+            text = step.pop("text")
+            correct = None
+            if self.grader.per_step:
+                correct = (await self.grader.grade(problem, text, step["answer"])).correct
+            out.append({**step, "correct": correct})
+        return out
+
+    async def aclose(self) -> None:
+        await self.client.close()
+
+
+def _work(
+    config: EvalConfig, problems: Sequence[Problem], done: set[Key]
+) -> list[tuple[str, Problem, int]]:
+    """Pending (spec, problem, sample), sample-major so early accuracy covers all problems."""
+    return [
+        (spec, problem, sample)
+        for spec in config.scaffolds
+        for sample in range(config.samples)
+        for problem in problems
+        if (spec, problem.id, sample) not in done
+    ]
+
+
+async def run_eval(
+    config: EvalConfig,
+    problems: Sequence[Problem],
+    grader: Grader,
+    *,
+    progress: bool = True,
+    console: Console | None = None,
+    on_record: Callable[[Record], None] | None = None,
+) -> RunOutcome:
+    """Do every pending sample, appending each record as it lands; returns the counts.
+
+    Cancel it (Ctrl-C) at any time: finished samples are already on disk.
+    """
+    config.out_dir.mkdir(parents=True, exist_ok=True)
+    store = ResultStore(config.results_path)
+    loaded = store.compact()
+    done = loaded.done()
+    work = _work(config, problems, done)
+    ids = {p.id for p in problems}
+    tallies = {spec: _Tally() for spec in config.scaffolds}
+    for record in loaded.records:
+        wanted = record["scaffold"] in tallies and record["id"] in ids
+        if wanted and not record.get("error") and int(record["sample"]) < config.samples:
+            tallies[record["scaffold"]].add(record)
+    outcome = RunOutcome(already_done=sum(t.done for t in tallies.values()), pending=len(work))
+    runner = _Runner(config, grader, store)
+    queue: Iterator[tuple[str, Problem, int]] = iter(work)
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        _Rate(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[stats]}"),
+        console=console or Console(stderr=True),
+        disable=not progress,
+    )
+    total = len(problems) * config.samples
+    tasks = {
+        spec: bar.add_task(spec, total=total, completed=t.done, stats=t.line())
+        for spec, t in tallies.items()
+    }
+
+    async def worker() -> None:
+        for spec, problem, sample in queue:
+            record = await runner.request(spec, problem, sample)
+            store.append(record)
+            tally = tallies[spec]
+            tally.add(record)
+            if record.get("error"):
+                outcome.errors += 1
+            else:
+                outcome.finished += 1
+                bar.advance(tasks[spec])
+            outcome.pending -= 1
+            bar.update(tasks[spec], stats=tally.line())
+            if on_record is not None:
+                on_record(record)
+
+    try:
+        with store, bar:
+            async with asyncio.TaskGroup() as group:
+                for _ in range(max(1, min(config.concurrency, len(work)))):
+                    group.create_task(worker())
+    finally:
+        await runner.aclose()
+    store.compact()  # a retried failure left two records for its key
+    return outcome
+
+
+def load_extra_body(text: str | None) -> dict[str, Any]:
+    """``--extra-body`` JSON (an object) to a dict.
+
+    >>> load_extra_body('{"budget": {"max_tokens": 4096}}')
+    {'budget': {'max_tokens': 4096}}
+    """
+    if not text:
+        return {}
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError("--extra-body must be a JSON object")
+    return value

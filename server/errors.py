@@ -1,0 +1,226 @@
+"""Every error the server returns, in the OpenAI shape, mapped in one place.
+
+The scaffold library raises :class:`~scaffolds.errors.PonderError` subclasses and never
+mentions HTTP; this module turns them (and FastAPI's own errors) into a status code and
+the JSON body every OpenAI client understands::
+
+    {"error": {"message": "...", "type": "invalid_request_error", "param": "n", "code": "..."}}
+
+>>> from scaffolds.errors import SpecError
+>>> api_error(SpecError("unknown strategy 'x'", param="scaffold")).status
+400
+>>> api_error(NotFoundError("no model 'm'", param="model")).body()["error"]["type"]
+'invalid_request_error'
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from scaffolds.errors import (
+    BudgetExhaustedError,
+    DeadlineExceededError,
+    EngineError,
+    EngineRejectedError,
+    EngineTimeoutError,
+    EngineUnavailableError,
+    InvalidRequestError,
+    NotFoundError,
+    PonderError,
+)
+
+log = logging.getLogger("ponder.server")
+
+__all__ = [
+    "APIError",
+    "AuthenticationError",
+    "BodyTooLargeError",
+    "ClientDisconnectedError",
+    "NotFoundError",
+    "OverloadedError",
+    "api_error",
+    "install_error_handlers",
+]
+
+
+class AuthenticationError(PonderError):
+    """The request carried no API key, or a wrong one."""
+
+    code = "invalid_api_key"
+
+
+class OverloadedError(PonderError):
+    """Every run slot and queue place is taken; retry after ``retry_after`` seconds."""
+
+    code = "server_busy"
+
+    def __init__(self, message: str, *, retry_after: int = 1):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ClientDisconnectedError(PonderError):
+    """The client went away before its answer was ready (nobody reads the 499)."""
+
+    code = "client_disconnected"
+
+
+class BodyTooLargeError(StarletteHTTPException):
+    """The request body passed the configured size limit (raised while it streams in).
+
+    It is a Starlette ``HTTPException`` so that FastAPI's body reader passes it through.
+    """
+
+    def __init__(self, limit: int):
+        super().__init__(413, f"request body is larger than the limit of {limit} bytes")
+        self.limit = limit
+
+
+@dataclass(frozen=True, slots=True)
+class APIError:
+    """A status code plus the OpenAI error fields; ``headers`` go on the HTTP response."""
+
+    status: int
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=dict(self.headers))
+
+
+_HTTP_TYPES = {
+    400: ("invalid_request_error", "invalid_request"),
+    401: ("authentication_error", "invalid_api_key"),
+    403: ("permission_error", "forbidden"),
+    404: ("invalid_request_error", "not_found"),
+    405: ("invalid_request_error", "method_not_allowed"),
+    413: ("invalid_request_error", "request_too_large"),
+    422: ("invalid_request_error", "invalid_request"),
+    429: ("rate_limit_error", "server_busy"),
+}
+
+_ENGINE_CLIENT_STATUSES = frozenset({400, 413, 422})
+"""Engine rejections that are the caller's doing (e.g. a prompt over the context length)."""
+
+
+def api_error(exc: BaseException) -> APIError:
+    """The one mapping from an exception to what the client sees."""
+    if isinstance(exc, AuthenticationError):
+        return APIError(401, exc.message, "authentication_error", exc.param, exc.code)
+    if isinstance(exc, OverloadedError):
+        return APIError(
+            429,
+            exc.message,
+            "rate_limit_error",
+            None,
+            exc.code,
+            {"Retry-After": str(exc.retry_after)},
+        )
+    if isinstance(exc, ClientDisconnectedError):
+        return APIError(499, exc.message, "invalid_request_error", None, exc.code)
+    if isinstance(exc, NotFoundError):
+        code = "model_not_found" if exc.param == "model" else exc.code
+        return APIError(404, exc.message, "invalid_request_error", exc.param, code)
+    if isinstance(exc, InvalidRequestError):
+        return APIError(400, exc.message, "invalid_request_error", exc.param, exc.code)
+    if isinstance(exc, DeadlineExceededError):
+        return APIError(504, exc.message, "timeout_error", exc.param, exc.code)
+    if isinstance(exc, BudgetExhaustedError):
+        return APIError(400, exc.message, "invalid_request_error", "budget", exc.code)
+    if isinstance(exc, EngineRejectedError):
+        status = 400 if exc.status in _ENGINE_CLIENT_STATUSES else 502
+        kind = "invalid_request_error" if status == 400 else "engine_error"
+        return APIError(status, f"engine rejected the request: {exc.message}", kind, None, exc.code)
+    if isinstance(exc, EngineTimeoutError):
+        return APIError(504, exc.message, "timeout_error", None, exc.code)
+    if isinstance(exc, EngineUnavailableError):
+        return APIError(503, exc.message, "engine_unavailable", None, exc.code)
+    if isinstance(exc, EngineError):
+        return APIError(502, exc.message, "engine_error", None, exc.code)
+    if isinstance(exc, PonderError):
+        return APIError(500, exc.message, "server_error", exc.param, exc.code)
+    if isinstance(exc, TimeoutError):
+        return APIError(504, "the request timed out", "timeout_error", None, "timeout")
+    if isinstance(exc, StarletteHTTPException):
+        kind, code = _HTTP_TYPES.get(exc.status_code, ("server_error", "http_error"))
+        return APIError(exc.status_code, str(exc.detail), kind, None, code, exc.headers or {})
+    return APIError(500, "internal server error", "server_error", None, "internal_error")
+
+
+def validation_error(errors: Sequence[Any]) -> APIError:
+    """A FastAPI/pydantic validation failure as a 400 whose ``param`` names the field.
+
+    >>> validation_error([{"loc": ("body", "messages", 0, "role"), "msg": "Field required"}]).param
+    'messages.0.role'
+    """
+    if not errors:
+        return APIError(400, "invalid request", "invalid_request_error", None, "invalid_request")
+    first = errors[0]
+    loc = [str(part) for part in first.get("loc", ())]
+    if loc and loc[0] in ("body", "query", "path", "header"):
+        loc = loc[1:]
+    param = ".".join(loc) or None
+    message = str(first.get("msg", "invalid value"))
+    if first.get("type") == "json_invalid":
+        param = None
+        message = "the request body is not valid JSON"
+    elif param:
+        message = f"{param}: {message}"
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})"
+    return APIError(400, message, "invalid_request_error", param, "invalid_request")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Route every exception the app can raise through :func:`api_error`."""
+
+    async def on_ponder(request: Request, exc: Exception) -> JSONResponse:
+        return _respond(request, api_error(exc), exc)
+
+    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return _respond(request, validation_error(exc.errors()), exc)
+
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+        return _respond(request, api_error(exc), exc)
+
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", exc_info=exc)
+        return _respond(request, api_error(exc), exc)
+
+    app.add_exception_handler(PonderError, on_ponder)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(Exception, on_unexpected)
+
+
+def _respond(request: Request, error: APIError, exc: BaseException) -> JSONResponse:
+    metrics = getattr(request.app.state, "metrics", None)
+    if metrics is not None and error.status in (400, 401, 404, 413, 429):
+        metrics.rejected.labels(reason=error.code or str(error.status)).inc()
+    if error.status >= 500:
+        log.warning("request failed: %s (%s)", error.message, type(exc).__name__)
+    else:
+        log.info("request rejected: %s %s", error.status, error.message)
+    return error.response()

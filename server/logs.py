@@ -1,0 +1,126 @@
+"""Structured JSON logs carrying the request id, and the request-id/access-log middleware.
+
+Every log line written while a request is handled carries its ``request_id``; the same
+id is returned as ``X-Request-Id`` (a sane incoming ``X-Request-Id`` is kept). Headers
+are never logged, so API keys never reach the logs.
+
+>>> import logging
+>>> record = logging.LogRecord("ponder", logging.INFO, "f.py", 1, "hello %s", ("you",), None)
+>>> import json; json.loads(JsonFormatter().format(record))["message"]
+'hello you'
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import re
+import sys
+import time
+import uuid
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "ponder_request_id", default=None
+)
+
+_SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message"}
+_SKIP = {"color_message", "request_id", "taskName"}
+
+log = logging.getLogger("ponder.access")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, request_id, extras."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        rid = getattr(record, "request_id", None) or request_id_var.get()
+        if rid and rid != "-":
+            data["request_id"] = rid
+        for key, value in record.__dict__.items():
+            if key not in _STANDARD and key not in _SKIP and key not in data and key[0] != "_":
+                data[key] = value if isinstance(value, str | int | float | bool) else repr(value)
+        if record.exc_info:
+            data["exc_info"] = self.formatException(record.exc_info)
+        return json.dumps(data, ensure_ascii=False)
+
+
+class _RequestIdFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not getattr(record, "request_id", None):
+            record.request_id = request_id_var.get() or "-"
+        return True
+
+
+def configure_logging(level: str = "info", *, json_logs: bool = True) -> None:
+    """Send ``ponder.*`` and uvicorn logs to stderr, as JSON lines or plain text."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(_RequestIdFilter())
+    if json_logs:
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s")
+        )
+    for name in ("ponder", "uvicorn", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = [handler]
+        logger.setLevel(level.upper())
+        logger.propagate = False
+    logging.getLogger("uvicorn.access").disabled = True  # our access log replaces it
+
+
+class RequestContext:
+    """ASGI middleware: request id in, ``X-Request-Id`` out, one access-log line."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        incoming = None
+        for name, value in scope.get("headers", ()):
+            if name == b"x-request-id":
+                incoming = value.decode("latin-1")
+        rid = incoming if incoming and _SAFE_ID.match(incoming) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = rid
+        token = request_id_var.set(rid)
+        status = 0
+        started = time.perf_counter()
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = list(message.get("headers", []))
+                headers.append((b"x-request-id", rid.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            log.info(
+                "%s %s %s",
+                scope.get("method"),
+                scope.get("path"),
+                status,
+                extra={
+                    "status": status,
+                    "duration_ms": round((time.perf_counter() - started) * 1000, 1),
+                },
+            )
+            request_id_var.reset(token)

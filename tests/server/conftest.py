@@ -1,0 +1,139 @@
+"""Shared helpers for the server tests: apps over MockEngine and SSE parsing."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI
+
+from scaffolds.engines.mock import Handler, MockEngine
+from server.app import create_app
+from server.settings import Settings
+
+UNUSED = "http://engine.invalid/v1"
+
+
+def boxed(request: Any) -> str:
+    return "I think it through and get \\boxed{4}"
+
+
+def build_app(
+    handler: Handler = boxed, *, delay: float = 0.0, **settings: Any
+) -> tuple[FastAPI, MockEngine]:
+    engine = MockEngine(handler, delay=delay)
+    fields: dict[str, Any] = {"model": "m", "engines": (UNUSED,), **settings}
+    app = create_app(Settings(**fields), engines={fields["model"]: engine})
+    return app, engine
+
+
+@pytest.fixture
+def make_client() -> Callable[..., Any]:
+    """``async with make_client(handler, **settings) as (client, engine): ...``"""
+
+    class _Maker:
+        def __init__(self, handler: Handler = boxed, **kw: Any):
+            self.app, self.engine = build_app(handler, **kw)
+            self.client = httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=self.app), base_url="http://ponder.test"
+            )
+
+        async def __aenter__(self) -> tuple[httpx.AsyncClient, MockEngine]:
+            return self.client, self.engine
+
+        async def __aexit__(self, *exc: object) -> None:
+            await self.client.aclose()
+
+    return _Maker
+
+
+def chat_body(content: str = "2+2?", **extra: Any) -> dict[str, Any]:
+    return {"model": "m", "messages": [{"role": "user", "content": content}], **extra}
+
+
+def parse_sse(text: str) -> list[Any]:
+    """The ``data:`` payloads of an SSE body, JSON-decoded except ``[DONE]``."""
+    out: list[Any] = []
+    for block in text.split("\n\n"):
+        block = block.strip()
+        if not block:
+            continue
+        assert block.startswith("data: "), block
+        payload = block[len("data: ") :]
+        out.append(payload if payload == "[DONE]" else json.loads(payload))
+    return out
+
+
+def collect(chunks: list[Any]) -> dict[int, dict[str, str]]:
+    """Per choice: concatenated content, reasoning and the finish reason."""
+    out: dict[int, dict[str, str]] = {}
+    for chunk in chunks:
+        if chunk == "[DONE]" or "error" in chunk:
+            continue
+        for choice in chunk["choices"]:
+            acc = out.setdefault(choice["index"], {"content": "", "reasoning": "", "finish": ""})
+            delta = choice.get("delta", choice)
+            acc["content"] += delta.get("content") or delta.get("text") or ""
+            acc["reasoning"] += delta.get("reasoning_content") or ""
+            if choice.get("finish_reason"):
+                acc["finish"] = choice["finish_reason"]
+    return out
+
+
+async def aiter_text(response: httpx.Response) -> AsyncIterator[str]:
+    async for text in response.aiter_text():
+        yield text
+
+
+# -- real servers --------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def running_ponder(settings: Settings) -> Iterator[str]:
+    """Serve ``create_app(settings)`` with uvicorn on a free loopback port, in a thread.
+
+    Yields the server's root URL (``http://127.0.0.1:PORT``).
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        create_app(settings), log_config=None, access_log=False, timeout_graceful_shutdown=2
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            sock.close()
+            raise RuntimeError("ponder did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        sock.close()
+
+
+def wait_until(predicate: Callable[[], bool], within: float = 10.0) -> bool:
+    deadline = time.monotonic() + within
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True

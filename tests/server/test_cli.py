@@ -1,0 +1,163 @@
+"""``ponder serve`` as a real process: flags, logs, graceful shutdown on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from clients.cli import app
+from server.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
+from tests.server.conftest import free_port, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "sk-cli-secret-key"
+
+
+def test_help_documents_every_flag_and_env_var() -> None:
+    result = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    text = result.output
+    for flag, env in [
+        ("--engine", "PONDER_ENGINES"),
+        ("--model", "PONDER_MODEL"),
+        ("--alias", "PONDER_ALIASES"),
+        ("--api-key", "PONDER_API_KEYS"),
+        ("--api-key-file", "PONDER_API_KEY_FILE"),
+        ("--engine-api-key", "PONDER_ENGINE_API_KEY"),
+        ("--host", "PONDER_HOST"),
+        ("--port", "PONDER_PORT"),
+        ("--config", "PONDER_CONFIG"),
+        ("--max-concurrent-runs", "PONDER_MAX_CONCURRENT_RUNS"),
+        ("--queue-size", "PONDER_QUEUE_SIZE"),
+        ("--max-body-bytes", "PONDER_MAX_BODY_BYTES"),
+        ("--graceful-timeout", "PONDER_GRACEFUL_TIMEOUT_S"),
+    ]:
+        assert flag in text and env in text, flag
+
+
+def test_bad_settings_name_the_parameter() -> None:
+    runner = CliRunner()
+    result = runner.invoke(app, ["serve", "--model", "m", "--engine", "http://e:1"])
+    assert result.exit_code == 2
+    assert "engines" in result.output and "/v1" in result.output
+    result = runner.invoke(
+        app, ["serve", "--model", "m", "--engine", "http://e:1/v1", "--alias", "g=gsr(n=0)"]
+    )
+    assert result.exit_code == 2
+    assert "aliases.m+g.n" in result.output
+    result = runner.invoke(app, ["serve"])
+    assert result.exit_code == 2 and "no model to serve" in result.output
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeEngineHandle]:
+    with running_fake_engine(FakeEngineConfig()) as handle:
+        yield handle
+
+
+def _start(fake: FakeEngineHandle, *args: str) -> tuple[subprocess.Popen[str], str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clients.cli", "serve", "--engine", fake.base_url,
+         "--model", "fake-model", "--port", str(port), "--api-key", KEY,
+         "--engine-max-retries", "0", *args],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        try:
+            return httpx.get(f"{url}/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return proc.poll() is not None
+
+    assert wait_until(up, within=30), "ponder serve did not start"
+    assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+    return proc, url
+
+
+def _post(url: str, results: list[Any], **body: Any) -> None:
+    try:
+        response = httpx.post(
+            f"{url}/v1/chat/completions",
+            json={"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], **body},
+            headers={"Authorization": f"Bearer {KEY}"},
+            timeout=60,
+        )
+        results.append(response)
+    except httpx.HTTPError as exc:
+        results.append(exc)
+
+
+def _refused(url: str) -> bool:
+    port = int(url.rsplit(":", 1)[1])
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return False
+    except OSError:
+        return True
+
+
+def test_sigterm_finishes_in_flight_requests_then_exits(fake: FakeEngineHandle) -> None:
+    fake.config.latency_per_token = 0.25  # ~14 tokens: a few seconds per call
+    proc, url = _start(fake, "--graceful-timeout", "30")
+    try:
+        results: list[Any] = []
+        workers = [
+            threading.Thread(target=_post, args=(url, results)),
+            threading.Thread(target=_post, args=(url, results), kwargs={"stream": True}),
+        ]
+        for w in workers:
+            w.start()
+        assert wait_until(lambda: fake.state.open_calls == 2)
+        proc.send_signal(signal.SIGTERM)
+        assert wait_until(lambda: _refused(url) or not any(w.is_alive() for w in workers))
+        for w in workers:
+            w.join(timeout=30)
+        assert proc.wait(timeout=30) in (0, -signal.SIGTERM)  # uvicorn re-raises it
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    statuses = [r.status_code if isinstance(r, httpx.Response) else r for r in results]
+    assert statuses == [200, 200], statuses
+    assert fake.state.completed == 2 and fake.state.cancelled == 0
+    streamed = next(r for r in results if r.headers["content-type"].startswith("text/event"))
+    assert streamed.text.rstrip().endswith("data: [DONE]")
+    # Structured logs: JSON lines with request ids, never the API key.
+    stderr = proc.stderr.read() if proc.stderr else ""
+    records = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    assert any(r.get("request_id") and r.get("status") == 200 for r in records)
+    assert KEY not in stderr
+
+
+def test_sigterm_cancels_runs_past_the_grace_period(fake: FakeEngineHandle) -> None:
+    fake.config.hang = True
+    proc, url = _start(fake, "--graceful-timeout", "1")
+    try:
+        results: list[Any] = []
+        worker = threading.Thread(target=_post, args=(url, results))
+        worker.start()
+        assert wait_until(lambda: fake.state.open_calls == 1)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) in (0, -signal.SIGTERM)
+        worker.join(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert wait_until(lambda: fake.state.cancelled == 1 and fake.state.open_calls == 0)
+    assert results and not (
+        isinstance(results[0], httpx.Response) and results[0].status_code == 200
+    )

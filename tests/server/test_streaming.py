@@ -1,0 +1,143 @@
+"""ChoiceRouter: which text is content, which is reasoning, for which choice."""
+
+from __future__ import annotations
+
+from scaffolds.engine import Usage
+from scaffolds.trace import RunFinished, StepDelta, StepFinished, StepStarted
+from server.streaming import ChoiceRouter, Piece
+
+
+def started(step: str, label: str, *, n: int = 1, final: bool = False, choice: int | None = None):
+    return StepStarted(step, "run", "generate", label, n=n, final=final, choice=choice)
+
+
+def finished(step: str, *texts: str) -> StepFinished:
+    return StepFinished(step, texts, (None,) * len(texts), ("stop",) * len(texts), Usage())
+
+
+def run_end(text: str, choice: int = 0, step: str | None = None) -> RunFinished:
+    return RunFinished(text, None, Usage(), False, choice=choice, step_id=step)
+
+
+def feed(router: ChoiceRouter, *events: object) -> list[Piece]:
+    out: list[Piece] = []
+    for event in events:
+        out += router.feed(event)  # type: ignore[arg-type]
+    return out
+
+
+def test_final_step_streams_as_content_and_is_not_repeated() -> None:
+    r = ChoiceRouter(n=1)
+    pieces = feed(
+        r,
+        started("a", "candidate 1"),
+        StepDelta("a", 0, "cand"),
+        finished("a", "cand"),
+        started("b", "refine", final=True),
+        StepDelta("b", 0, "the "),
+        StepDelta("b", 0, "answer", reasoning="thinking"),
+        finished("b", "the answer"),
+        run_end("the answer", step="b"),
+    )
+    assert pieces == [
+        Piece(0, "reasoning", "\n### candidate 1\ncand"),
+        Piece(0, "content", "the "),
+        Piece(0, "reasoning", "\n### refine\nthinking"),
+        Piece(0, "content", "answer"),
+    ]
+
+
+def test_lone_answer_reasoning_has_no_header() -> None:
+    r = ChoiceRouter(n=1)
+    feed(r, started("a", "answer", final=True), StepDelta("a", 0, "x", reasoning="hmm"))
+    assert r.reasoning(0) == "hmm"
+
+
+def test_interleaved_samples_are_not_mixed() -> None:
+    r = ChoiceRouter(n=1)
+    pieces = feed(
+        r,
+        started("s", "candidate", n=2),
+        StepDelta("s", 0, "a1 "),
+        StepDelta("s", 1, "b1 "),
+        StepDelta("s", 0, "a2"),
+        StepDelta("s", 1, "b2"),
+        finished("s", "a1 a2", "b1 b2"),
+    )
+    text = "".join(p.text for p in pieces)
+    assert text == ("\n### candidate 1\na1 a2\n### candidate 2\nb1 b2")
+    assert all(p.choice == 0 and p.kind == "reasoning" for p in pieces)
+
+
+def test_parallel_steps_of_one_choice_are_serialised() -> None:
+    r = ChoiceRouter(n=1)
+    feed(
+        r,
+        started("x", "branch 1"),
+        started("y", "branch 2"),
+        StepDelta("x", 0, "x1"),
+        StepDelta("y", 0, "y1"),
+        StepDelta("x", 0, "x2"),
+        StepDelta("y", 0, "y2"),
+    )
+    assert r.reasoning(0) == "\n### branch 1\nx1x2"
+    feed(r, finished("x", "x1x2"))
+    assert r.reasoning(0) == "\n### branch 1\nx1x2\n### branch 2\ny1y2"
+    feed(r, StepDelta("y", 0, "y3"))  # y is live now
+    assert r.reasoning(0).endswith("y1y2y3")
+
+
+def test_choice_mapping() -> None:
+    r = ChoiceRouter(n=2)
+    pieces = feed(
+        r,
+        # A batched final step serves choices by sample index.
+        started("s", "2 samples", n=2, final=True),
+        StepDelta("s", 0, "zero"),
+        StepDelta("s", 1, "one"),
+        # A step tagged with a choice goes there whatever its index.
+        started("t", "choice 2 > hint", choice=1),
+        StepDelta("t", 0, "hint"),
+        # An index past n falls back to choice 0.
+        started("u", "extra", n=3),
+        StepDelta("u", 2, "spare"),
+    )
+    assert Piece(0, "content", "zero") in pieces
+    assert Piece(1, "content", "one") in pieces
+    assert r.reasoning(1) == "\n### choice 2 > hint\nhint"
+    assert "spare" in r.reasoning(0)
+
+
+def test_run_end_sends_unstreamed_solution_or_the_rest() -> None:
+    r = ChoiceRouter(n=3)
+    pieces = feed(
+        r,
+        started("s", "3 samples", n=3, final=True),
+        StepDelta("s", 0, "partial"),
+        StepDelta("s", 1, "same"),
+        run_end("partial, then forced answer 4", choice=0, step="s"),
+        run_end("same", choice=1, step="s"),
+        run_end("picked by vote", choice=2, step=None),
+    )
+    content = [(p.choice, p.text) for p in pieces if p.kind == "content"]
+    assert content == [
+        (0, "partial"),
+        (1, "same"),
+        (0, ", then forced answer 4"),
+        (2, "picked by vote"),
+    ]
+
+
+def test_non_live_run_is_replayed_from_finished_steps() -> None:
+    r = ChoiceRouter(n=1)
+    pieces = feed(
+        r,
+        started("a", "candidate", n=2),
+        finished("a", "c1", "c2"),
+        started("b", "refine", final=True),
+        finished("b", "answer"),
+        run_end("answer", step="b"),
+    )
+    assert r.reasoning(0) == "\n### candidate 1\nc1\n### candidate 2\nc2"
+    assert r.content(0) == "answer"
+    assert [p.kind for p in pieces].count("content") == 1

