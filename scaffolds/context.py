@@ -157,6 +157,7 @@ class _RunState:
     chat: bool
     deadline: float | None
     voter: Voter | None = None
+    affinity_key: str | None = None
     usage: Usage = field(default_factory=Usage)
     reserved_tokens: int = 0
     reserved_calls: int = 0
@@ -194,6 +195,7 @@ class Context:
         params: SamplingParams | None = None,
         chat: bool = True,
         voter: Voter | None = None,
+        affinity_key: str | None = None,
     ) -> Context:
         budget = budget or Budget()
         deadline = None if budget.timeout_s is None else time.monotonic() + budget.timeout_s
@@ -206,6 +208,7 @@ class Context:
             chat=chat,
             deadline=deadline,
             voter=voter,
+            affinity_key=affinity_key,
         )
         return cls(state, "run", (), final=True)
 
@@ -307,7 +310,9 @@ class Context:
                 changes["stop"] = tuple(stop)
             if state.params.seed is not None:
                 changes["seed"] = _derive_seed(state.params.seed, step_id)
-            request = GenerateRequest(prompt, state.params.replace(**changes))
+            request = GenerateRequest(
+                prompt, state.params.replace(**changes), affinity_key=state.affinity_key
+            )
             result = await self._recorded_call(
                 request, step_id, kind=kind, label=label, final=final and self.final
             )
@@ -447,7 +452,9 @@ class Context:
                     Message("user", cue.strip()),
                 )
             request = GenerateRequest(
-                forced_prompt, self._state.params.replace(n=1, max_tokens=max_tokens, seed=None)
+                forced_prompt,
+                self._state.params.replace(n=1, max_tokens=max_tokens, seed=None),
+                affinity_key=self._state.affinity_key,
             )
             result = await self._recorded_call(
                 request,

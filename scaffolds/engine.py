@@ -97,6 +97,9 @@ class GenerateRequest:
 
     prompt: Prompt
     params: SamplingParams = field(default_factory=SamplingParams)
+    affinity_key: str | None = None
+    """Calls with the same key share a prompt prefix (one scaffold run on one problem):
+    a replica router keeps them on one replica so its prefix cache hits."""
 
     @property
     def is_chat(self) -> bool:

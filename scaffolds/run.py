@@ -13,6 +13,7 @@ This is the single entry point the server, the eval client and training use.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -35,6 +36,15 @@ class RunResult:
     @property
     def cut_short(self) -> bool:
         return any(s.cut_short for s in self.solutions)
+
+
+def problem_key(problem: Problem) -> str:
+    """A short stable key of a problem (and its conversation), for replica affinity."""
+    digest = hashlib.sha256()
+    for message in problem.history:
+        digest.update(f"{message.role}\0{message.content}\0".encode())
+    digest.update(problem.text.encode())
+    return digest.hexdigest()[:16]
 
 
 async def run_scaffold(
@@ -69,6 +79,7 @@ async def run_scaffold(
         params=params,
         chat=chat,
         voter=voter,
+        affinity_key=problem_key(problem),
     )
     try:
         results: Sequence[Solution | BudgetExhaustedError]

@@ -136,3 +136,16 @@ async def test_child_scopes_only_stay_final_inside_final_scopes() -> None:
     assert ctx.child("a", final=True).final
     assert not ctx.child("b").child("c", final=True).final
     assert ctx.child("d", choice=2).child("e").choice == 2
+
+
+async def test_every_call_of_a_run_carries_the_problems_affinity_key() -> None:
+    from scaffolds.run import run_scaffold
+    from scaffolds.strategies import GSR
+
+    engine = MockEngine(lambda r: "\\boxed{1}")
+    first = Problem.from_messages((Message("user", "P1"),))
+    await run_scaffold(GSR(n=2), first, engine)
+    await run_scaffold(GSR(n=2), Problem.from_messages((Message("user", "P2"),)), engine)
+    keys = [r.affinity_key for r in engine.requests]
+    assert keys[0] == keys[1] and keys[2] == keys[3] and keys[0] != keys[2]
+    assert keys[0] is not None
