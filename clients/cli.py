@@ -66,6 +66,23 @@ def serve(
             help=_env("ENGINE_MODEL", "Model name the engines serve (default: --model)."),
         ),
     ] = None,
+    reward_url: Annotated[
+        str | None,
+        typer.Option(
+            metavar="URL",
+            help=_env(
+                "REWARD_URL",
+                "A reward model's vLLM pooling endpoint (http://host:port/pooling), "
+                'for best_of_n(judge="reward").',
+            ),
+        ),
+    ] = None,
+    reward_model: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME", help=_env("REWARD_MODEL", "Model name the reward endpoint serves.")
+        ),
+    ] = None,
     engine_api_key: Annotated[
         str | None,
         typer.Option(
@@ -228,6 +245,8 @@ def serve(
         "model": model,
         "engine_model": engine_model,
         "engine_api_key": engine_api_key,
+        "reward_url": reward_url,
+        "reward_model": reward_model,
         "aliases": alias,
         "default_scaffold": default_scaffold,
         "prompts": prompts,

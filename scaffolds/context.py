@@ -37,6 +37,7 @@ from scaffolds.engine import (
     SamplingParams,
     Usage,
 )
+from scaffolds.engines.reward import RewardModel
 from scaffolds.errors import BudgetExhaustedError, DeadlineExceededError, InvalidRequestError
 from scaffolds.prompts import PromptSet, Template, get_prompt_set
 from scaffolds.trace import StepDelta, StepFinished, StepStarted, TraceRecorder
@@ -158,6 +159,7 @@ class _RunState:
     deadline: float | None
     voter: Voter | None = None
     affinity_key: str | None = None
+    reward_model: RewardModel | None = None
     usage: Usage = field(default_factory=Usage)
     reserved_tokens: int = 0
     reserved_calls: int = 0
@@ -196,6 +198,7 @@ class Context:
         chat: bool = True,
         voter: Voter | None = None,
         affinity_key: str | None = None,
+        reward_model: RewardModel | None = None,
     ) -> Context:
         budget = budget or Budget()
         deadline = None if budget.timeout_s is None else time.monotonic() + budget.timeout_s
@@ -209,6 +212,7 @@ class Context:
             deadline=deadline,
             voter=voter,
             affinity_key=affinity_key,
+            reward_model=reward_model,
         )
         return cls(state, "run", (), final=True)
 
@@ -228,6 +232,11 @@ class Context:
     @property
     def budget(self) -> Budget:
         return self._state.budget
+
+    @property
+    def reward_model(self) -> RewardModel | None:
+        """The reward model configured for this run's model, if any."""
+        return self._state.reward_model
 
     @property
     def cut_reason(self) -> str | None:

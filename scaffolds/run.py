@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from scaffolds.context import Budget, Context, Problem, Voter, gather_within_budget
 from scaffolds.engine import Engine, SamplingParams, Usage
+from scaffolds.engines.reward import RewardModel
 from scaffolds.errors import BudgetExhaustedError, DeadlineExceededError
 from scaffolds.prompts import PromptSet
 from scaffolds.strategies.base import Solution, Strategy
@@ -59,6 +60,7 @@ async def run_scaffold(
     chat: bool | None = None,
     recorder: TraceRecorder | None = None,
     voter: Voter | None = None,
+    reward_model: RewardModel | None = None,
 ) -> RunResult:
     """Solve ``problem`` ``n`` times with ``strategy`` and account every engine call.
 
@@ -80,6 +82,7 @@ async def run_scaffold(
         chat=chat,
         voter=voter,
         affinity_key=problem_key(problem),
+        reward_model=reward_model,
     )
     try:
         results: Sequence[Solution | BudgetExhaustedError]

@@ -100,6 +100,8 @@ class FakeEngineConfig:
     """Reported cached prompt tokens; None simulates a prefix cache of 16-token blocks."""
     api_key: str | None = None
     """When set, requests without ``Authorization: Bearer <api_key>`` get 401."""
+    reward: Callable[[str], float] = len
+    """``POST /pooling`` (a vLLM reward model): the score of an assistant message."""
 
     def fail_next(
         self, status: int, times: int = 1, *, retry_after: str | None = None, message: str = ""
@@ -437,6 +439,18 @@ def create_app(config: FakeEngineConfig, state: FakeEngineState) -> FastAPI:
             return JSONResponse(_full_body(plan, config))
         finally:
             state.open_calls -= 1
+
+    @app.post("/pooling")
+    async def pooling(request: Request) -> Response:
+        """vLLM's pooling API for a reward model: per-token rewards, the last is the score."""
+        body = await request.json()
+        state.requests.append(
+            RecordedRequest(request.url.path, body, dict(request.headers), time.time())
+        )
+        messages = body.get("messages") or []
+        answer = messages[-1].get("content", "") if messages else ""
+        data = [[0.0], [float(config.reward(answer))]]
+        return JSONResponse({"object": "list", "data": [{"index": 0, "data": data}]})
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:

@@ -30,6 +30,7 @@ from scaffolds.answers import AnswerChecker
 from scaffolds.context import Budget, Problem
 from scaffolds.engine import Engine, SamplingParams, messages_from_openai
 from scaffolds.engines.openai_http import OpenAIEngine
+from scaffolds.engines.reward import HTTPRewardModel
 from scaffolds.errors import FanOutError, InvalidRequestError, NotFoundError, SpecError
 from scaffolds.run import RunResult, run_scaffold
 from scaffolds.spec import Registry, SpecLimits, build_strategy, default_registry, spec_string
@@ -65,6 +66,7 @@ class ServedModel:
     engine: Engine
     default: Strategy
     aliases: Mapping[str, Strategy]
+    reward_model: HTTPRewardModel | None = None
 
 
 @dataclass(frozen=True)
@@ -152,13 +154,20 @@ class Serving:
                 except SpecError as exc:
                     raise _spec_error(exc, f"aliases.{alias}") from None
             engine = MeteredEngine(inner, metrics, config.name)
-            models[config.name] = ServedModel(config, engine, default, aliases)
+            reward = (
+                HTTPRewardModel(config.reward_url, config.reward_model or config.name)
+                if config.reward_url
+                else None
+            )
+            models[config.name] = ServedModel(config, engine, default, aliases, reward)
         limiter = RunLimiter(settings.max_concurrent_runs, settings.queue_size, metrics)
         return cls(settings, models, registry=registry, metrics=metrics, limiter=limiter)
 
     async def aclose(self) -> None:
         for served in self.models.values():
             await engine_aclose(served.engine)
+            if served.reward_model is not None:
+                await served.reward_model.aclose()
         self.voter.close()
 
     # -- models ------------------------------------------------------------------------
@@ -322,6 +331,7 @@ class Serving:
                 chat=plan.endpoint == "chat",
                 recorder=recorder,
                 voter=self.voter,
+                reward_model=plan.served.reward_model,
             )
         finally:
             recorder.close()

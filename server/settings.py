@@ -125,6 +125,11 @@ class ModelConfig(BaseModel):
     default_scaffold: str = "single"
     aliases: dict[str, str] = Field(default_factory=dict)
     dialect: Literal["vllm", "sglang", "openai"] = "vllm"
+    reward_url: str | None = None
+    """A reward model's vLLM pooling endpoint (``http://host:port/pooling``), used by
+    ``best_of_n(judge="reward")``."""
+    reward_model: str | None = None
+    """The model name the reward endpoint serves."""
 
     @field_validator("engines", mode="before")
     @classmethod
@@ -179,6 +184,8 @@ class Settings(BaseSettings):
     prompts: PromptSetName = "default"
     default_scaffold: str = "single"
     aliases: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    reward_url: str | None = None
+    reward_model: str | None = None
 
     # -- several models (config file) --------------------------------------------------
     models: tuple[ModelConfig, ...] = ()
@@ -284,6 +291,8 @@ class Settings(BaseSettings):
                     prompts=self.prompts,
                     default_scaffold=self.default_scaffold,
                     aliases=self.aliases,
+                    reward_url=self.reward_url,
+                    reward_model=self.reward_model,
                 )
             )
         return tuple(models)

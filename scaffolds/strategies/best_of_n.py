@@ -1,8 +1,9 @@
-"""``best_of_n(n)``: n candidates, then a judge picks one.
+"""``best_of_n(n, judge)``: n candidates, then a judge picks one.
 
-The LLM judge reads every candidate and names the best by number in ``\\boxed{}``.
-If the judge's pick is unreadable, or the budget runs out before it, the candidates'
-majority answer wins.
+``judge="llm"``: the model reads every candidate and names the best by number in
+``\\boxed{}``. ``judge="reward"``: the reward model configured for the served model
+scores each candidate and the highest wins. If the judge's pick is unreadable, or the
+budget runs out before it, the candidates' majority answer wins.
 
 >>> BestOfN(n=4).max_calls()
 2
@@ -16,7 +17,7 @@ from pydantic import Field
 
 from scaffolds.answers import extract_answer
 from scaffolds.context import Context, Problem
-from scaffolds.errors import BudgetExhaustedError
+from scaffolds.errors import BudgetExhaustedError, InvalidRequestError
 from scaffolds.strategies.base import Solution, Strategy
 from scaffolds.strategies.majority import pick_by_vote
 from scaffolds.strategies.single import Single
@@ -27,7 +28,7 @@ class BestOfN(Strategy):
     summary: ClassVar[str] = "Best-of-N: n candidates, an LLM judge picks the best one."
 
     n: int = Field(default=4, ge=1, le=256)
-    judge: Literal["llm"] = "llm"
+    judge: Literal["llm", "reward"] = "llm"
     solver: Strategy = Single()
 
     async def solve(self, problem: Problem, ctx: Context) -> Solution:
@@ -36,6 +37,8 @@ class BestOfN(Strategy):
         )
         if len(candidates) == 1:
             return await pick_by_vote(candidates, ctx, expected=self.n)
+        if self.judge == "reward":
+            return await self._pick_by_reward(problem, candidates, ctx)
         prompts = ctx.prompts
         prompt = ctx.prompt(
             prompts.best_of_n_judge,
@@ -53,8 +56,23 @@ class BestOfN(Strategy):
         chosen = candidates[pick]
         return chosen.marked_cut_short() if len(candidates) < self.n else chosen
 
+    async def _pick_by_reward(
+        self, problem: Problem, candidates: list[Solution], ctx: Context
+    ) -> Solution:
+        reward_model = ctx.reward_model
+        if reward_model is None:
+            raise InvalidRequestError(
+                'best_of_n(judge="reward") needs a reward model, and none is configured '
+                "for this model",
+                param="scaffold.judge",
+            )
+        scores = await reward_model.score(problem.text, [c.text for c in candidates])
+        best = max(range(len(candidates)), key=lambda i: scores[i])
+        chosen = candidates[best]
+        return chosen.marked_cut_short() if len(candidates) < self.n else chosen
+
     def max_calls(self) -> int:
-        return self.solver.max_calls_many(self.n) + 1
+        return self.solver.max_calls_many(self.n) + (1 if self.judge == "llm" else 0)
 
 
 def parse_pick(verdict: str, count: int) -> int | None:
