@@ -392,7 +392,6 @@ def test_describe() -> None:
 # -- the built-in strategies ----------------------------------------------------------------
 @pytest.fixture
 def builtins() -> Registry:
-    pytest.importorskip("scaffolds.strategies.gsr")
     return default_registry()
 
 
