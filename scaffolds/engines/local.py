@@ -1,0 +1,404 @@
+"""LocalEngine: the Engine protocol over a transformers causal LM in this process.
+
+Meant for small models on CPU (tests, the synthetic addition model, notebooks): no server,
+no HTTP. The n samples of one prompt are one batched ``model.generate`` call
+(``num_return_sequences=n``), so they share the prompt's prefill. Calls run one at a
+time on a single worker thread: concurrent calls queue rather than oversubscribe the
+CPUs. Cancelling the awaiting task stops the generation at its next token (a stopping
+criterion watches a per-call flag), so a cancelled call frees the worker quickly and
+never corrupts later calls.
+
+Semantics follow vLLM's OpenAI server where they can:
+
+- chat prompts are rendered with the tokenizer's chat template
+  (``add_generation_prompt=True``), plain prompts are tokenized as they are;
+- ``temperature`` 0 is greedy (one row generated, copied n times); otherwise sampling
+  with ``top_p`` (default 1.0) and no top-k; ``temperature`` None means 1.0;
+- ``finish_reason`` is ``"stop"`` at the end-of-sequence token or a stop string (the
+  text is cut before the stop string, the token that completed it is counted), and
+  ``"length"`` at ``max_tokens``;
+- ``logprobs=True`` returns the sampled token ids and their log-probabilities under the
+  model's raw distribution (before temperature and top-p, like vLLM's default);
+- ``seed`` makes sampling reproducible (torch's global RNG, reseeded on the worker);
+- ``extra`` understands ``ignore_eos``, ``top_k`` and ``min_tokens``; other keys are
+  ignored.
+
+``stream`` is :func:`~scaffolds.engine.stream_from_generate`: one delta per sample once
+the whole call is done, not token by token.
+
+torch and transformers are imported lazily, on the worker thread, when the model is
+first needed (``pip install torch transformers``).
+
+>>> engine = LocalEngine("training/demo/model", max_batch=16)
+>>> engine.model_dir.name, engine.max_batch, engine.loaded
+('model', 16, False)
+
+Typical use::
+
+    engine = LocalEngine("training/demo/model")
+    result = await engine.generate(
+        GenerateRequest(chat("347+589="), SamplingParams(n=8, temperature=1.0, max_tokens=8))
+    )
+    answers = [c.text for c in result.completions]
+    await engine.aclose()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import threading
+from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scaffolds.engine import (
+    Completion,
+    GenerateRequest,
+    GenerateResult,
+    StreamItem,
+    Usage,
+    stream_from_generate,
+)
+from scaffolds.errors import EngineError, InvalidRequestError, PonderError
+
+__all__ = ["LocalEngine"]
+
+_DEFAULT_MAX_TOKENS = 512
+"""``max_tokens`` when a request leaves it unset (capped by the model's context)."""
+
+
+def _module(name: str) -> Any:
+    """Import an optional heavy dependency lazily (typed ``Any``: no stubs needed)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise EngineError(
+            f"LocalEngine needs {name!r}: pip install torch transformers", code="engine_error"
+        ) from exc
+
+
+class _Cancelled(Exception):
+    """Raised on the worker when a call's cancel flag stopped it."""
+
+
+@dataclass
+class _Sample:
+    token_ids: list[int]
+    logprobs: list[float] | None
+    finished: bool
+    """Ended by the end-of-sequence token or a stop string (else by max_tokens)."""
+
+
+class _Watcher:
+    """A stopping criterion: per row, stop at EOS or a stop string; all rows on cancel.
+
+    It records how many tokens each row had produced when it finished, because
+    ``generate`` pads finished rows (and the pad may equal EOS).
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        prompt_len: int,
+        rows: int,
+        eos_ids: frozenset[int],
+        stop: Sequence[str],
+        cancel: threading.Event,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.prompt_len = prompt_len
+        self.eos_ids = eos_ids
+        self.stop = tuple(s for s in stop if s)
+        # Only the tail is decoded each step: enough tokens to span the longest stop.
+        self.window = max((len(s) for s in self.stop), default=0) + 8
+        self.cancel = cancel
+        self.finished_at: list[int | None] = [None] * rows
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        torch = _module("torch")
+        rows = input_ids.shape[0]
+        generated = input_ids.shape[1] - self.prompt_len
+        if self.cancel.is_set():
+            return torch.ones(rows, dtype=torch.bool, device=input_ids.device)
+        last = input_ids[:, -1].tolist()
+        for row in range(rows):
+            if self.finished_at[row] is not None:
+                continue
+            if last[row] in self.eos_ids:
+                self.finished_at[row] = generated
+            elif self.stop:
+                start = max(self.prompt_len, input_ids.shape[1] - self.window)
+                tail = self.tokenizer.decode(input_ids[row, start:], skip_special_tokens=True)
+                if any(s in tail for s in self.stop):
+                    self.finished_at[row] = generated
+        done = [at is not None for at in self.finished_at]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+
+class LocalEngine:
+    """An in-process engine over a transformers causal LM directory (or hub id, offline).
+
+    ``threads`` sets torch's intra-op threads on the worker thread (None keeps torch's
+    default). ``max_batch`` caps the rows of one ``generate``: n above it runs in
+    several sequential batches.
+    """
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        device: str = "cpu",
+        threads: int | None = None,
+        max_batch: int = 64,
+    ) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1 (got {max_batch})")
+        if threads is not None and threads < 1:
+            raise ValueError(f"threads must be >= 1 (got {threads})")
+        self.model_dir = Path(model_dir)
+        self.device = device
+        self.threads = threads
+        self.max_batch = max_batch
+        self.generated_tokens = 0
+        """Tokens generated so far, including those of cancelled calls (for monitoring)."""
+        self.calls_started = 0
+        """Calls the worker has started running (queued calls not yet counted)."""
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-engine")
+        self._model: Any = None
+        self._tokenizer: Any = None
+        self._load_error: BaseException | None = None
+        self._active: set[threading.Event] = set()
+        self._closed = False
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    # -- the Engine protocol ---------------------------------------------------------
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        if self._closed:
+            raise EngineError("LocalEngine is closed")
+        cancel = threading.Event()
+        self._active.add(cancel)
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, self._run, request, cancel)
+        except asyncio.CancelledError:
+            cancel.set()  # the worker notices at its next token and gives the thread back
+            task = asyncio.current_task()
+            if self._closed and task is not None and not task.cancelling():
+                # aclose() dropped the queued call; the caller did not cancel anything.
+                raise EngineError("LocalEngine was closed before the call ran") from None
+            raise
+        except _Cancelled:
+            raise EngineError("LocalEngine was closed during the call") from None
+        except PonderError:
+            raise
+        except Exception as exc:  # a torch/transformers failure: not the caller's fault
+            raise EngineError(f"local generation failed: {exc}") from exc
+        finally:
+            self._active.discard(cancel)
+
+    def stream(self, request: GenerateRequest) -> AsyncIterator[StreamItem]:
+        """Not token-level: the whole call runs, then one delta per sample, then the result."""
+        return stream_from_generate(self, request)
+
+    async def health(self) -> bool:
+        """True once the model is loaded (loading it now if needed)."""
+        if self._closed:
+            return False
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, self._ensure_loaded)
+        except Exception:
+            return False
+        return True
+
+    async def aclose(self) -> None:
+        """Stop in-flight generations, wait for the worker and drop the model."""
+        if self._closed:
+            return
+        self._closed = True
+        for flag in list(self._active):
+            flag.set()
+        await asyncio.to_thread(self._executor.shutdown, wait=True, cancel_futures=True)
+        self._model = None
+        self._tokenizer = None
+
+    # -- on the worker thread --------------------------------------------------------
+    def _ensure_loaded(self) -> None:
+        if self._model is not None:
+            return
+        if self._load_error is not None:
+            raise EngineError(f"cannot load {self.model_dir}: {self._load_error}")
+        torch = _module("torch")
+        transformers = _module("transformers")
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)
+        try:
+            tokenizer = transformers.AutoTokenizer.from_pretrained(str(self.model_dir))
+            model = transformers.AutoModelForCausalLM.from_pretrained(str(self.model_dir))
+        except Exception as exc:
+            self._load_error = exc
+            raise EngineError(f"cannot load {self.model_dir}: {exc}") from exc
+        model.to(self.device)
+        model.eval()
+        self._tokenizer = tokenizer
+        self._model = model
+
+    def _prompt_ids(self, request: GenerateRequest) -> list[int]:
+        tokenizer = self._tokenizer
+        if isinstance(request.prompt, str):
+            text, special = request.prompt, True
+        else:
+            if not getattr(tokenizer, "chat_template", None):
+                raise InvalidRequestError(
+                    f"the model at {self.model_dir} has no chat template; send a plain prompt",
+                    param="messages",
+                )
+            messages = [m.to_openai() for m in request.prompt]
+            text = tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True
+            )
+            special = False
+        ids = list(tokenizer(text, add_special_tokens=special)["input_ids"])
+        if not ids:
+            raise InvalidRequestError("the prompt is empty", param="prompt")
+        return ids
+
+    def _run(self, request: GenerateRequest, cancel: threading.Event) -> GenerateResult:
+        if cancel.is_set():  # cancelled while it waited in the queue
+            raise _Cancelled()
+        self.calls_started += 1
+        self._ensure_loaded()
+        torch = _module("torch")
+        params = request.params
+        prompt_ids = self._prompt_ids(request)
+        context = getattr(self._model.config, "max_position_embeddings", None)
+        max_tokens = params.max_tokens or _DEFAULT_MAX_TOKENS
+        if context is not None:
+            room = int(context) - len(prompt_ids)
+            if room < 1:
+                raise InvalidRequestError(
+                    f"the prompt has {len(prompt_ids)} tokens; the model's context is {context}",
+                    param="prompt",
+                )
+            if params.max_tokens is None:
+                max_tokens = min(max_tokens, room)
+            elif max_tokens > room:
+                raise InvalidRequestError(
+                    f"prompt ({len(prompt_ids)} tokens) + max_tokens ({max_tokens}) exceeds "
+                    f"the model's context ({context})",
+                    param="max_tokens",
+                )
+        greedy = params.temperature == 0.0
+        seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(7), "big")
+        torch.manual_seed(seed)
+        samples: list[_Sample] = []
+        if greedy:
+            samples = self._generate(request, prompt_ids, 1, max_tokens, cancel) * params.n
+        else:
+            remaining = params.n
+            while remaining:
+                rows = min(remaining, self.max_batch)
+                samples += self._generate(request, prompt_ids, rows, max_tokens, cancel)
+                remaining -= rows
+        if cancel.is_set():
+            raise _Cancelled()
+        completions = tuple(self._completion(s, params.stop, params.logprobs) for s in samples)
+        usage = Usage(
+            prompt_tokens=len(prompt_ids),
+            completion_tokens=sum(c.completion_tokens for c in completions),
+            calls=1,
+        )
+        return GenerateResult(completions, usage, prompt_token_ids=tuple(prompt_ids))
+
+    def _generate(
+        self,
+        request: GenerateRequest,
+        prompt_ids: list[int],
+        rows: int,
+        max_tokens: int,
+        cancel: threading.Event,
+    ) -> list[_Sample]:
+        torch = _module("torch")
+        transformers = _module("transformers")
+        params, extra = request.params, request.params.extra
+        model, tokenizer = self._model, self._tokenizer
+        eos = model.generation_config.eos_token_id
+        if eos is None:
+            eos = tokenizer.eos_token_id
+        eos_ids = frozenset([] if eos is None else [eos] if isinstance(eos, int) else eos)
+        if extra.get("ignore_eos"):
+            eos_ids = frozenset()
+        pad = tokenizer.pad_token_id
+        if pad is None:
+            pad = min(eos_ids) if eos_ids else 0
+        watcher = _Watcher(tokenizer, len(prompt_ids), rows, eos_ids, params.stop, cancel)
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": max_tokens,
+            "num_return_sequences": rows,
+            "pad_token_id": pad,
+            "eos_token_id": sorted(eos_ids) if eos_ids else None,
+            "stopping_criteria": transformers.StoppingCriteriaList([watcher]),
+            "return_dict_in_generate": True,
+            "output_logits": params.logprobs,
+        }
+        if extra.get("min_tokens"):
+            kwargs["min_new_tokens"] = int(extra["min_tokens"])
+        if params.temperature == 0.0:
+            kwargs["do_sample"] = False
+        else:
+            kwargs.update(
+                do_sample=True,
+                temperature=1.0 if params.temperature is None else params.temperature,
+                top_p=1.0 if params.top_p is None else params.top_p,
+                top_k=int(extra.get("top_k") or 0),
+            )
+        device = model.device
+        input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
+        with torch.inference_mode():
+            output = model.generate(
+                input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **kwargs
+            )
+        generated = output.sequences[:, len(prompt_ids) :]
+        steps = generated.shape[1]
+        self.generated_tokens += sum(
+            steps if at is None else at for at in watcher.finished_at[:rows]
+        )
+        logprobs: Any = None
+        if params.logprobs and output.logits:
+            per_step = [
+                torch.log_softmax(step.float(), dim=-1)
+                .gather(1, generated[:, i : i + 1])
+                .squeeze(1)
+                for i, step in enumerate(output.logits)
+            ]
+            logprobs = torch.stack(per_step, dim=1).tolist()
+        samples = []
+        for row in range(rows):
+            at = watcher.finished_at[row]
+            length = steps if at is None else at
+            ids = generated[row, :length].tolist()
+            samples.append(
+                _Sample(ids, None if logprobs is None else logprobs[row][:length], at is not None)
+            )
+        return samples
+
+    def _completion(self, sample: _Sample, stop: Sequence[str], logprobs: bool) -> Completion:
+        text = self._tokenizer.decode(sample.token_ids, skip_special_tokens=True)
+        finished = sample.finished
+        cuts = [index for s in stop if s and (index := text.find(s)) >= 0]
+        if cuts:
+            text, finished = text[: min(cuts)], True
+        return Completion(
+            text=text,
+            finish_reason="stop" if finished else "length",
+            completion_tokens=len(sample.token_ids),
+            token_ids=tuple(sample.token_ids) if logprobs else None,
+            logprobs=tuple(sample.logprobs) if logprobs and sample.logprobs is not None else None,
+        )
