@@ -1,4 +1,4 @@
-"""The ``ponder`` command line: ``ponder serve`` and ``ponder eval`` (``train`` comes later).
+"""The ``ponder`` command line: ``ponder serve``, ``ponder eval`` and ``ponder train``.
 
 Each command keeps its heavy imports inside its function, so ``ponder --help`` and one
 command never pay for another's dependencies. Other commands join with
@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from clients.eval.cli import eval_app
+from training.cli import train_app
 
 app = typer.Typer(
     name="ponder",
@@ -30,6 +31,7 @@ app = typer.Typer(
 
 
 app.add_typer(eval_app, name="eval")
+app.add_typer(train_app, name="train")
 
 
 def _env(name: str, text: str) -> str:

@@ -1,0 +1,244 @@
+"""The dataset builders produce the documented rows from MockEngine traces."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from scaffolds.context import Problem
+from scaffolds.engine import GenerateRequest, Message
+from scaffolds.engines.mock import MockEngine
+from scaffolds.prompts import get_prompt_set
+from scaffolds.run import run_scaffold
+from scaffolds.strategies import GSR, RC, Abstraction, SelfRefine, Strategy
+from scaffolds.trace import StepStarted
+from training.data import (
+    build_rows,
+    direct_rows,
+    gsr_rows,
+    mix_rows,
+    rc_rows,
+    sft_columns,
+    split_candidates,
+)
+from training.traces import TraceRecord, template_fields
+
+PROBLEM = "What is 3+4?"
+DEFAULT = get_prompt_set("default")
+
+
+def handler(request: GenerateRequest) -> str:
+    """A scripted model: plain solves say 8 (wrong); every scaffold step repairs it."""
+    p = request.prompt_text()
+    if "### Candidate solutions" in p:
+        return "Merged them: \\boxed{7}"
+    if "### Existing summary" in p:
+        return "I added 3 and 4."
+    if "### Summary of an earlier attempt" in p:
+        return "Going on from the summary: \\boxed{7}"
+    if "### Proposed solution" in p:
+        shown = p.split("### Proposed solution")[1]
+        return "fine\nVERDICT: CORRECT" if "{7}" in shown else "wrong sum\nVERDICT: INCORRECT"
+    if "### Feedback on it" in p:
+        return "Fixed: \\boxed{7}"
+    if "Do not solve" in p:
+        return "Add the ones digits first."
+    if "### Cheat sheet" in p:
+        return "\\boxed{7}"
+    return "\\boxed{8}"
+
+
+def record_of(
+    strategy: Strategy,
+    *,
+    chat: bool = False,
+    n: int = 1,
+    history: tuple[Message, ...] = (),
+    prompts: str = "default",
+    answer: str | None = "7",
+    engine: MockEngine | None = None,
+) -> TraceRecord:
+    if chat:
+        problem = Problem.from_messages((*history, Message("user", PROBLEM)))
+    else:
+        problem = Problem.from_text(PROBLEM)
+    run = run_scaffold(
+        strategy, problem, engine or MockEngine(handler), n=n, chat=chat, prompts=prompts
+    )
+    events = tuple(asyncio.run(run).events)
+    return TraceRecord(
+        "p1", PROBLEM, answer, events, chat=chat, prompt_set=prompts, history=history
+    )
+
+
+def started(record: TraceRecord, step_id: str) -> StepStarted:
+    return next(e for e in record.events if isinstance(e, StepStarted) and e.step_id == step_id)
+
+
+def test_gsr_rows_take_the_trace_prompt_and_match_the_template() -> None:
+    record = record_of(GSR(n=3))
+    [row] = gsr_rows(record)
+    assert row["kind"] == "gsr_refine"
+    assert row["completion"] == "Merged them: \\boxed{7}"
+    assert row["candidates_correct"] == 0 and row["num_candidates"] == 3  # all wrong, kept
+    assert row["prompt"] == started(record, row["step_id"]).prompt
+    rendered = DEFAULT.gsr_refine.render(
+        problem=PROBLEM, candidates=DEFAULT.candidates(["\\boxed{8}"] * 3), count="3"
+    )
+    assert row["prompt"] == rendered
+    assert {k: row[k] for k in ("id", "answer", "sample", "correct", "prompt_set")} == {
+        "id": "p1",
+        "answer": "7",
+        "sample": 0,
+        "correct": True,
+        "prompt_set": "default",
+    }
+
+
+def test_gsr_keep_filters_on_candidates() -> None:
+    record = record_of(GSR(n=2))
+    assert len(gsr_rows(record, keep="all_wrong")) == 1
+    assert gsr_rows(record, keep="some_right") == []
+
+
+def test_gsr_drops_wrong_refinements() -> None:
+    engine = MockEngine(lambda r: "\\boxed{8}")
+    assert gsr_rows(record_of(GSR(n=2), engine=engine)) == []
+
+
+def test_direct_rows_and_the_gsr_mix() -> None:
+    engine = MockEngine(
+        lambda r: "Merged: \\boxed{7}" if "Candidate" in r.prompt_text() else ["\\boxed{7}", "9"]
+    )
+    record = record_of(GSR(n=2), engine=engine)
+    direct = direct_rows(record)
+    assert [(r["prompt"], r["completion"], r["sample"]) for r in direct] == [
+        (PROBLEM, "\\boxed{7}", 0)
+    ]
+    [refine] = gsr_rows(record)
+    assert refine["candidates_correct"] == 1
+    mixed = mix_rows([refine] * 6, direct * 5, 0.25, seed=1)
+    assert len(mixed) == 8 and sum(r["kind"] == "direct" for r in mixed) == 2
+    assert sft_columns(mixed)[0].keys() == {"prompt", "completion"}
+    with pytest.raises(ValueError):
+        mix_rows([refine], direct, 1.0)
+
+
+def test_chat_rows_are_conversational_with_history() -> None:
+    history = (Message("system", "Be brief."),)
+    record = record_of(GSR(n=2), chat=True, history=history)
+    [row] = gsr_rows(record)
+    text = DEFAULT.gsr_refine.render(
+        problem=PROBLEM, candidates=DEFAULT.candidates(["\\boxed{8}"] * 2), count="2"
+    )
+    assert row["prompt"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": text},
+    ]
+    assert row["completion"] == [{"role": "assistant", "content": "Merged them: \\boxed{7}"}]
+    assert started(record, row["step_id"]).prompt == "Be brief.\n" + text
+
+
+def test_rc_rows_reasoning_and_summaries() -> None:
+    record = record_of(RC(steps=3))
+    rows = rc_rows(record)
+    kinds = [r["kind"] for r in rows]
+    assert kinds.count("rc_reasoning") == 2  # the first chunk (8) is wrong
+    assert kinds.count("rc_summary") == 2
+    for row in rows:
+        assert row["prompt"] == started(record, row["step_id"]).prompt
+    reasoning = next(r for r in rows if r["kind"] == "rc_reasoning")
+    assert reasoning["prompt"] == DEFAULT.rc_reasoning_continue.render(
+        problem=PROBLEM, summary="I added 3 and 4."
+    )
+    assert reasoning["has_summary"] is True
+    summary = next(r for r in rows if r["kind"] == "rc_summary")
+    assert summary["prompt"] == DEFAULT.rc_summary.render(
+        problem=PROBLEM, summary=DEFAULT.rc_no_summary, attempt="\\boxed{8}"
+    )
+    assert summary["completion"] == "I added 3 and 4." and summary["correct"] is True
+
+
+def test_rc_summaries_filter_on_the_next_chunk() -> None:
+    engine = MockEngine(
+        lambda r: "my summary" if "Existing summary" in r.prompt_text() else "\\boxed{8}"
+    )
+    record = record_of(RC(steps=2), engine=engine)
+    assert rc_rows(record) == []
+    [row] = rc_rows(record, summaries="all")
+    assert row["kind"] == "rc_summary" and row["correct"] is False
+
+
+def test_self_refine_rows() -> None:
+    record = record_of(SelfRefine(max_rounds=2))
+    rows = build_rows(record, kinds=["self_refine_feedback", "self_refine_refine"])
+    assert [r["kind"] for r in rows] == [
+        "self_refine_feedback",  # said INCORRECT about 8: right
+        "self_refine_refine",  # 8 -> 7
+        "self_refine_feedback",  # said CORRECT about 7: right
+    ]
+    assert rows[0]["solution_correct"] is False and rows[2]["solution_correct"] is True
+    assert rows[1]["previous_correct"] is False
+    assert rows[1]["prompt"] == DEFAULT.self_refine_refine.render(
+        problem=PROBLEM, solution="\\boxed{8}", feedback="wrong sum\nVERDICT: INCORRECT"
+    )
+
+
+def test_self_refine_feedback_with_a_wrong_verdict_is_dropped() -> None:
+    engine = MockEngine(
+        lambda r: "VERDICT: CORRECT" if "Proposed" in r.prompt_text() else "\\boxed{8}"
+    )
+    assert build_rows(record_of(SelfRefine(max_rounds=1), engine=engine)) == []
+
+
+def test_abstraction_rows() -> None:
+    record = record_of(Abstraction(m=2, n=2))
+    rows = build_rows(record)
+    propose = [r for r in rows if r["kind"] == "abstraction_propose"]
+    solve = [r for r in rows if r["kind"] == "abstraction_solve"]
+    assert len(propose) == 2 and all(r["accuracy"] == 1.0 for r in propose)
+    assert propose[0]["prompt"] == DEFAULT.abstraction_propose.render(problem=PROBLEM)
+    assert len(solve) == 4
+    assert solve[0]["prompt"] == DEFAULT.abstraction_solve.render(
+        abstraction="Add the ones digits first.", problem=PROBLEM
+    )
+
+
+def test_composed_scaffold_yields_both_kinds_and_survives_json() -> None:
+    record = record_of(GSR(n=2, solver=RC(steps=2)), n=2)
+    rows = build_rows(record)
+    assert {r["kind"] for r in rows} == {"gsr_refine", "rc_reasoning", "rc_summary"}
+    assert all(r["candidates_correct"] == 2 for r in rows if r["kind"] == "gsr_refine")
+    again = TraceRecord.from_json(json.loads(json.dumps(record.to_json())))
+    assert build_rows(again) == rows
+
+
+def test_compact_prompt_set_rows() -> None:
+    engine = MockEngine(lambda r: "7" if "[" in r.prompt_text() else "8")
+    record = record_of(GSR(n=2), prompts="compact", engine=engine)
+    [row] = build_rows(record)
+    assert row["prompt"] == "What is 3+4?[8,8]" and row["completion"] == "7"
+
+
+def test_rows_without_a_gold_answer_are_not_kept() -> None:
+    assert build_rows(record_of(GSR(n=2), answer=None)) == []
+    with pytest.raises(ValueError, match="unknown row kinds"):
+        build_rows(record_of(GSR(n=2)), kinds=["nope"])
+
+
+def test_split_candidates_and_template_fields() -> None:
+    block = DEFAULT.candidates(["x", "x\n\n#### Candidate 2\ny"])
+    assert split_candidates(DEFAULT, block, ["x", "y", "x\n\n#### Candidate 2\ny"]) == [
+        "x",
+        "x\n\n#### Candidate 2\ny",
+    ]
+    assert split_candidates(DEFAULT, block, ["z"]) is None
+    assert split_candidates(DEFAULT, "", ["z"]) is None
+    fields = template_fields(
+        DEFAULT.gsr_refine,
+        DEFAULT.gsr_refine.render(problem="P $5", candidates="C", count="1"),
+        {"problem": "P $5"},
+    )
+    assert fields == {"candidates": "C", "count": "1"}

@@ -1,0 +1,136 @@
+"""What the SFT and GRPO trainers share: settings, loading, logging, resuming, saving.
+
+``TrainSettings`` holds the knobs both trainers take; :func:`trainer_args` turns them
+into the keyword arguments of a TRL config. Training logs go to ``log.jsonl`` in the
+output directory, progress to a rich bar, checkpoints to ``checkpoint-N/`` (a rerun
+resumes from the newest), and the finished model to ``final/`` with a
+``ponder_training.json`` that names the prompt set it was trained with (a served model
+must use the same set).
+
+>>> trainer_args(TrainSettings(max_steps=2, batch_size=4), "out")["max_steps"]
+2
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "TrainSettings",
+    "load_model",
+    "log_callback",
+    "save_final",
+    "trainer_args",
+    "trainer_callbacks",
+]
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Knobs both trainers take. ``max_steps`` > 0 wins over ``epochs``."""
+
+    max_steps: int = -1
+    epochs: float = 1.0
+    batch_size: int = 8
+    grad_accum: int = 1
+    learning_rate: float = 1e-5
+    warmup: float = 0.0
+    """Warmup: steps if >= 1, else a fraction of all steps."""
+    weight_decay: float = 0.0
+    save_steps: int = 200
+    save_total_limit: int | None = 2
+    logging_steps: int = 10
+    seed: int = 0
+    bf16: bool = False
+    use_cpu: bool = False
+    threads: int | None = None
+    """torch intra-op threads (None: torch's default)."""
+    progress: bool = True
+    """A rich progress bar (else none; logs still go to log.jsonl)."""
+
+
+def trainer_args(settings: TrainSettings, output_dir: str | Path) -> dict[str, Any]:
+    """Keyword arguments for ``SFTConfig``/``GRPOConfig`` from ``settings``."""
+    return {
+        "output_dir": str(output_dir),
+        "max_steps": settings.max_steps,
+        "num_train_epochs": settings.epochs,
+        "per_device_train_batch_size": settings.batch_size,
+        "gradient_accumulation_steps": settings.grad_accum,
+        "learning_rate": settings.learning_rate,
+        "warmup_steps": settings.warmup if settings.warmup < 1 else int(settings.warmup),
+        "weight_decay": settings.weight_decay,
+        "save_strategy": "steps",
+        "save_steps": settings.save_steps,
+        "save_total_limit": settings.save_total_limit,
+        "logging_steps": settings.logging_steps,
+        "seed": settings.seed,
+        "bf16": settings.bf16,
+        "use_cpu": settings.use_cpu,
+        "report_to": [],
+        "disable_tqdm": True,
+        "dataloader_num_workers": 0,
+    }
+
+
+def load_model(path: str | Path, *, threads: int | None = None) -> tuple[Any, Any]:
+    """A causal LM and its tokenizer from a folder (or hub name); left padding, a pad token."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(str(path))
+    return model, tokenizer
+
+
+def log_callback(path: str | Path) -> Any:
+    """A trainer callback that appends every log entry (with the step) to ``path``."""
+    from transformers import TrainerCallback
+
+    target = Path(path)
+
+    class JsonlLog(TrainerCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+            if not state.is_world_process_zero or not logs:
+                return
+            target.parent.mkdir(parents=True, exist_ok=True)
+            entry = {"step": state.global_step, "time": time.time(), **logs}
+            with target.open("a", encoding="utf-8") as handle:
+                handle.write(json.dumps(entry, default=str) + "\n")
+
+    return JsonlLog()
+
+
+def trainer_callbacks(settings: TrainSettings, output_dir: str | Path) -> list[Any]:
+    callbacks = [log_callback(Path(output_dir) / "log.jsonl")]
+    if settings.progress:
+        from trl.trainer.callbacks import RichProgressCallback
+
+        progress: Any = RichProgressCallback  # untyped in TRL
+        callbacks.append(progress())
+    return callbacks
+
+
+def save_final(trainer: Any, output_dir: str | Path, meta: dict[str, Any]) -> Path:
+    """Save the trained model and tokenizer to ``output_dir/final`` with training metadata."""
+    final = Path(output_dir) / "final"
+    trainer.save_model(str(final))
+    processing = getattr(trainer, "processing_class", None)
+    if processing is not None:
+        processing.save_pretrained(str(final))
+    info = {"saved": time.time(), "global_step": trainer.state.global_step, **meta}
+    (final / "ponder_training.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
+    return final
+
+
+def settings_dict(settings: TrainSettings) -> dict[str, Any]:
+    return asdict(settings)

@@ -1,0 +1,185 @@
+"""The ``ponder train data`` pipeline, engines by name, and verl dataset rows.
+
+:func:`make_data` runs a scaffold over problems into a run directory (resuming: solved
+problems are skipped), grades every traced text in math-verify's process pool, builds
+the rows of each kind (:mod:`training.data`) and writes ``data/<kind>.jsonl`` and the
+SFT mix ``data/sft.jsonl``.
+
+>>> import asyncio, tempfile
+>>> from scaffolds.engines.mock import MockEngine
+>>> from training.collect import ProblemRow
+>>> from training.runs import RunDir
+>>> run = RunDir(tempfile.mkdtemp())
+>>> engine = MockEngine(lambda r: "7" if "[" in r.prompt_text() else "5")
+>>> report = asyncio.run(make_data(run, [ProblemRow("p", "3+4=", "7")], engine,
+...     scaffold="gsr(n=2)", prompt_set="compact", progress=False, inline_grading=True))
+>>> report.counts, report.sft_rows
+({'gsr_refine': 1}, 1)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from scaffolds.context import Budget
+from scaffolds.engine import Engine, SamplingParams
+from scaffolds.spec import build_strategy
+from training.collect import CollectStats, GradeBook, ProblemRow, collect
+from training.data import KINDS, build_rows, mix_rows, sft_columns
+from training.grpo import CONTEXT_COLUMNS
+from training.runs import RunDir, progress_bar
+
+__all__ = ["DataReport", "make_data", "make_engine", "verl_rows"]
+
+
+def make_engine(
+    spec: str, *, model: str | None = None, api_key: str | None = None, threads: int | None = None
+) -> tuple[Engine, bool]:
+    """An engine by name, and whether it talks chat by default.
+
+    ``http(s)://host/v1`` is an OpenAI-compatible server (vLLM, SGLang, Ponder itself)
+    serving ``model``; ``hf:PATH`` is a local transformers checkpoint, run in process.
+    """
+    if spec.startswith("hf:"):
+        from training.common import load_model
+        from training.hf_engine import TransformersEngine
+
+        loaded, tokenizer = load_model(spec[3:], threads=threads)
+        return TransformersEngine(loaded, tokenizer), False
+    if spec.startswith(("http://", "https://")):
+        if not model:
+            raise ValueError("an HTTP engine needs --model")
+        from scaffolds.engines.openai_http import OpenAIEngine
+
+        return OpenAIEngine(spec, model, api_key=api_key), True
+    raise ValueError(f"unknown engine {spec!r}: use http(s)://HOST/v1 or hf:PATH")
+
+
+@dataclass
+class DataReport:
+    collected: CollectStats
+    problems: int
+    records: int
+    counts: dict[str, int] = field(default_factory=dict)
+    sft_rows: int = 0
+    paths: dict[str, Path] = field(default_factory=dict)
+
+
+async def make_data(
+    run: RunDir,
+    problems: Sequence[ProblemRow],
+    engine: Engine,
+    *,
+    scaffold: str,
+    samples: int = 1,
+    prompt_set: str = "default",
+    chat: bool = False,
+    params: SamplingParams | None = None,
+    budget: Budget | None = None,
+    concurrency: int = 8,
+    kinds: Sequence[str] | None = None,
+    sft_kinds: Sequence[str] | None = None,
+    direct_ratio: float | None = None,
+    gsr_keep: Literal["all", "all_wrong", "some_right"] = "all",
+    rc_summaries: Literal["next_correct", "all"] = "next_correct",
+    min_accuracy: float = 0.5,
+    grade_workers: int = 2,
+    grade_timeout: float = 10.0,
+    inline_grading: bool = False,
+    seed: int = 0,
+    progress: bool = True,
+) -> DataReport:
+    """Collect missing traces into ``run``, then (re)build every dataset from all traces.
+
+    ``sft_kinds`` go into ``data/sft.jsonl`` (default: every non-direct kind found);
+    with ``direct_ratio`` that share of it is direct-solve rows (the GSR recipe),
+    otherwise direct rows are added only if listed in ``sft_kinds``.
+    """
+    strategy = build_strategy(scaffold)
+    run.agree(
+        "data",
+        {"scaffold": str(strategy), "prompt_set": prompt_set, "chat": chat, "samples": samples},
+    )
+    done = run.done_ids()
+    todo = [p for p in problems if p.id not in done]
+    with progress_bar("collect", len(todo), enabled=progress and bool(todo)) as advance:
+        stats = await collect(
+            strategy,
+            todo,
+            engine,
+            sink=run.append_record,
+            samples=samples,
+            prompt_set=prompt_set,
+            chat=chat,
+            params=params,
+            budget=budget,
+            concurrency=concurrency,
+            on_progress=advance,
+        )
+    wanted = {p.id for p in problems}
+    records = [r for r in run.records() if r.id in wanted]
+    grade = await GradeBook.for_records(
+        records, workers=grade_workers, timeout_s=grade_timeout, inline=inline_grading
+    )
+    by_kind: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
+    for record in records:
+        for row in build_rows(
+            record,
+            grade,
+            kinds=kinds,
+            gsr_keep=gsr_keep,
+            rc_summaries=rc_summaries,
+            min_accuracy=min_accuracy,
+        ):
+            by_kind[row["kind"]].append(row)
+    report = DataReport(stats, len(problems), len(records))
+    for kind, rows in by_kind.items():
+        if rows:
+            report.counts[kind] = len(rows)
+            report.paths[kind] = run.write_rows(kind, rows)
+    chosen = list(sft_kinds) if sft_kinds else [k for k in report.counts if k != "direct"]
+    main = [row for kind in chosen if kind != "direct" for row in by_kind.get(kind, [])]
+    if direct_ratio is not None:
+        mixed = mix_rows(main, by_kind["direct"], direct_ratio, seed=seed)
+    else:
+        mixed = main + (by_kind["direct"] if "direct" in chosen else [])
+    report.sft_rows = len(mixed)
+    report.paths["sft"] = run.write_rows("sft", sft_columns(mixed))
+    return report
+
+
+def verl_rows(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    agent_name: str = "ponder_scaffold",
+    data_source: str = "ponder",
+) -> list[dict[str, Any]]:
+    """GRPO rows (see :func:`training.grpo.grpo_rows`) in verl's dataset layout.
+
+    >>> verl_rows([{"prompt": "1+1=", "answer": "2", "id": "a", "mode": "direct"}])[0]["prompt"]
+    [{'role': 'user', 'content': '1+1='}]
+    """
+    out = []
+    for index, row in enumerate(rows):
+        prompt = row["prompt"]
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        extra = {
+            "id": str(row.get("id", index)),
+            "mode": row.get("mode") or "direct",
+            "answer": row.get("answer"),
+            **{key: row.get(key) for key in CONTEXT_COLUMNS},
+        }
+        out.append(
+            {
+                "data_source": data_source,
+                "prompt": list(messages),
+                "ability": "math",
+                "agent_name": agent_name,
+                "reward_model": {"style": "rule", "ground_truth": row.get("answer")},
+                "extra_info": {"index": index, **extra},
+            }
+        )
+    return out

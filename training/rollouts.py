@@ -1,0 +1,377 @@
+r"""Scaffold steps as RL rollouts: one shared context per group, the group's samples continue it.
+
+A GRPO prompt row names a ``mode``: the scaffold step the policy practices. Each mode
+has a shared context, taken from the row's stored column or, when the row has none,
+made by the policy itself; the group's samples are the step that follows it:
+
+- ``direct``: no context; samples solve the problem as asked (kind ``generate``).
+- ``gsr_refine``: ``candidates`` (k solutions); samples refine them (``refine``).
+- ``rc_continue``: ``summary`` (the policy writes one reasoning chunk, then its
+  summary); samples are the next reasoning chunk (``reasoning``).
+- ``self_refine_refine``: ``solution`` and its ``feedback``; samples are the new
+  solution (``refine``).
+- ``abstraction_solve``: ``abstraction`` (one note); samples solve with the note as a
+  cheat sheet (``generate``).
+
+Every prompt is rendered through a :class:`scaffolds.context.Context` with the run's
+:class:`~scaffolds.prompts.PromptSet`, exactly as serving renders it, and every call is
+traced. :func:`plan_step` builds the context; :func:`sample_step` draws the group's
+samples and returns the prompt's token ids, each sample's sampled token ids and their
+log-probabilities as the engine produced them (never re-encoded text).
+
+:class:`ScaffoldRollout` is TRL's ``rollout_func``: it receives the generation batch
+(each prompt repeated ``num_generations`` times, consecutively), builds one context
+per group on the trainer's own model, and returns ``prompt_ids``, ``completion_ids``,
+``logprobs`` and, for the reward functions, ``step_prompt`` and ``step_kind``.
+
+>>> import asyncio
+>>> from scaffolds.engines.mock import MockEngine
+>>> engine = MockEngine(lambda r: "9" if "[" in r.prompt_text() else "5")
+>>> row = {"prompt": "4+5=", "mode": "gsr_refine", "candidates": ["8", "7"]}
+>>> group = asyncio.run(rollout_group(row, engine, n=2, prompt_set="compact"))
+>>> group.plan.prompt, [c.text for c in group.completions]
+('4+5=[8,7]', ['9', '9'])
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scaffolds.context import Context, Problem
+from scaffolds.engine import Completion, Engine, Prompt, SamplingParams, messages_from_openai
+from scaffolds.strategies.base import Solution
+from scaffolds.strategies.rc import summarizable
+from scaffolds.trace import StepFinished, TraceRecorder, event_to_dict
+from training.rewards import run_sync
+
+__all__ = [
+    "MODES",
+    "GroupRollout",
+    "RolloutSettings",
+    "ScaffoldRollout",
+    "StepPlan",
+    "plan_step",
+    "problem_from_prompt",
+    "rollout_group",
+    "sample_step",
+]
+
+MODES = ("direct", "gsr_refine", "rc_continue", "self_refine_refine", "abstraction_solve")
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """How contexts are built when a row does not store them.
+
+    ``context_max_tokens`` bounds each context call (candidates, reasoning chunk,
+    solution, feedback, note); ``summary_max_tokens`` the RC summary. None: the
+    sampled step's own limit.
+    """
+
+    prompt_set: str = "default"
+    num_candidates: int = 4
+    context_max_tokens: int | None = None
+    summary_max_tokens: int | None = None
+    default_mode: str = "direct"
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """The step a group samples: its mode, trace kind, rendered prompt and context."""
+
+    mode: str
+    kind: str
+    prompt: Prompt
+    context: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def prompt_text(self) -> str:
+        if isinstance(self.prompt, str):
+            return self.prompt
+        return "\n".join(m.content for m in self.prompt)
+
+
+@dataclass(frozen=True)
+class GroupRollout:
+    """A group's samples of one planned step, with the ids training needs."""
+
+    plan: StepPlan
+    prompt_ids: list[int] | None
+    completions: list[Completion]
+    events: list[Any]
+
+
+def problem_from_prompt(prompt: str | Sequence[Mapping[str, Any]]) -> Problem:
+    """The problem a dataset prompt asks: text, or chat messages ending in a user turn."""
+    if isinstance(prompt, str):
+        return Problem.from_text(prompt)
+    return Problem.from_messages(messages_from_openai(list(prompt)))
+
+
+def _stored(row: Mapping[str, Any], key: str) -> Any:
+    value = row.get(key)
+    return None if value is None or value == "" or value == [] else value
+
+
+async def plan_step(
+    mode: str,
+    row: Mapping[str, Any],
+    ctx: Context,
+    problem: Problem,
+    settings: RolloutSettings,
+) -> StepPlan:
+    """Build the shared context of ``mode`` (from the row, else with the policy) and
+    render the step's prompt. Context calls go through ``ctx``, so they are traced."""
+    prompts = ctx.prompts
+    limit = settings.context_max_tokens
+    if mode == "direct":
+        return StepPlan(mode, "generate", ctx.problem_prompt(problem))
+    if mode == "gsr_refine":
+        candidates = _stored(row, "candidates")
+        if candidates is None:
+            step = await ctx.generate(
+                ctx.problem_prompt(problem),
+                kind="generate",
+                label="candidate",
+                n=settings.num_candidates,
+                max_tokens=limit,
+            )
+            candidates = [c.text for c in step.completions]
+        prompt = ctx.prompt(
+            prompts.gsr_refine,
+            problem,
+            candidates=prompts.candidates(list(candidates)),
+            count=str(len(candidates)),
+        )
+        return StepPlan(mode, "refine", prompt, {"candidates": list(candidates)})
+    if mode == "rc_continue":
+        summary = _stored(row, "summary")
+        if summary is None:
+            chunk = await ctx.generate(
+                ctx.prompt(prompts.rc_reasoning_start, problem),
+                kind="reasoning",
+                label="reasoning 1",
+                max_tokens=limit,
+            )
+            attempt = Solution(chunk.first.text, None, reasoning=chunk.first.reasoning)
+            made = await ctx.generate(
+                ctx.prompt(
+                    prompts.rc_summary,
+                    problem,
+                    summary=prompts.rc_no_summary,
+                    attempt=summarizable(attempt),
+                ),
+                kind="summary",
+                label="summary 1",
+                max_tokens=settings.summary_max_tokens or limit,
+            )
+            summary = made.first.text
+        prompt = ctx.prompt(prompts.rc_reasoning_continue, problem, summary=summary)
+        return StepPlan(mode, "reasoning", prompt, {"summary": summary})
+    if mode == "self_refine_refine":
+        solution = _stored(row, "solution")
+        if solution is None:
+            first = await ctx.generate(
+                ctx.problem_prompt(problem), kind="generate", label="answer", max_tokens=limit
+            )
+            solution = first.first.text
+        feedback = _stored(row, "feedback")
+        if feedback is None:
+            said = await ctx.generate(
+                ctx.prompt(prompts.self_refine_feedback, problem, solution=solution),
+                kind="feedback",
+                label="feedback 1",
+                max_tokens=limit,
+            )
+            feedback = said.first.text
+        prompt = ctx.prompt(
+            prompts.self_refine_refine, problem, solution=solution, feedback=feedback
+        )
+        return StepPlan(mode, "refine", prompt, {"solution": solution, "feedback": feedback})
+    if mode == "abstraction_solve":
+        note = _stored(row, "abstraction")
+        if note is None:
+            proposed = await ctx.generate(
+                ctx.prompt(prompts.abstraction_propose, problem),
+                kind="abstraction",
+                label="1 abstractions",
+                max_tokens=limit,
+            )
+            note = proposed.first.text
+        text = prompts.abstraction_solve.render(abstraction=note, problem=problem.text)
+        prompt = ctx.problem_prompt(Problem(text, problem.history))
+        return StepPlan(mode, "generate", prompt, {"abstraction": note})
+    raise ValueError(f"unknown rollout mode {mode!r} (known: {', '.join(MODES)})")
+
+
+async def sample_step(
+    ctx: Context, plan: StepPlan, *, n: int, max_tokens: int | None = None
+) -> tuple[list[Completion], list[int] | None]:
+    """Draw ``n`` samples of the planned step in one engine call; the prompt's token ids
+    come from the engine (None if it gave none)."""
+    step = await ctx.generate(
+        plan.prompt, kind=plan.kind, label=plan.mode, n=n, max_tokens=max_tokens, final=True
+    )
+    finished = next(
+        e
+        for e in reversed(ctx.recorder.events)
+        if isinstance(e, StepFinished) and e.step_id == step.step_id
+    )
+    ids = finished.prompt_token_ids
+    return step.completions, None if ids is None else list(ids)
+
+
+async def rollout_group(
+    row: Mapping[str, Any],
+    engine: Engine,
+    *,
+    n: int,
+    max_tokens: int | None = None,
+    prompt_set: str | None = None,
+    settings: RolloutSettings | None = None,
+    params: SamplingParams | None = None,
+) -> GroupRollout:
+    """Plan ``row``'s step once and sample it ``n`` times (one group)."""
+    settings = settings or RolloutSettings()
+    problem = problem_from_prompt(row["prompt"])
+    recorder = TraceRecorder()
+    ctx = Context.root(
+        engine,
+        prompts=prompt_set or settings.prompt_set,
+        params=params or SamplingParams(logprobs=True),
+        chat=not isinstance(row["prompt"], str),
+        recorder=recorder,
+    )
+    mode = str(row.get("mode") or settings.default_mode)
+    plan = await plan_step(mode, row, ctx, problem, settings)
+    completions, prompt_ids = await sample_step(ctx, plan, n=n, max_tokens=max_tokens)
+    return GroupRollout(plan, prompt_ids, completions, list(recorder.events))
+
+
+def _groups(rows: Sequence[Mapping[str, Any]], size: int) -> list[tuple[int, int]]:
+    """(start, end) of consecutive groups: blocks of ``size`` when every block holds one
+    prompt (TRL's layout), else runs of equal consecutive prompts."""
+    count = len(rows)
+
+    def key(row: Mapping[str, Any]) -> str:
+        return json.dumps([row.get("prompt"), row.get("mode")], sort_keys=True, default=str)
+
+    if size > 0 and count % size == 0:
+        blocks = [(i, i + size) for i in range(0, count, size)]
+        if all(len({key(rows[j]) for j in range(a, b)}) == 1 for a, b in blocks):
+            return blocks
+    out: list[tuple[int, int]] = []
+    start = 0
+    for i in range(1, count + 1):
+        if i == count or key(rows[i]) != key(rows[start]):
+            out.append((start, i))
+            start = i
+    return out
+
+
+class ScaffoldRollout:
+    """TRL ``rollout_func``: each group of identical prompts shares one scaffold context.
+
+    Rows come from :class:`training.grpo.ScaffoldGRPOTrainer` (which keeps the whole
+    dataset rows, ``mode`` and stored contexts included); with a plain ``GRPOTrainer``
+    only prompts arrive and every row uses ``settings.default_mode``. ``trace_path``
+    appends each group's trace (JSONL) for inspection.
+    """
+
+    def __init__(
+        self, settings: RolloutSettings | None = None, *, trace_path: str | Path | None = None
+    ) -> None:
+        self.__name__ = "scaffold_rollout"
+        self.settings = settings or RolloutSettings()
+        self.trace_path = Path(trace_path) if trace_path is not None else None
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        rows: list[Mapping[str, Any]] | None = getattr(trainer, "ponder_rows", None)
+        if rows is None or len(rows) != len(prompts):
+            rows = [{"prompt": p} for p in prompts]
+        else:
+            rows = [{**row, "prompt": p} for row, p in zip(rows, prompts, strict=True)]
+        training = bool(trainer.model.training)
+        size = int(trainer.num_generations if training else trainer.num_generations_eval)
+        from trl.models.utils import unwrap_model_for_generation
+
+        from training.hf_engine import TransformersEngine
+
+        extra = {
+            k: v
+            for k, v in dict(getattr(trainer, "generation_kwargs", {}) or {}).items()
+            if k in ("top_k", "min_p", "repetition_penalty", "cache_implementation")
+            and v is not None
+        }
+        params = SamplingParams(
+            temperature=float(trainer.temperature),
+            top_p=float(trainer.top_p) if trainer.top_p is not None else None,
+            logprobs=True,
+        )
+        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
+            engine = TransformersEngine(model, trainer.processing_class, generation_kwargs=extra)
+            groups = run_sync(self._run(rows, engine, size, trainer.max_completion_length, params))
+        return self._assemble(groups, engine)
+
+    async def _run(
+        self,
+        rows: Sequence[Mapping[str, Any]],
+        engine: Engine,
+        size: int,
+        max_tokens: int | None,
+        params: SamplingParams,
+    ) -> list[tuple[Mapping[str, Any], GroupRollout, int]]:
+        out = []
+        for start, end in _groups(rows, size):
+            group = await rollout_group(
+                rows[start],
+                engine,
+                n=end - start,
+                max_tokens=max_tokens,
+                settings=self.settings,
+                params=params,
+            )
+            out.append((rows[start], group, end - start))
+        return out
+
+    def _assemble(
+        self, groups: list[tuple[Mapping[str, Any], GroupRollout, int]], engine: Any
+    ) -> dict[str, list[Any]]:
+        out: dict[str, list[Any]] = {
+            "prompt_ids": [],
+            "completion_ids": [],
+            "logprobs": [],
+            "step_prompt": [],
+            "step_kind": [],
+        }
+        for row, group, _ in groups:
+            prompt_ids = group.prompt_ids
+            if prompt_ids is None:
+                prompt_ids = engine.encode(group.plan.prompt)
+            for completion in group.completions:
+                ids = list(completion.token_ids or ())
+                logprobs = list(completion.logprobs or ())
+                out["prompt_ids"].append(list(prompt_ids))
+                out["completion_ids"].append(ids)
+                out["logprobs"].append(logprobs if len(logprobs) == len(ids) else [0.0] * len(ids))
+                out["step_prompt"].append(group.plan.prompt_text)
+                out["step_kind"].append(group.plan.kind)
+            self._write_trace(row, group)
+        return out
+
+    def _write_trace(self, row: Mapping[str, Any], group: GroupRollout) -> None:
+        if self.trace_path is None:
+            return
+        self.trace_path.parent.mkdir(parents=True, exist_ok=True)
+        record = {
+            "id": row.get("id"),
+            "mode": group.plan.mode,
+            "context": group.plan.context,
+            "events": [event_to_dict(e) for e in group.events],
+        }
+        with self.trace_path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record, default=str) + "\n")

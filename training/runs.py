@@ -1,0 +1,161 @@
+"""A resumable run directory, and rich progress bars.
+
+Layout of a run directory (every command writes only its own part)::
+
+    RUN/
+      run.json            what the run was started with; a rerun must agree with it
+      traces.jsonl        ponder train data: one scaffold trace per problem (appended)
+      data/<kind>.jsonl   rows per kind (rebuilt from all traces on every run)
+      data/sft.jsonl      the SFT mix (prompt/completion only)
+      sft/  grpo/         trainer output: checkpoint-N/ (resumed from), final/, log.jsonl
+      grpo/rollouts.jsonl the traces of GRPO's scaffold rollouts
+
+Rerunning a command with the same run directory resumes it: finished problems are
+skipped, and training continues from the last checkpoint.
+
+>>> import tempfile
+>>> run = RunDir(tempfile.mkdtemp())
+>>> run.agree("data", {"scaffold": "gsr", "limit": 5}, ignore=("limit",))
+>>> run.agree("data", {"scaffold": "rc", "limit": 9}, ignore=("limit",))
+Traceback (most recent call last):
+...
+training.runs.RunConflictError: run.json: data.scaffold was 'gsr', now 'rc' (use a new run dir)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from training.traces import TraceRecord, read_records
+
+__all__ = ["RunConflictError", "RunDir", "last_checkpoint", "progress_bar"]
+
+
+class RunConflictError(ValueError):
+    """A rerun asked for something other than what the run directory was started with."""
+
+
+def last_checkpoint(folder: str | Path) -> str | None:
+    """The newest ``checkpoint-N`` folder under ``folder`` (None if none)."""
+    path = Path(folder)
+    if not path.is_dir():
+        return None
+    found = [
+        (int(p.name.split("-", 1)[1]), p)
+        for p in path.iterdir()
+        if p.is_dir() and p.name.startswith("checkpoint-") and p.name.split("-", 1)[1].isdigit()
+    ]
+    return str(max(found)[1]) if found else None
+
+
+class RunDir:
+    """A run directory; see the module docstring for its layout."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / "run.json"
+
+    @property
+    def traces_path(self) -> Path:
+        return self.path / "traces.jsonl"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.path / "data"
+
+    def config(self) -> dict[str, Any]:
+        if not self.config_path.exists():
+            return {}
+        data = json.loads(self.config_path.read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else {}
+
+    def agree(
+        self, section: str, settings: Mapping[str, Any], *, ignore: Sequence[str] = ()
+    ) -> None:
+        """Record ``settings`` under ``section``, or check them against a previous run.
+
+        Keys in ``ignore`` (e.g. a limit that may grow) may change between runs.
+        """
+        config = self.config()
+        before = config.get(section)
+        now = json.loads(json.dumps(dict(settings), default=str))
+        if isinstance(before, dict):
+            for key, value in now.items():
+                if key in ignore or key not in before:
+                    continue
+                if before[key] != value:
+                    raise RunConflictError(
+                        f"run.json: {section}.{key} was {before[key]!r}, now {value!r} "
+                        "(use a new run dir)"
+                    )
+        config[section] = {**(before if isinstance(before, dict) else {}), **now}
+        self._write_atomic(self.config_path, json.dumps(config, indent=2) + "\n")
+
+    def done_ids(self) -> set[str]:
+        return {record.id for record in self.records()}
+
+    def records(self) -> Iterator[TraceRecord]:
+        if self.traces_path.exists():
+            yield from read_records(self.traces_path)
+
+    def append_record(self, record: TraceRecord) -> None:
+        """Append one trace and flush it, so an interrupted run keeps it."""
+        with self.traces_path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
+            handle.flush()
+
+    def write_rows(self, name: str, rows: Iterable[Mapping[str, Any]]) -> Path:
+        """Write ``data/<name>.jsonl`` atomically; returns its path."""
+        path = self.data_dir / f"{name}.jsonl"
+        text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+        self._write_atomic(path, text)
+        return path
+
+    @staticmethod
+    def _write_atomic(path: Path, text: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a JSONL file (blank lines skipped)."""
+    with Path(path).open(encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+@contextmanager
+def progress_bar(description: str, total: int, *, enabled: bool = True) -> Iterator[Any]:
+    """A rich progress bar; yields ``advance(k)``. Disabled: a no-op ``advance``."""
+    if not enabled:
+        yield lambda k=1: None
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, transient=False) as progress:
+        task = progress.add_task(description, total=total)
+        yield lambda k=1: progress.advance(task, k)

@@ -1,0 +1,103 @@
+"""Supervised fine-tuning on scaffold-step rows with TRL's ``SFTTrainer``.
+
+Rows are TRL prompt/completion pairs (text, or chat messages), as
+:mod:`training.data` builds them; the loss covers the completion only. The output
+directory gets ``checkpoint-N/`` folders (a rerun resumes from the newest), a
+``log.jsonl`` of training logs, and ``final/`` with the model, the tokenizer and
+``ponder_training.json``.
+
+Example::
+
+    from training.sft import run_sft
+    final = run_sft("Qwen/Qwen3-0.6B", rows, "runs/gsr/sft", TrainSettings(max_steps=500),
+                    prompt_set="default")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from training.common import (
+    TrainSettings,
+    load_model,
+    save_final,
+    settings_dict,
+    trainer_args,
+    trainer_callbacks,
+)
+from training.data import sft_columns
+from training.runs import last_checkpoint
+
+__all__ = ["make_sft_trainer", "run_sft"]
+
+
+def make_sft_trainer(
+    model: Any,
+    tokenizer: Any,
+    rows: Sequence[Mapping[str, Any]],
+    output_dir: str | Path,
+    settings: TrainSettings | None = None,
+    *,
+    max_length: int | None = 2048,
+    **config: Any,
+) -> Any:
+    """An ``SFTTrainer`` over ``rows`` (only their prompt and completion are used).
+
+    Extra keyword arguments go to ``SFTConfig`` (e.g. ``packing=True``).
+    """
+    from datasets import Dataset  # type: ignore[import-untyped]
+    from trl.trainer.sft_config import SFTConfig
+    from trl.trainer.sft_trainer import SFTTrainer
+
+    settings = settings or TrainSettings()
+    if not rows:
+        raise ValueError("no SFT rows to train on")
+    dataset = Dataset.from_list(sft_columns([dict(row) for row in rows]))
+    args = SFTConfig(
+        **trainer_args(settings, output_dir),
+        max_length=max_length,
+        completion_only_loss=True,
+        **config,
+    )
+    return SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=trainer_callbacks(settings, output_dir),
+    )
+
+
+def run_sft(
+    model: str | Path | Any,
+    rows: Sequence[Mapping[str, Any]],
+    output_dir: str | Path,
+    settings: TrainSettings | None = None,
+    *,
+    tokenizer: Any = None,
+    prompt_set: str | None = None,
+    resume: bool = True,
+    **config: Any,
+) -> Path:
+    """Train, resuming from the newest checkpoint in ``output_dir`` if ``resume``;
+    returns the ``final/`` folder. ``model`` is a path/hub name or a loaded model
+    (then pass ``tokenizer``)."""
+    settings = settings or TrainSettings()
+    if isinstance(model, str | Path):
+        model, tokenizer = load_model(model, threads=settings.threads)
+    elif tokenizer is None:
+        raise ValueError("pass the tokenizer with a loaded model")
+    trainer = make_sft_trainer(model, tokenizer, rows, output_dir, settings, **config)
+    checkpoint = last_checkpoint(output_dir) if resume else None
+    trainer.train(resume_from_checkpoint=checkpoint)
+    kinds = sorted({str(r.get("kind")) for r in rows if r.get("kind")})
+    meta = {
+        "trainer": "sft",
+        "prompt_set": prompt_set,
+        "kinds": kinds,
+        "rows": len(rows),
+        "settings": settings_dict(settings),
+    }
+    return save_final(trainer, output_dir, meta)
