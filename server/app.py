@@ -47,6 +47,7 @@ def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = Non
                  extra={"engines": str(models)})  # fmt: skip
         if not auth.enabled:
             log.warning("no API keys configured: /v1 is open to anyone who can reach it")
+        await serving.start()
         try:
             yield
         finally:

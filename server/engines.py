@@ -1,88 +1,36 @@
 """Engine wrappers the server puts around its engines: replicas and metering.
 
-:class:`ReplicaEngine` spreads calls over several replicas of one model (round-robin,
-moving on to the next replica when one is unreachable before it produced anything).
-:class:`MeteredEngine` counts every call, its latency and its tokens for Prometheus.
-Both implement the :class:`~scaffolds.engine.Engine` protocol, so a scaffold cannot tell.
+:class:`~server.replicas.ReplicaEngine` (in :mod:`server.replicas`, re-exported here)
+routes calls over several replicas of one model: affinity by problem, least outstanding
+requests, circuit breakers, health polling and failover. :class:`MeteredEngine` counts
+every call, its latency and its tokens for Prometheus (and exports a wrapped
+``ReplicaEngine``'s per-replica gauges). Both implement the
+:class:`~scaffolds.engine.Engine` protocol, so a scaffold cannot tell.
 
 >>> import asyncio
 >>> from scaffolds.engine import GenerateRequest
 >>> from scaffolds.engines.mock import MockEngine
->>> a, b = MockEngine(lambda r: "a"), MockEngine(lambda r: "b")
->>> pool = ReplicaEngine([a, b])
->>> [asyncio.run(pool.generate(GenerateRequest("hi"))).completions[0].text for _ in range(3)]
+>>> from server.metrics import Metrics
+>>> pool = ReplicaEngine([MockEngine(lambda r: "a"), MockEngine(lambda r: "b")])
+>>> engine = MeteredEngine(pool, Metrics(), "m")
+>>> [asyncio.run(engine.generate(GenerateRequest("hi"))).completions[0].text for _ in range(3)]
 ['a', 'b', 'a']
+>>> [r["breaker"] for r in replica_status(engine)]
+['closed', 'closed']
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from scaffolds.engine import Engine, GenerateRequest, GenerateResult, StreamItem
-from scaffolds.errors import EngineUnavailableError
+from server.replicas import ReplicaEngine
 
 if TYPE_CHECKING:
     from server.metrics import Metrics
-
-
-class ReplicaEngine:
-    """Round-robin over ``replicas``; an unreachable replica passes the call on.
-
-    Failover happens only for :class:`EngineUnavailableError` raised before any output
-    (a stream that already yielded text is never restarted elsewhere).
-    """
-
-    def __init__(self, replicas: Sequence[Engine]):
-        if not replicas:
-            raise ValueError("ReplicaEngine needs at least one replica")
-        self.replicas = tuple(replicas)
-        self._next = itertools.count()
-
-    def __repr__(self) -> str:
-        return f"ReplicaEngine({list(self.replicas)!r})"
-
-    def _order(self) -> list[Engine]:
-        start = next(self._next) % len(self.replicas)
-        return [*self.replicas[start:], *self.replicas[:start]]
-
-    async def generate(self, request: GenerateRequest) -> GenerateResult:
-        order = self._order()
-        for i, replica in enumerate(order):
-            try:
-                return await replica.generate(request)
-            except EngineUnavailableError:
-                if i == len(order) - 1:
-                    raise
-        raise AssertionError("unreachable")
-
-    async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamItem]:
-        order = self._order()
-        for i, replica in enumerate(order):
-            produced = False
-            iterator = replica.stream(request)
-            try:
-                async for item in iterator:
-                    produced = True
-                    yield item
-                return
-            except EngineUnavailableError:
-                if produced or i == len(order) - 1:
-                    raise
-            finally:
-                await _aclose(iterator)
-
-    async def health(self) -> bool:
-        """True when at least one replica answers."""
-        results = await asyncio.gather(*(engine_health(r) for r in self.replicas))
-        return any(results)
-
-    async def aclose(self) -> None:
-        for replica in self.replicas:
-            await engine_aclose(replica)
 
 
 class MeteredEngine:
@@ -92,6 +40,8 @@ class MeteredEngine:
         self.inner = inner
         self.metrics = metrics
         self.model = model
+        if isinstance(inner, ReplicaEngine):
+            inner.bind_metrics(metrics, model)
 
     def __repr__(self) -> str:
         return f"MeteredEngine({self.inner!r})"
@@ -140,6 +90,9 @@ class MeteredEngine:
     async def health(self) -> bool:
         return await engine_health(self.inner)
 
+    async def start(self) -> None:
+        await engine_start(self.inner)
+
     async def aclose(self) -> None:
         await engine_aclose(self.inner)
 
@@ -155,6 +108,22 @@ async def engine_health(engine: Any) -> bool:
         return False
 
 
+async def engine_start(engine: Any) -> None:
+    """Call an engine's optional ``start()`` (background work such as health polls)."""
+    start = getattr(engine, "start", None)
+    if start is not None:
+        await start()
+
+
+def replica_status(engine: Any) -> list[dict[str, Any]] | None:
+    """The per-replica state of a (possibly wrapped) :class:`ReplicaEngine`, else None."""
+    while engine is not None:
+        if isinstance(engine, ReplicaEngine):
+            return engine.status()
+        engine = getattr(engine, "inner", None)
+    return None
+
+
 async def engine_aclose(engine: Any) -> None:
     """Call an engine's optional ``aclose()``."""
     close = getattr(engine, "aclose", None)
@@ -168,4 +137,11 @@ async def _aclose(iterator: AsyncIterator[Any]) -> None:
         await close()
 
 
-__all__ = ["MeteredEngine", "ReplicaEngine", "engine_aclose", "engine_health"]
+__all__ = [
+    "MeteredEngine",
+    "ReplicaEngine",
+    "engine_aclose",
+    "engine_health",
+    "engine_start",
+    "replica_status",
+]

@@ -1,11 +1,19 @@
 """A fake OpenAI-compatible engine server for tests and benchmarks.
 
-It speaks enough of the vLLM/OpenAI API (``/v1/models``, ``/v1/completions``,
-``/v1/chat/completions``; streaming, ``n``, usage with cached tokens, logprobs with
-``token_id:N`` tokens, ``reasoning_content``) for engine clients to be tested over real
-HTTP. A mutable :class:`FakeEngineConfig` controls what it answers, how slowly, and how
-it fails; :class:`FakeEngineState` counts calls, in-flight calls and calls the client
-abandoned, and records every request body and header set.
+It speaks enough of the vLLM/OpenAI API (``/health``, ``/v1/models``,
+``/v1/completions``, ``/v1/chat/completions``; streaming, ``n``, usage with cached
+tokens, logprobs with ``token_id:N`` tokens, ``reasoning_content``) for engine clients to
+be tested over real HTTP. A mutable :class:`FakeEngineConfig` controls what it answers,
+how slowly, and how it fails; :class:`FakeEngineState` counts calls, in-flight calls and
+calls the client abandoned, and records every request body and header set.
+
+With ``dialect="sglang"`` it answers the way SGLang's OpenAI-compatible server does
+where that differs: reasoning in ``reasoning_content`` unless the request says
+``separate_reasoning: false`` (then it stays inline in ``<think>`` tags),
+``usage.prompt_tokens_details`` null unless some tokens were cached, a top-level
+``reasoning_tokens``, flat error bodies (``{"object": "error", "message", "type",
+"code"}``), and ``POST /abort_request`` (recorded in ``state.aborted``). These shapes come
+from reading SGLang's public source, not from a running SGLang.
 
 Tokens are whitespace-separated words (with their leading space), so counts are
 predictable. ``latency_per_token`` is one decoding step: the n samples of a call advance
@@ -35,7 +43,7 @@ import zlib
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -102,6 +110,12 @@ class FakeEngineConfig:
     """When set, requests without ``Authorization: Bearer <api_key>`` get 401."""
     reward: Callable[[str], float] = len
     """``POST /pooling`` (a vLLM reward model): the score of an assistant message."""
+    dialect: Literal["vllm", "sglang"] = "vllm"
+    """Which server's response and error shapes to imitate (see the module docstring)."""
+    healthy: bool = True
+    """``GET /health`` answers 200 when True, 503 when False."""
+    stream_error: Failure | None = None
+    """Streams: send this error as an SSE chunk after the first chunk, then ``[DONE]``."""
 
     def fail_next(
         self, status: int, times: int = 1, *, retry_after: str | None = None, message: str = ""
@@ -135,6 +149,9 @@ class FakeEngineState:
     stopping: bool = False
     reported_usage: list[dict[str, Any]] = field(default_factory=list)
     """The ``usage`` object of every answer sent (stream or not), in order."""
+    aborted: list[str] = field(default_factory=list)
+    """The ``rid`` of every ``POST /abort_request`` (SGLang mode)."""
+    health_checks: int = 0
     _seen_prompts: list[list[str]] = field(default_factory=list)
 
     def enter(self) -> None:
@@ -222,6 +239,7 @@ class _Plan:
     prompt_pieces: list[str]
     cached: int
     step_seconds: float
+    dialect: str = "vllm"
     id: str = field(default_factory=lambda: f"fake-{uuid.uuid4().hex[:12]}")
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -246,12 +264,17 @@ class _Plan:
     def usage(self) -> dict[str, Any]:
         completion = sum(len(s.pieces) for s in self.samples)
         prompt = len(self.prompt_pieces)
-        return {
+        out: dict[str, Any] = {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": self.cached},
         }
+        if self.dialect == "sglang":  # details only when something was cached
+            out["prompt_tokens_details"] = {"cached_tokens": self.cached} if self.cached else None
+            kinds = [k for s in self.samples for k, _ in s.pieces]
+            out["reasoning_tokens"] = kinds.count("reasoning")
+        return out
 
 
 def _plan(
@@ -270,6 +293,9 @@ def _plan(
         cuts = [text.find(s) for s in stops if s and s in text]
         text = text[: min(cuts)] if cuts else text
         pieces = [("reasoning", p) for p in _pieces(config.reasoning or "")] if chat else []
+        if pieces and config.dialect == "sglang" and body.get("separate_reasoning") is False:
+            inline = f"<think>{config.reasoning}</think>"  # SGLang leaves it in the text
+            pieces, text = [], inline + text
         pieces += [("content", p) for p in _pieces(text)]
         if limit is not None and len(pieces) > limit:
             pieces, finish = pieces[:limit], "length"
@@ -284,7 +310,7 @@ def _plan(
     step = config.latency_per_token
     if config.tail_alpha and step:
         step *= random.paretovariate(config.tail_alpha)
-    return _Plan(chat, body, samples, prompt_pieces, cached, step)
+    return _Plan(chat, body, samples, prompt_pieces, cached, step, config.dialect)
 
 
 def _full_body(plan: _Plan, config: FakeEngineConfig) -> dict[str, Any]:
@@ -298,7 +324,7 @@ def _full_body(plan: _Plan, config: FakeEngineConfig) -> dict[str, Any]:
         if plan.chat:
             message: dict[str, Any] = {"role": "assistant", "content": content}
             if reasoning:
-                message[config.reasoning_field] = reasoning
+                message[_reasoning_field(config)] = reasoning
             choice["message"] = message
         else:
             choice["text"] = content
@@ -342,6 +368,12 @@ async def _stream(
             )
         if config.malformed:
             yield "data: {this is not json\n\n"
+        if config.stream_error is not None:
+            failure = config.stream_error
+            outcome = "failed"
+            yield _sse(_error_body(config, failure.status, failure.message))
+            yield _sse("[DONE]")
+            return
         sent = 0
         for step in range(plan.steps):
             if plan.step_seconds:
@@ -352,7 +384,7 @@ async def _stream(
                 kind, piece = sample.pieces[step]
                 choice: dict[str, Any] = {"index": i, "finish_reason": None}
                 if plan.chat:
-                    key = config.reasoning_field if kind == "reasoning" else "content"
+                    key = _reasoning_field(config) if kind == "reasoning" else "content"
                     choice["delta"] = {key: piece}
                 else:
                     choice["text"] = piece
@@ -389,8 +421,22 @@ async def _sleep_unless_gone(request: Request, seconds: float, state: FakeEngine
         await asyncio.sleep(min(_POLL, left))
 
 
-def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    body = {"error": {"message": message, "type": "FakeEngineError", "param": None, "code": status}}
+def _reasoning_field(config: FakeEngineConfig) -> str:
+    return "reasoning_content" if config.dialect == "sglang" else config.reasoning_field
+
+
+def _error_body(config: FakeEngineConfig, status: int, message: str) -> dict[str, Any]:
+    error = {"message": message, "type": "FakeEngineError", "param": None, "code": status}
+    return {"object": "error", **error} if config.dialect == "sglang" else {"error": error}
+
+
+def _error(
+    status: int,
+    message: str,
+    headers: dict[str, str] | None = None,
+    config: FakeEngineConfig | None = None,
+) -> JSONResponse:
+    body = _error_body(config or FakeEngineConfig(), status, message)
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -400,7 +446,7 @@ def create_app(config: FakeEngineConfig, state: FakeEngineState) -> FastAPI:
 
     def denied(request: Request) -> JSONResponse | None:
         if config.api_key and request.headers.get("authorization") != f"Bearer {config.api_key}":
-            return _error(401, "invalid API key")
+            return _error(401, "invalid API key", config=config)
         return None
 
     async def generate(request: Request, chat: bool) -> Response:
@@ -420,9 +466,9 @@ def create_app(config: FakeEngineConfig, state: FakeEngineState) -> FastAPI:
             failure = config.failures.pop(0)
             state.failed += 1
             headers = {"Retry-After": failure.retry_after} if failure.retry_after else None
-            return _error(failure.status, failure.message, headers)
+            return _error(failure.status, failure.message, headers, config)
         if (problem := _validate(body, chat)) is not None:
-            return _error(400, problem)
+            return _error(400, problem, config=config)
         plan = _plan(body, chat, config, state)
         if body.get("stream") and not config.hang:
             return StreamingResponse(_stream(plan, config, state), media_type="text/event-stream")
@@ -431,6 +477,8 @@ def create_app(config: FakeEngineConfig, state: FakeEngineState) -> FastAPI:
             wait = math.inf if config.hang else plan.step_seconds * plan.steps
             if not await _sleep_unless_gone(request, wait, state):
                 state.cancelled += 1
+                if state.stopping:  # shutting down: what a real server answers then
+                    return _error(503, "the engine is shutting down", config=config)
                 return Response(status_code=499)
             state.completed += 1
             if config.malformed:
@@ -451,6 +499,20 @@ def create_app(config: FakeEngineConfig, state: FakeEngineState) -> FastAPI:
         answer = messages[-1].get("content", "") if messages else ""
         data = [[0.0], [float(config.reward(answer))]]
         return JSONResponse({"object": "list", "data": [{"index": 0, "data": data}]})
+
+    @app.get("/health")
+    async def health() -> Response:
+        state.health_checks += 1
+        return Response(status_code=200 if config.healthy else 503)
+
+    @app.post("/abort_request")
+    async def abort_request(request: Request) -> Response:
+        """SGLang's abort route: records the ``rid`` (a 404 in vLLM mode, as in vLLM)."""
+        if config.dialect != "sglang":
+            return _error(404, "Not Found", config=config)
+        body = await request.json()
+        state.aborted.append(str(body.get("rid", "")))
+        return Response(status_code=200)
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
@@ -474,13 +536,18 @@ def create_app(config: FakeEngineConfig, state: FakeEngineState) -> FastAPI:
 
 
 @contextlib.contextmanager
-def running_fake_engine(config: FakeEngineConfig | None = None) -> Iterator[FakeEngineHandle]:
-    """Serve a fake engine on 127.0.0.1 (a free port) in a background thread."""
+def running_fake_engine(
+    config: FakeEngineConfig | None = None, *, port: int = 0
+) -> Iterator[FakeEngineHandle]:
+    """Serve a fake engine on 127.0.0.1 in a background thread.
+
+    ``port`` 0 picks a free port; pass a stopped engine's port to bring it back there.
+    """
     config = config or FakeEngineConfig()
     state = FakeEngineState()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     port = sock.getsockname()[1]
     uv_config = uvicorn.Config(
         create_app(config, state),

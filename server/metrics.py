@@ -87,6 +87,31 @@ class Metrics:
             registry=r,
         )
 
+        self.replica_up = Gauge(
+            "ponder_engine_replica_up",
+            "1 when an engine replica takes calls (health check passing, breaker closed).",
+            ["model", "replica"],
+            registry=r,
+        )
+        self.replica_outstanding = Gauge(
+            "ponder_engine_replica_outstanding",
+            "Engine calls in flight on each replica.",
+            ["model", "replica"],
+            registry=r,
+        )
+        self.replica_breaker = Gauge(
+            "ponder_engine_replica_breaker_state",
+            "Circuit breaker of each replica: 0 closed, 1 half-open, 2 open.",
+            ["model", "replica"],
+            registry=r,
+        )
+        self.replica_retries = Counter(
+            "ponder_engine_replica_retries_total",
+            "Engine calls retried on another replica after a replica failed them.",
+            ["model"],
+            registry=r,
+        )
+
     def render(self) -> bytes:
         """The text exposition format."""
         return generate_latest(self.registry)

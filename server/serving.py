@@ -36,7 +36,14 @@ from scaffolds.run import RunResult, run_scaffold
 from scaffolds.spec import Registry, SpecLimits, build_strategy, default_registry, spec_string
 from scaffolds.strategies.base import Solution, Strategy
 from scaffolds.trace import StepFinished, TraceRecorder
-from server.engines import MeteredEngine, ReplicaEngine, engine_aclose, engine_health
+from server.engines import (
+    MeteredEngine,
+    ReplicaEngine,
+    engine_aclose,
+    engine_health,
+    engine_start,
+    replica_status,
+)
 from server.errors import ClientDisconnectedError, api_error
 from server.limits import RunLimiter
 from server.metrics import Metrics
@@ -162,6 +169,11 @@ class Serving:
             models[config.name] = ServedModel(config, engine, default, aliases, reward)
         limiter = RunLimiter(settings.max_concurrent_runs, settings.queue_size, metrics)
         return cls(settings, models, registry=registry, metrics=metrics, limiter=limiter)
+
+    async def start(self) -> None:
+        """Start the engines' background work (replica health polls)."""
+        for served in self.models.values():
+            await engine_start(served.engine)
 
     async def aclose(self) -> None:
         for served in self.models.values():
@@ -438,7 +450,11 @@ class Serving:
             name: "ok" if ok else "unreachable" for name, ok in zip(names, checks, strict=True)
         }
         ready = all(checks)
-        return ready, {"status": "ready" if ready else "unavailable", "models": detail}
+        out: dict[str, Any] = {"status": "ready" if ready else "unavailable", "models": detail}
+        replicas = {n: replica_status(self.models[n].engine) for n in names}
+        if any(r is not None for r in replicas.values()):
+            out["replicas"] = {n: r for n, r in replicas.items() if r is not None}
+        return ready, out
 
 
 def finish_reasons(result: RunResult) -> list[str]:
@@ -486,7 +502,15 @@ def _http_engine(config: ModelConfig, settings: Settings) -> Engine:
         )
         for url in config.engines
     ]
-    return replicas[0] if len(replicas) == 1 else ReplicaEngine(replicas)
+    if len(replicas) == 1:
+        return replicas[0]
+    return ReplicaEngine(
+        replicas,
+        failure_threshold=settings.engine_breaker_threshold,
+        cooldown_s=settings.engine_breaker_cooldown_s,
+        health_interval_s=settings.engine_health_interval_s,
+        load_factor=settings.engine_load_factor,
+    )
 
 
 __all__ = ["RunPlan", "ServedModel", "Serving", "finish_reasons"]

@@ -211,6 +211,15 @@ class Settings(BaseSettings):
     engine_connect_timeout_s: float = Field(default=5.0, gt=0)
     engine_read_timeout_s: float = Field(default=600.0, gt=0)
     engine_max_retries: int = Field(default=3, ge=0)
+    engine_breaker_threshold: int = Field(default=3, ge=1)
+    """Consecutive failures (after the engine's own retries) that open a replica's breaker."""
+    engine_breaker_cooldown_s: float = Field(default=10.0, gt=0)
+    """How long an open breaker waits before letting one probe call through."""
+    engine_health_interval_s: float = Field(default=5.0, ge=0)
+    """Seconds between active health checks of each replica (0: off)."""
+    engine_load_factor: float = Field(default=1.5, ge=1.0)
+    """Affinity yields to the least busy replica when the preferred one would carry more
+    than this times the mean outstanding calls per replica."""
 
     # -- logs --------------------------------------------------------------------------
     log_level: Literal["debug", "info", "warning", "error"] = "info"

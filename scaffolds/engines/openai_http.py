@@ -19,15 +19,17 @@ Typical use (needs a running server)::
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import json
 import logging
 import math
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Self
 
 import httpx
 from tenacity import (
@@ -46,6 +48,16 @@ from scaffolds.engine import (
     StreamItem,
     Usage,
 )
+from scaffolds.engines.dialects import (
+    Dialect,
+    abort_rids,
+    error_message,
+    health_route,
+    max_tokens_key,
+    reported_error,
+    request_fields,
+    sglang_abort,
+)
 from scaffolds.errors import (
     EngineError,
     EngineRejectedError,
@@ -54,8 +66,6 @@ from scaffolds.errors import (
 )
 
 __all__ = ["Dialect", "OpenAIEngine"]
-
-Dialect = Literal["vllm", "sglang", "openai"]
 
 logger = logging.getLogger(__name__)
 
@@ -95,9 +105,11 @@ class OpenAIEngine:
 
     ``base_url`` ends in ``/v1``. ``api_key`` is the engine's own key, sent as a bearer
     token only when set. ``max_retries`` counts retries after the first attempt. The
-    ``dialect`` picks server-specific fields: with ``"vllm"``, logprob requests also ask
-    for token ids (``return_tokens_as_token_ids``); with ``"openai"``, chat requests send
-    ``max_completion_tokens``. A client passed in is used as is and not closed by
+    ``dialect`` picks server-specific fields and routes (see
+    :mod:`scaffolds.engines.dialects`): with ``"vllm"``, logprob requests also ask for
+    token ids; with ``"sglang"``, each call carries a ``rid`` and a cancelled call is
+    aborted with ``POST /abort_request`` (best effort); with ``"openai"``, chat requests
+    send ``max_completion_tokens``. A client passed in is used as is and not closed by
     :meth:`aclose`; otherwise the engine creates and owns one on first use.
 
     Per-sample ``completion_tokens``: exact when token ids (or logprobs) came back;
@@ -122,6 +134,7 @@ class OpenAIEngine:
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0 (got {max_retries})")
         self.base_url = base_url.rstrip("/")
+        self.root_url = self.base_url.removesuffix("/v1")
         self.model = model
         self.dialect: Dialect = dialect
         self.max_retries = max_retries
@@ -133,6 +146,7 @@ class OpenAIEngine:
         self._client = client
         self._owns_client = client is None
         self._backoff = wait_random_exponential(multiplier=backoff_base, max=backoff_max)
+        self._aborts: set[asyncio.Task[None]] = set()
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -147,7 +161,9 @@ class OpenAIEngine:
         return self._client
 
     async def aclose(self) -> None:
-        """Close the HTTP client if this engine created it."""
+        """Close the HTTP client if this engine created it (after pending aborts)."""
+        if self._aborts:
+            await asyncio.gather(*self._aborts, return_exceptions=True)
         if self._client is not None and self._owns_client:
             await self._client.aclose()
             self._client = None
@@ -168,7 +184,11 @@ class OpenAIEngine:
     async def generate(self, request: GenerateRequest) -> GenerateResult:
         """Sample ``request.params.n`` completions in one HTTP call."""
         path, body = self._build_body(request, stream=False)
-        data = await self._request_json("POST", path, body)
+        try:
+            data = await self._request_json("POST", path, body)
+        except (asyncio.CancelledError, EngineTimeoutError):
+            self._abort_later(body)  # the server may still be generating it
+            raise
         accs: dict[int, _Choice] = {}
         self._absorb(data, accs, "message" if request.is_chat else None)
         usage = self._parse_usage(data.get("usage"))
@@ -183,11 +203,16 @@ class OpenAIEngine:
         """
         path, body = self._build_body(request, stream=True)
         part_key = "delta" if request.is_chat else None
-        response = await self._open("POST", path, body)
+        try:
+            response = await self._open("POST", path, body)
+        except (asyncio.CancelledError, EngineTimeoutError):
+            self._abort_later(body)
+            raise
         accs: dict[int, _Choice] = {}
         usage = Usage(calls=1)
         prompt_ids: tuple[int, ...] | None = None
         done = False
+        finished = False
         try:
             async for line in response.aiter_lines():
                 if not line.startswith("data:"):
@@ -202,10 +227,13 @@ class OpenAIEngine:
                 if chunk.get("usage"):
                     usage = self._parse_usage(chunk["usage"])
                 prompt_ids = self._prompt_ids(chunk) or prompt_ids
+            finished = True
         except httpx.HTTPError as exc:
             raise self._map_error(exc, attempts=1, started=True) from exc
         finally:
             await response.aclose()
+            if not finished:  # closed early, cancelled or failed mid-stream
+                self._abort_later(body)
         if not done and not (accs and all(a.finish_reason for a in accs.values())):
             raise EngineUnavailableError(
                 f"the stream from engine {self.base_url} ended before [DONE]"
@@ -215,10 +243,14 @@ class OpenAIEngine:
     # -- other endpoints -------------------------------------------------------------
 
     async def health(self) -> bool:
-        """True when ``GET {base_url}/models`` answers 2xx (no retries)."""
+        """True when the server's health route answers 2xx (no retries).
+
+        vLLM and SGLang: ``GET {root}/health``; OpenAI: ``GET {base_url}/models``.
+        """
+        at_root, path = health_route(self.dialect)
         try:
             response = await self.client.get(
-                f"{self.base_url}/models",
+                (self.root_url if at_root else self.base_url) + path,
                 headers=self._headers(),
                 timeout=httpx.Timeout(self._timeout.connect or 5.0),
             )
@@ -237,6 +269,22 @@ class OpenAIEngine:
             raise self._malformed("a model entry has no string 'id'")
         return [str(i) for i in ids]
 
+    def _abort_later(self, body: dict[str, Any]) -> None:
+        """SGLang: abort the call's ``rid`` in the background (best effort, never raises)."""
+        rid = body.get("rid")
+        if self.dialect != "sglang" or not isinstance(rid, str):
+            return
+        rids = abort_rids(rid, int(body.get("n") or 1))
+        timeout = httpx.Timeout(self._timeout.connect or 5.0)
+        abort = sglang_abort(self.client, self.root_url, rids, self._headers(), timeout)
+        try:
+            task = asyncio.get_running_loop().create_task(abort)
+        except RuntimeError:  # no running loop: nothing to abort with
+            abort.close()
+            return
+        self._aborts.add(task)
+        task.add_done_callback(self._aborts.discard)
+
     # -- requests and retries --------------------------------------------------------
 
     def _headers(self) -> dict[str, str]:
@@ -253,22 +301,16 @@ class OpenAIEngine:
             body["messages"] = [m.to_openai() for m in request.prompt]
         body["n"] = params.n
         if params.max_tokens is not None:
-            key = "max_completion_tokens" if chat and self.dialect == "openai" else "max_tokens"
-            body[key] = params.max_tokens
+            body[max_tokens_key(self.dialect, chat=chat)] = params.max_tokens
         for name in ("temperature", "top_p", "seed"):
             value = getattr(params, name)
             if value is not None:
                 body[name] = value
         if params.stop:
             body["stop"] = list(params.stop)
-        if params.logprobs:
-            if chat:
-                body["logprobs"] = True
-                body["top_logprobs"] = 0
-            else:
-                body["logprobs"] = 0 if self.dialect == "vllm" else 1
-            if self.dialect == "vllm":
-                body["return_tokens_as_token_ids"] = True
+        body |= request_fields(self.dialect, chat=chat, logprobs=params.logprobs)
+        if self.dialect == "sglang":
+            body["rid"] = f"ponder-{uuid.uuid4().hex}"
         if stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
@@ -319,7 +361,7 @@ class OpenAIEngine:
         finally:
             await response.aclose()
         status = response.status_code
-        message = _error_message(raw)
+        message = error_message(raw)
         if _retry_status(status):
             retry_after = _parse_retry_after(response.headers.get("retry-after"))
             raise _RetryableStatus(status, message, retry_after)
@@ -379,10 +421,12 @@ class OpenAIEngine:
         """Fold a response (or one stream chunk) into ``accs``; return its new pieces."""
         if not isinstance(data, dict):
             raise self._malformed("expected a JSON object")
-        error = data.get("error")
-        if error and "choices" not in data:
-            message = error.get("message", error) if isinstance(error, dict) else error
-            raise EngineError(f"engine {self.base_url} reported an error: {message}")
+        if (report := reported_error(data)) is not None:
+            message, code = report
+            text = f"engine {self.base_url} reported an error: {message}"
+            if code is not None and 400 <= code < 500 and not _retry_status(code):
+                raise EngineRejectedError(text, status=code)  # the request's fault
+            raise EngineError(text, status=code)
         choices = data.get("choices") or []
         if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
             raise self._malformed("'choices' is not a list of objects")
@@ -548,22 +592,6 @@ def _is_int(value: Any) -> bool:
 def _failure(state: RetryCallState) -> BaseException | None:
     outcome = state.outcome
     return outcome.exception() if outcome is not None and outcome.failed else None
-
-
-def _error_message(raw: bytes) -> str:
-    """The engine's own error message from an error body (OpenAI, vLLM or FastAPI shape)."""
-    text = raw.decode("utf-8", "replace").strip()
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
-    message: Any = text or "(empty body)"
-    if isinstance(data, dict):
-        error = data.get("error")
-        nested = error.get("message") if isinstance(error, dict) else error
-        found = (nested, data.get("message"), data.get("detail"))
-        message = next((m for m in found if isinstance(m, str)), message)
-    return str(message)[:_SNIPPET]
 
 
 def _parse_retry_after(value: str | None) -> float | None:
