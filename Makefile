@@ -51,10 +51,10 @@ unit: setup vllm
 ## The README's test command: lint, type-check (strict) and the whole test suite.
 test: lint typecheck unit
 
-## The README's run command: serve Ponder in front of an OpenAI-compatible engine.
+## The README's run command: serve Ponder. With no ENGINE it serves the model Ponder
+## ships (training/demo/model) in process; with ENGINE=URL MODEL=NAME, that engine.
 serve: setup
-	@test -n "$(ENGINE)" || { echo "usage: make serve ENGINE=http://HOST:PORT/v1 MODEL=NAME"; exit 2; }
-	$(BIN)/ponder serve --engine "$(ENGINE)" --model "$(MODEL)" --host $(HOST) --port $(PORT)
+	$(BIN)/ponder serve $(if $(ENGINE),--engine "$(ENGINE)" --model "$(MODEL)") --host $(HOST) --port $(PORT)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -221,6 +221,40 @@ def serve(
         int | None,
         typer.Option(help=_env("ENGINE_MAX_RETRIES", "Retries of a failed engine call [3].")),
     ] = None,
+    engine_breaker_threshold: Annotated[
+        int | None,
+        typer.Option(
+            help=_env(
+                "ENGINE_BREAKER_THRESHOLD",
+                "Consecutive failures that open a replica's breaker [3].",
+            )
+        ),
+    ] = None,
+    engine_breaker_cooldown: Annotated[
+        float | None,
+        typer.Option(
+            help=_env(
+                "ENGINE_BREAKER_COOLDOWN_S", "Seconds before an open breaker lets a probe by [10]."
+            )
+        ),
+    ] = None,
+    engine_health_interval: Annotated[
+        float | None,
+        typer.Option(
+            help=_env(
+                "ENGINE_HEALTH_INTERVAL_S", "Seconds between replica health polls; 0 off [5]."
+            )
+        ),
+    ] = None,
+    engine_load_factor: Annotated[
+        float | None,
+        typer.Option(
+            help=_env(
+                "ENGINE_LOAD_FACTOR",
+                "How much busier than average a problem's preferred replica may be [1.5].",
+            )
+        ),
+    ] = None,
     log_level: Annotated[
         str | None,
         typer.Option(help=_env("LOG_LEVEL", "debug|info|warning|error [default: info].")),
@@ -240,6 +274,7 @@ def serve(
 
     from scaffolds.errors import PonderError
     from server.app import serve as run_server
+    from server.embedded import with_embedded_default
     from server.settings import Settings, setting_errors
 
     given: dict[str, Any] = {
@@ -270,6 +305,10 @@ def serve(
         "engine_connect_timeout_s": engine_connect_timeout,
         "engine_read_timeout_s": engine_read_timeout,
         "engine_max_retries": engine_max_retries,
+        "engine_breaker_threshold": engine_breaker_threshold,
+        "engine_breaker_cooldown_s": engine_breaker_cooldown,
+        "engine_health_interval_s": engine_health_interval,
+        "engine_load_factor": engine_load_factor,
         "log_level": log_level,
         "log_json": log_json,
     }
@@ -277,8 +316,13 @@ def serve(
     try:
         settings = Settings(**overrides)
         if not settings.served_models():
-            raise typer.BadParameter(
-                "no model to serve: give --engine and --model, or a --config with 'models'"
+            settings = with_embedded_default(settings)
+            typer.echo(
+                f"ponder serve: no engine given; serving the shipped {settings.model!r} model "
+                "in process (aliases: "
+                + ", ".join(f"{settings.model}+{a}" for a in settings.aliases)
+                + ")",
+                err=True,
             )
         run_server(settings)
     except ValidationError as err:

@@ -29,6 +29,7 @@ from fastapi.responses import JSONResponse, Response
 from scaffolds.answers import AnswerChecker
 from scaffolds.context import Budget, Problem
 from scaffolds.engine import Engine, SamplingParams, messages_from_openai
+from scaffolds.engines.local import LocalEngine
 from scaffolds.engines.openai_http import OpenAIEngine
 from scaffolds.engines.reward import HTTPRewardModel
 from scaffolds.errors import FanOutError, InvalidRequestError, NotFoundError, SpecError
@@ -56,7 +57,7 @@ from server.protocol import (
     delta_choice,
     model_card,
 )
-from server.settings import ModelConfig, Settings
+from server.settings import LOCAL_ENGINE_PREFIX, ModelConfig, Settings
 from server.streaming import ChoiceRouter, SSEResponse, sse_event
 
 log = logging.getLogger("ponder.server")
@@ -491,7 +492,9 @@ def _response_id(endpoint: Endpoint) -> str:
 def _http_engine(config: ModelConfig, settings: Settings) -> Engine:
     key = config.engine_api_key.get_secret_value() if config.engine_api_key else None
     replicas: list[Engine] = [
-        OpenAIEngine(
+        LocalEngine(url.removeprefix(LOCAL_ENGINE_PREFIX))
+        if url.startswith(LOCAL_ENGINE_PREFIX)
+        else OpenAIEngine(
             url,
             config.served_engine_model,
             api_key=key,

@@ -90,10 +90,21 @@ def parse_aliases(value: Any) -> Any:
     return value
 
 
+LOCAL_ENGINE_PREFIX = "local:"
+"""``local:DIR`` runs a transformers model directory in process instead of over HTTP."""
+
+
 def _check_engine_url(url: str) -> str:
     url = url.strip().rstrip("/")
+    if url.startswith(LOCAL_ENGINE_PREFIX):
+        model_dir = Path(url.removeprefix(LOCAL_ENGINE_PREFIX))
+        if not (model_dir / "config.json").is_file():
+            raise ValueError(f"local engine needs a model directory with config.json (got {url!r})")
+        return url
     if not url.startswith(("http://", "https://")):
-        raise ValueError(f"engine base URL must start with http:// or https:// (got {url!r})")
+        raise ValueError(
+            f"engine base URL must start with http:// or https://, or be local:DIR (got {url!r})"
+        )
     if not url.endswith("/v1"):
         raise ValueError(f"engine base URL must end in /v1 (got {url!r})")
     return url

@@ -1,0 +1,46 @@
+"""``ponder serve`` with no engine: the shipped model, in process, behind the real server."""
+
+from __future__ import annotations
+
+import openai
+
+from server.embedded import EMBEDDED_MODEL, SHIPPED_MODEL_DIR, with_embedded_default
+from server.settings import Settings
+from tests.server.conftest import running_ponder
+
+
+def test_the_embedded_default_answers_with_the_shipped_model() -> None:
+    settings = with_embedded_default(Settings())
+    assert settings.engines == (f"local:{SHIPPED_MODEL_DIR}",)
+    with running_ponder(settings) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        ids = [m.id for m in client.models.list().data]
+        assert ids[0] == EMBEDDED_MODEL and f"{EMBEDDED_MODEL}+maj8" in ids
+        reply = client.chat.completions.create(
+            model=f"{EMBEDDED_MODEL}+maj8",
+            messages=[{"role": "user", "content": "347+589="}],
+            temperature=1.0,
+        )
+        greedy = client.chat.completions.create(
+            model=EMBEDDED_MODEL,
+            messages=[{"role": "user", "content": "120+111="}],
+            temperature=0.0,
+        )
+    answer = reply.choices[0].message.content or ""
+    assert answer.isdigit() and 3 <= len(answer) <= 4
+    assert reply.usage is not None and reply.usage.completion_tokens >= 8 * 3
+    assert (reply.usage.model_extra or {})["engine_calls"] == 1
+    assert (greedy.choices[0].message.content or "").isdigit()
+
+
+def test_configured_models_are_left_alone() -> None:
+    settings = Settings(model="m", engines=("http://127.0.0.1:1/v1",))
+    assert with_embedded_default(settings) is settings
+
+
+def test_a_local_engine_must_name_a_model_directory() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=r"config\.json"):
+        Settings(model="m", engines=("local:/no/such/model",))
