@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 import typer
 from rich.console import Console
@@ -35,11 +36,22 @@ train_app = typer.Typer(
 )
 out = Console()
 err = Console(stderr=True)
+T = TypeVar("T")
 
 
 def _fail(message: str) -> typer.Exit:
     err.print(f"[red]error:[/red] {message}")
     return typer.Exit(2)
+
+
+async def _closing(engine: Any, work: Awaitable[T]) -> T:
+    """Await ``work``, then close ``engine`` (an in-process model's worker, HTTP clients)."""
+    try:
+        return await work
+    finally:
+        close = getattr(engine, "aclose", None)
+        if close is not None:
+            await close()
 
 
 def _split(text: str | None) -> list[str] | None:
@@ -54,7 +66,7 @@ ProgressOpt = Annotated[bool, typer.Option(help="show progress bars")]
 def data(
     run_dir: Annotated[Path, typer.Argument(help="run directory (rerun to resume)")],
     dataset: Annotated[Path, typer.Option(help="JSONL of id/problem/answer")],
-    engine: Annotated[str, typer.Option(help="http(s)://HOST/v1 or hf:PATH")],
+    engine: Annotated[str, typer.Option(help="http(s)://HOST/v1 or hf:PATH (in process)")],
     scaffold: Annotated[str, typer.Option("--scaffold", "-s", help="scaffold spec")] = "gsr",
     model: Annotated[str | None, typer.Option(help="model name an HTTP engine serves")] = None,
     api_key: Annotated[str | None, typer.Option(envvar="PONDER_ENGINE_API_KEY")] = None,
@@ -102,26 +114,29 @@ def data(
         )
         budget = Budget(max_tokens=budget_tokens) if budget_tokens else None
         report = asyncio.run(
-            make_data(
-                RunDir(run_dir),
-                problems,
+            _closing(
                 chosen,
-                scaffold=scaffold,
-                samples=samples,
-                prompt_set=prompt_set,
-                chat=chat_default if chat is None else chat,
-                params=params,
-                budget=budget,
-                concurrency=1 if engine.startswith("hf:") else concurrency,
-                kinds=_split(kinds),
-                sft_kinds=_split(sft_kinds),
-                direct_ratio=direct_ratio,
-                gsr_keep=cast(Literal["all", "all_wrong", "some_right"], gsr_keep),
-                rc_summaries=cast(Literal["next_correct", "all"], rc_summaries),
-                min_accuracy=min_accuracy,
-                grade_workers=grade_workers,
-                progress=progress,
-            )
+                make_data(
+                    RunDir(run_dir),
+                    problems,
+                    chosen,
+                    scaffold=scaffold,
+                    samples=samples,
+                    prompt_set=prompt_set,
+                    chat=chat_default if chat is None else chat,
+                    params=params,
+                    budget=budget,
+                    concurrency=1 if engine.startswith("hf:") else concurrency,
+                    kinds=_split(kinds),
+                    sft_kinds=_split(sft_kinds),
+                    direct_ratio=direct_ratio,
+                    gsr_keep=cast(Literal["all", "all_wrong", "some_right"], gsr_keep),
+                    rc_summaries=cast(Literal["next_correct", "all"], rc_summaries),
+                    min_accuracy=min_accuracy,
+                    grade_workers=grade_workers,
+                    progress=progress,
+                ),
+            ),
         )
     except (OSError, ValueError, PonderError, RunConflictError) as exc:
         raise _fail(str(exc)) from None

@@ -41,14 +41,15 @@ def make_engine(
     """An engine by name, and whether it talks chat by default.
 
     ``http(s)://host/v1`` is an OpenAI-compatible server (vLLM, SGLang, Ponder itself)
-    serving ``model``; ``hf:PATH`` is a local transformers checkpoint, run in process.
+    serving ``model``; ``hf:PATH`` is a local transformers checkpoint, run in process
+    (:class:`~scaffolds.engines.local.LocalEngine`, loaded here: a bad path fails now).
     """
     if spec.startswith("hf:"):
-        from training.common import load_model
-        from training.hf_engine import TransformersEngine
+        from scaffolds.engines.local import LocalEngine
 
-        loaded, tokenizer = load_model(spec[3:], threads=threads)
-        return TransformersEngine(loaded, tokenizer), False
+        local = LocalEngine(spec[3:], threads=threads)
+        local.load()
+        return local, False
     if spec.startswith(("http://", "https://")):
         if not model:
             raise ValueError("an HTTP engine needs --model")

@@ -21,8 +21,10 @@ log-probabilities as the engine produced them (never re-encoded text).
 
 :class:`ScaffoldRollout` is TRL's ``rollout_func``: it receives the generation batch
 (each prompt repeated ``num_generations`` times, consecutively), builds one context
-per group on the trainer's own model, and returns ``prompt_ids``, ``completion_ids``,
-``logprobs`` and, for the reward functions, ``step_prompt`` and ``step_kind``.
+per group on the trainer's own model (``LocalEngine.from_model``: logprobs under the
+sampling distribution, the model's training mode restored after), and returns
+``prompt_ids``, ``completion_ids``, ``logprobs`` and, for the reward functions,
+``step_prompt`` and ``step_kind``.
 
 >>> import asyncio
 >>> from scaffolds.engines.mock import MockEngine
@@ -36,17 +38,20 @@ per group on the trainer's own model, and returns ``prompt_ids``, ``completion_i
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from scaffolds.context import Context, Problem
 from scaffolds.engine import Completion, Engine, Prompt, SamplingParams, messages_from_openai
+from scaffolds.engines.local import LocalEngine, encode_prompt
 from scaffolds.strategies.base import Solution
 from scaffolds.strategies.rc import summarizable
 from scaffolds.trace import StepFinished, TraceRecorder, event_to_dict
 from training.rewards import run_sync
+
+T = TypeVar("T")
 
 __all__ = [
     "MODES",
@@ -273,6 +278,14 @@ def _groups(rows: Sequence[Mapping[str, Any]], size: int) -> list[tuple[int, int
     return out
 
 
+async def _closing(engine: LocalEngine, work: Coroutine[Any, Any, T]) -> T:
+    """Await ``work``, then close ``engine`` (its worker thread; the model is not touched)."""
+    try:
+        return await work
+    finally:
+        await engine.aclose()
+
+
 class ScaffoldRollout:
     """TRL ``rollout_func``: each group of identical prompts shares one scaffold context.
 
@@ -299,8 +312,6 @@ class ScaffoldRollout:
         size = int(trainer.num_generations if training else trainer.num_generations_eval)
         from trl.models.utils import unwrap_model_for_generation
 
-        from training.hf_engine import TransformersEngine
-
         extra = {
             k: v
             for k, v in dict(getattr(trainer, "generation_kwargs", {}) or {}).items()
@@ -312,10 +323,12 @@ class ScaffoldRollout:
             top_p=float(trainer.top_p) if trainer.top_p is not None else None,
             logprobs=True,
         )
+        tokenizer = trainer.processing_class
         with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
-            engine = TransformersEngine(model, trainer.processing_class, generation_kwargs=extra)
-            groups = run_sync(self._run(rows, engine, size, trainer.max_completion_length, params))
-        return self._assemble(groups, engine)
+            engine = LocalEngine.from_model(model, tokenizer, generation_kwargs=extra)
+            run = self._run(rows, engine, size, trainer.max_completion_length, params)
+            groups = run_sync(_closing(engine, run))
+        return self._assemble(groups, tokenizer)
 
     async def _run(
         self,
@@ -339,7 +352,7 @@ class ScaffoldRollout:
         return out
 
     def _assemble(
-        self, groups: list[tuple[Mapping[str, Any], GroupRollout, int]], engine: Any
+        self, groups: list[tuple[Mapping[str, Any], GroupRollout, int]], tokenizer: Any
     ) -> dict[str, list[Any]]:
         out: dict[str, list[Any]] = {
             "prompt_ids": [],
@@ -351,7 +364,7 @@ class ScaffoldRollout:
         for row, group, _ in groups:
             prompt_ids = group.prompt_ids
             if prompt_ids is None:
-                prompt_ids = engine.encode(group.plan.prompt)
+                prompt_ids = encode_prompt(tokenizer, group.plan.prompt)
             for completion in group.completions:
                 ids = list(completion.token_ids or ())
                 logprobs = list(completion.logprobs or ())

@@ -55,7 +55,7 @@ from scaffolds.engine import (
     Usage,
     stream_from_generate,
 )
-from training.hf_engine import encode_prompt
+from scaffolds.engines.local import encode_prompt
 from training.rollouts import (
     MODES,
     RolloutSettings,

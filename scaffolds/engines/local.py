@@ -1,27 +1,44 @@
 """LocalEngine: the Engine protocol over a transformers causal LM in this process.
 
-Meant for small models on CPU (tests, the synthetic addition model, notebooks): no server,
-no HTTP. The n samples of one prompt are one batched ``model.generate`` call
-(``num_return_sequences=n``), so they share the prompt's prefill. Calls run one at a
-time on a single worker thread: concurrent calls queue rather than oversubscribe the
-CPUs. Cancelling the awaiting task stops the generation at its next token (a stopping
-criterion watches a per-call flag), so a cancelled call frees the worker quickly and
-never corrupts later calls.
+One engine, two ways in:
+
+- ``LocalEngine(model_dir)`` loads a model directory (or hub id, offline) lazily, on
+  first use, and answers like vLLM's OpenAI server: for small models on CPU (tests, the
+  synthetic addition model, notebooks, ``ponder train data --engine hf:PATH``);
+- ``LocalEngine.from_model(model, tokenizer)`` samples from a live model that the caller
+  keeps owning: the GRPO rollout drives the trainer's policy through it. The model is
+  put in eval mode for each call and its mode restored after; logprobs are taken under
+  the sampling distribution by default.
+
+The n samples of one prompt are one batched ``model.generate`` call
+(``num_return_sequences=n``, split above ``max_batch``), so they share the prompt's
+prefill. Calls run one at a time on a single worker thread: concurrent calls queue
+rather than oversubscribe the CPUs, and synchronous code can drive the engine with
+``asyncio.run`` (the trainer does). Cancelling the awaiting task stops the generation
+at its next token (a stopping criterion watches a per-call flag), so a cancelled call
+frees the worker quickly and never corrupts later calls.
 
 Semantics follow vLLM's OpenAI server where they can:
 
-- chat prompts are rendered with the tokenizer's chat template
-  (``add_generation_prompt=True``), plain prompts are tokenized as they are;
+- chat prompts are rendered with the tokenizer's chat template (with the generation
+  prompt); plain prompts are tokenized as they are, with the tokenizer's special tokens
+  when ``add_special_tokens`` (the default for a directory, like vLLM; not for
+  ``from_model``, like TRL) -- see :func:`encode_prompt`;
 - ``temperature`` 0 is greedy (one row generated, copied n times); otherwise sampling
   with ``top_p`` (default 1.0) and no top-k; ``temperature`` None means 1.0;
-- ``finish_reason`` is ``"stop"`` at the end-of-sequence token or a stop string (the
+- ``finish_reason`` is ``"stop"`` at an end-of-sequence token or a stop string (the
   text is cut before the stop string, the token that completed it is counted), and
-  ``"length"`` at ``max_tokens``;
-- ``logprobs=True`` returns the sampled token ids and their log-probabilities under the
-  model's raw distribution (before temperature and top-p, like vLLM's default);
-- ``seed`` makes sampling reproducible (torch's global RNG, reseeded on the worker);
+  ``"length"`` at ``max_tokens`` (unset: ``default_max_tokens``, capped by the context);
+- ``logprobs=True`` returns the prompt's and the sampled token ids and the sampled
+  tokens' log-probabilities: under the model's raw distribution with ``logprobs="raw"``
+  (before temperature and top-p, vLLM's default), under the distribution actually
+  sampled from with ``logprobs="sampling"`` (after temperature, top-p/top-k and the
+  ``generation_kwargs`` processors: what a policy-gradient loss needs);
+- ``seed`` makes sampling reproducible (torch's global RNG is forked for the call, so
+  a seeded call leaves it as it was); unseeded calls draw from torch's global RNG;
 - ``extra`` understands ``ignore_eos``, ``top_k`` and ``min_tokens``; other keys are
-  ignored.
+  ignored. ``generation_kwargs`` (e.g. ``top_k``, ``min_p``, ``repetition_penalty``) go
+  to every ``generate``; the request's own settings win over them.
 
 ``stream`` is :func:`~scaffolds.engine.stream_from_generate`: one delta per sample once
 the whole call is done, not token by token.
@@ -30,8 +47,8 @@ torch and transformers are imported lazily, on the worker thread, when the model
 first needed (``pip install torch transformers``).
 
 >>> engine = LocalEngine("training/demo/model", max_batch=16)
->>> engine.model_dir.name, engine.max_batch, engine.loaded
-('model', 16, False)
+>>> engine.model_dir.name, engine.max_batch, engine.logprobs, engine.loaded
+('model', 16, 'raw', False)
 
 Typical use::
 
@@ -41,34 +58,45 @@ Typical use::
     )
     answers = [c.text for c in result.completions]
     await engine.aclose()
+
+    # in training, on the policy being trained (still owned by the trainer):
+    engine = LocalEngine.from_model(model, tokenizer, generation_kwargs={"top_k": 0})
+    result = asyncio.run(engine.generate(GenerateRequest("12+34=", SamplingParams(
+        n=4, max_tokens=8, logprobs=True))))
+    result.prompt_token_ids, result.completions[0].token_ids, result.completions[0].logprobs
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
-import os
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from scaffolds.engine import (
     Completion,
     GenerateRequest,
     GenerateResult,
+    Prompt,
     StreamItem,
     Usage,
     stream_from_generate,
 )
 from scaffolds.errors import EngineError, InvalidRequestError, PonderError
 
-__all__ = ["LocalEngine"]
+__all__ = ["LocalEngine", "LogprobMode", "encode_prompt"]
+
+LogprobMode = Literal["raw", "sampling"]
 
 _DEFAULT_MAX_TOKENS = 512
 """``max_tokens`` when a request leaves it unset (capped by the model's context)."""
+_SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "typical_p")
+"""Sampler settings dropped from ``generation_kwargs`` for greedy calls."""
 
 
 def _module(name: str) -> Any:
@@ -79,6 +107,37 @@ def _module(name: str) -> Any:
         raise EngineError(
             f"LocalEngine needs {name!r}: pip install torch transformers", code="engine_error"
         ) from exc
+
+
+def encode_prompt(
+    tokenizer: Any,
+    prompt: Prompt,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+    *,
+    add_special_tokens: bool = False,
+) -> list[int]:
+    """Token ids of an engine prompt.
+
+    Messages go through the tokenizer's chat template with the generation prompt (the
+    template supplies any special tokens); text is encoded as it is, with the
+    tokenizer's special tokens (e.g. BOS) only if ``add_special_tokens``.
+    """
+    if isinstance(prompt, str):
+        ids = tokenizer(prompt, add_special_tokens=add_special_tokens)["input_ids"]
+        return [int(i) for i in ids]
+    if not getattr(tokenizer, "chat_template", None):
+        raise InvalidRequestError(
+            "the model's tokenizer has no chat template; send a plain prompt", param="messages"
+        )
+    encoded = tokenizer.apply_chat_template(
+        [m.to_openai() for m in prompt],
+        add_generation_prompt=True,
+        tokenize=True,
+        **dict(chat_template_kwargs or {}),
+    )
+    if isinstance(encoded, Mapping) or hasattr(encoded, "input_ids"):
+        encoded = encoded["input_ids"]
+    return [int(i) for i in encoded]
 
 
 class _Cancelled(Exception):
@@ -140,12 +199,20 @@ class _Watcher:
 
 
 class LocalEngine:
-    """An in-process engine over a transformers causal LM directory (or hub id, offline).
+    """An in-process engine over a transformers causal LM: a directory (or hub id,
+    offline) loaded on first use, or a live model (:meth:`from_model`).
 
     ``threads`` sets torch's intra-op threads on the worker thread (None keeps torch's
-    default). ``max_batch`` caps the rows of one ``generate``: n above it runs in
-    several sequential batches.
+    setting). ``max_batch`` caps the rows of one ``generate``: n above it runs in
+    several sequential batches. ``logprobs`` picks the distribution of the returned
+    logprobs (``"raw"`` or ``"sampling"``, see the module docs); ``default_max_tokens``
+    bounds a request without ``max_tokens``; ``generation_kwargs`` go to every
+    ``generate`` (an ``eos_token_id`` there replaces the model's); ``chat_template_kwargs``
+    to the chat template; ``add_special_tokens`` applies to plain-text prompts.
     """
+
+    model_dir: Path | None
+    """The directory loaded from (None for :meth:`from_model`)."""
 
     def __init__(
         self,
@@ -154,15 +221,81 @@ class LocalEngine:
         device: str = "cpu",
         threads: int | None = None,
         max_batch: int = 64,
+        logprobs: LogprobMode = "raw",
+        default_max_tokens: int = _DEFAULT_MAX_TOKENS,
+        generation_kwargs: Mapping[str, Any] | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+        add_special_tokens: bool = True,
+    ) -> None:
+        self.model_dir = Path(model_dir)
+        self.device = device
+        self._configure(
+            threads,
+            max_batch,
+            logprobs,
+            default_max_tokens,
+            generation_kwargs,
+            chat_template_kwargs,
+            add_special_tokens,
+        )
+
+    @classmethod
+    def from_model(
+        cls,
+        model: Any,
+        tokenizer: Any,
+        *,
+        threads: int | None = None,
+        max_batch: int = 64,
+        logprobs: LogprobMode = "sampling",
+        default_max_tokens: int = 256,
+        generation_kwargs: Mapping[str, Any] | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+        add_special_tokens: bool = False,
+    ) -> LocalEngine:
+        """An engine over an already-loaded model and tokenizer, which stay the caller's:
+        nothing is loaded or moved, the model's train/eval mode is restored after each
+        call, and :meth:`aclose` only drops the engine's references."""
+        engine = cls.__new__(cls)
+        engine.model_dir = None
+        engine.device = str(_device_of(model))
+        engine._configure(
+            threads,
+            max_batch,
+            logprobs,
+            default_max_tokens,
+            generation_kwargs,
+            chat_template_kwargs,
+            add_special_tokens,
+        )
+        engine._model, engine._tokenizer = model, tokenizer
+        return engine
+
+    def _configure(
+        self,
+        threads: int | None,
+        max_batch: int,
+        logprobs: LogprobMode,
+        default_max_tokens: int,
+        generation_kwargs: Mapping[str, Any] | None,
+        chat_template_kwargs: Mapping[str, Any] | None,
+        add_special_tokens: bool,
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1 (got {max_batch})")
         if threads is not None and threads < 1:
             raise ValueError(f"threads must be >= 1 (got {threads})")
-        self.model_dir = Path(model_dir)
-        self.device = device
+        if logprobs not in ("raw", "sampling"):
+            raise ValueError(f"logprobs must be 'raw' or 'sampling' (got {logprobs!r})")
+        if default_max_tokens < 1:
+            raise ValueError(f"default_max_tokens must be >= 1 (got {default_max_tokens})")
         self.threads = threads
         self.max_batch = max_batch
+        self.logprobs: LogprobMode = logprobs
+        self.default_max_tokens = default_max_tokens
+        self.generation_kwargs = dict(generation_kwargs or {})
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.add_special_tokens = add_special_tokens
         self.generated_tokens = 0
         """Tokens generated so far, including those of cancelled calls (for monitoring)."""
         self.calls_started = 0
@@ -170,6 +303,7 @@ class LocalEngine:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-engine")
         self._model: Any = None
         self._tokenizer: Any = None
+        self._threads_set = False
         self._load_error: BaseException | None = None
         self._active: set[threading.Event] = set()
         self._closed = False
@@ -218,8 +352,16 @@ class LocalEngine:
             return False
         return True
 
+    def load(self) -> None:
+        """Load the model now, blocking (on the worker thread); EngineError if it cannot.
+        For synchronous callers: inside an event loop, ``await health()`` instead."""
+        if self._closed:
+            raise EngineError("LocalEngine is closed")
+        self._executor.submit(self._ensure_loaded).result()
+
     async def aclose(self) -> None:
-        """Stop in-flight generations, wait for the worker and drop the model."""
+        """Stop in-flight generations, wait for the worker and drop the model (a live
+        model from :meth:`from_model` is only let go of, never changed)."""
         if self._closed:
             return
         self._closed = True
@@ -231,14 +373,16 @@ class LocalEngine:
 
     # -- on the worker thread --------------------------------------------------------
     def _ensure_loaded(self) -> None:
+        if self.threads is not None and not self._threads_set:
+            _module("torch").set_num_threads(self.threads)
+            self._threads_set = True
         if self._model is not None:
             return
+        if self.model_dir is None or self._closed:
+            raise EngineError("LocalEngine is closed")
         if self._load_error is not None:
             raise EngineError(f"cannot load {self.model_dir}: {self._load_error}")
-        torch = _module("torch")
         transformers = _module("transformers")
-        if self.threads is not None:
-            torch.set_num_threads(self.threads)
         try:
             tokenizer = transformers.AutoTokenizer.from_pretrained(str(self.model_dir))
             model = transformers.AutoModelForCausalLM.from_pretrained(str(self.model_dir))
@@ -250,36 +394,23 @@ class LocalEngine:
         self._tokenizer = tokenizer
         self._model = model
 
-    def _prompt_ids(self, request: GenerateRequest) -> list[int]:
-        tokenizer = self._tokenizer
-        if isinstance(request.prompt, str):
-            text, special = request.prompt, True
-        else:
-            if not getattr(tokenizer, "chat_template", None):
-                raise InvalidRequestError(
-                    f"the model at {self.model_dir} has no chat template; send a plain prompt",
-                    param="messages",
-                )
-            messages = [m.to_openai() for m in request.prompt]
-            text = tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True
-            )
-            special = False
-        ids = list(tokenizer(text, add_special_tokens=special)["input_ids"])
-        if not ids:
-            raise InvalidRequestError("the prompt is empty", param="prompt")
-        return ids
-
     def _run(self, request: GenerateRequest, cancel: threading.Event) -> GenerateResult:
         if cancel.is_set():  # cancelled while it waited in the queue
             raise _Cancelled()
         self.calls_started += 1
         self._ensure_loaded()
         torch = _module("torch")
-        params = request.params
-        prompt_ids = self._prompt_ids(request)
-        context = getattr(self._model.config, "max_position_embeddings", None)
-        max_tokens = params.max_tokens or _DEFAULT_MAX_TOKENS
+        params, model = request.params, self._model
+        prompt_ids = encode_prompt(
+            self._tokenizer,
+            request.prompt,
+            self.chat_template_kwargs,
+            add_special_tokens=self.add_special_tokens,
+        )
+        if not prompt_ids:
+            raise InvalidRequestError("the prompt is empty", param="prompt")
+        context = getattr(model.config, "max_position_embeddings", None)
+        max_tokens = params.max_tokens or self.default_max_tokens
         if context is not None:
             room = int(context) - len(prompt_ids)
             if room < 1:
@@ -295,18 +426,29 @@ class LocalEngine:
                     f"the model's context ({context})",
                     param="max_tokens",
                 )
-        greedy = params.temperature == 0.0
-        seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(7), "big")
-        torch.manual_seed(seed)
         samples: list[_Sample] = []
-        if greedy:
-            samples = self._generate(request, prompt_ids, 1, max_tokens, cancel) * params.n
-        else:
-            remaining = params.n
-            while remaining:
-                rows = min(remaining, self.max_batch)
-                samples += self._generate(request, prompt_ids, rows, max_tokens, cancel)
-                remaining -= rows
+        was_training = bool(model.training)
+        with contextlib.ExitStack() as scope:
+            if params.seed is not None:  # seed a fork: the global RNG is left as it was
+                device = _device_of(model)
+                on_cpu = device.type == "cpu"
+                scope.enter_context(
+                    torch.random.fork_rng(
+                        devices=[] if on_cpu else [device.index or 0],
+                        device_type="cuda" if on_cpu else device.type,
+                    )
+                )
+                torch.manual_seed(params.seed)
+            scope.callback(model.train, was_training)
+            model.eval()
+            if params.temperature == 0.0:  # greedy: one row, copied n times
+                samples = self._generate(request, prompt_ids, 1, max_tokens, cancel) * params.n
+            else:
+                remaining = params.n
+                while remaining:
+                    rows = min(remaining, self.max_batch)
+                    samples += self._generate(request, prompt_ids, rows, max_tokens, cancel)
+                    remaining -= rows
         if cancel.is_set():
             raise _Cancelled()
         completions = tuple(self._completion(s, params.stop, params.logprobs) for s in samples)
@@ -316,6 +458,16 @@ class LocalEngine:
             calls=1,
         )
         return GenerateResult(completions, usage, prompt_token_ids=tuple(prompt_ids))
+
+    def _eos_ids(self, ignore_eos: bool) -> frozenset[int]:
+        if ignore_eos:
+            return frozenset()
+        eos = self.generation_kwargs.get("eos_token_id")
+        if eos is None:
+            eos = self._model.generation_config.eos_token_id
+        if eos is None:
+            eos = self._tokenizer.eos_token_id
+        return frozenset([] if eos is None else [eos] if isinstance(eos, int) else eos)
 
     def _generate(
         self,
@@ -329,39 +481,40 @@ class LocalEngine:
         transformers = _module("transformers")
         params, extra = request.params, request.params.extra
         model, tokenizer = self._model, self._tokenizer
-        eos = model.generation_config.eos_token_id
-        if eos is None:
-            eos = tokenizer.eos_token_id
-        eos_ids = frozenset([] if eos is None else [eos] if isinstance(eos, int) else eos)
-        if extra.get("ignore_eos"):
-            eos_ids = frozenset()
+        eos_ids = self._eos_ids(bool(extra.get("ignore_eos")))
         pad = tokenizer.pad_token_id
         if pad is None:
             pad = min(eos_ids) if eos_ids else 0
         watcher = _Watcher(tokenizer, len(prompt_ids), rows, eos_ids, params.stop, cancel)
-        kwargs: dict[str, Any] = {
-            "max_new_tokens": max_tokens,
-            "num_return_sequences": rows,
-            "pad_token_id": pad,
-            "eos_token_id": sorted(eos_ids) if eos_ids else None,
-            "stopping_criteria": transformers.StoppingCriteriaList([watcher]),
-            "return_dict_in_generate": True,
-            "output_logits": params.logprobs,
-        }
+        raw = self.logprobs == "raw"
+        kwargs: dict[str, Any] = dict(self.generation_kwargs)
+        kwargs.update(
+            max_new_tokens=max_tokens,
+            num_return_sequences=rows,
+            pad_token_id=pad,
+            eos_token_id=sorted(eos_ids) if eos_ids else None,
+            stopping_criteria=transformers.StoppingCriteriaList([watcher]),
+            return_dict_in_generate=True,
+            output_logits=params.logprobs and raw,
+            output_scores=params.logprobs and not raw,
+        )
         if extra.get("min_tokens"):
             kwargs["min_new_tokens"] = int(extra["min_tokens"])
         if params.temperature == 0.0:
+            for key in _SAMPLING_KEYS:
+                kwargs.pop(key, None)
             kwargs["do_sample"] = False
         else:
+            top_p = params.top_p if params.top_p is not None else kwargs.get("top_p")
+            top_k = extra["top_k"] if extra.get("top_k") is not None else kwargs.get("top_k")
             kwargs.update(
                 do_sample=True,
                 temperature=1.0 if params.temperature is None else params.temperature,
-                top_p=1.0 if params.top_p is None else params.top_p,
-                top_k=int(extra.get("top_k") or 0),
+                top_p=1.0 if top_p is None else float(top_p),
+                top_k=int(top_k or 0),
             )
-        device = model.device
-        input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
-        with torch.inference_mode():
+        input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=_device_of(model))
+        with torch.no_grad():
             output = model.generate(
                 input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **kwargs
             )
@@ -370,15 +523,16 @@ class LocalEngine:
         self.generated_tokens += sum(
             steps if at is None else at for at in watcher.finished_at[:rows]
         )
+        per_step = (output.logits if raw else output.scores) if params.logprobs else None
         logprobs: Any = None
-        if params.logprobs and output.logits:
-            per_step = [
+        if per_step:
+            picked = [
                 torch.log_softmax(step.float(), dim=-1)
                 .gather(1, generated[:, i : i + 1])
                 .squeeze(1)
-                for i, step in enumerate(output.logits)
+                for i, step in enumerate(per_step)
             ]
-            logprobs = torch.stack(per_step, dim=1).tolist()
+            logprobs = torch.stack(picked, dim=1).tolist()
         samples = []
         for row in range(rows):
             at = watcher.finished_at[row]
@@ -402,3 +556,11 @@ class LocalEngine:
             token_ids=tuple(sample.token_ids) if logprobs else None,
             logprobs=tuple(sample.logprobs) if logprobs and sample.logprobs is not None else None,
         )
+
+
+def _device_of(model: Any) -> Any:
+    """The torch device of ``model``'s first parameter (``model.device`` without any)."""
+    try:
+        return next(model.parameters()).device
+    except (AttributeError, StopIteration):
+        return model.device

@@ -56,8 +56,40 @@ def test_bad_settings_name_the_parameter() -> None:
     )
     assert result.exit_code == 2
     assert "aliases.m+g.n" in result.output
-    result = runner.invoke(app, ["serve"])
-    assert result.exit_code == 2 and "no model to serve" in result.output
+    result = runner.invoke(app, ["serve", "--alias", "g=gsr(n=2)"])
+    assert result.exit_code == 2 and "flat aliases need --model" in result.output
+
+
+def test_serve_with_no_engine_serves_the_shipped_model() -> None:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clients.cli", "serve", "--port", str(port)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+
+        def up() -> bool:
+            try:
+                return httpx.get(f"{url}/health", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return proc.poll() is not None
+
+        assert wait_until(up, within=60) and proc.poll() is None
+        reply = httpx.post(
+            f"{url}/v1/chat/completions",
+            json={
+                "model": "ponder-addition",
+                "messages": [{"role": "user", "content": "100+200="}],
+                "temperature": 0,
+            },
+            timeout=60,
+        ).json()
+        assert reply["choices"][0]["message"]["content"].isdigit()
+    finally:
+        proc.terminate()
+        _, stderr = proc.communicate(timeout=30)
+    assert "no engine given; serving the shipped 'ponder-addition' model" in stderr
 
 
 @pytest.fixture

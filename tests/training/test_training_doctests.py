@@ -19,7 +19,6 @@ MODULES = [
     "training.pipeline",
     "training.verl_loop",
     "training.common",
-    "training.hf_engine",
     "training.sft",
     "training.cli",
 ]

@@ -109,6 +109,15 @@ def test_cli_data_on_a_local_model(tiny_model_dir: Path, tmp_path: Path) -> None
     assert result.exit_code == 0 and "traces: 3 problems" in result.output
 
 
+def test_cli_data_on_a_missing_local_model_fails_up_front(tmp_path: Path) -> None:
+    data = problems_file(tmp_path / "p.jsonl")
+    missing = tmp_path / "no-model"
+    args = ["data", str(tmp_path / "run"), "--dataset", str(data), "--engine", f"hf:{missing}"]
+    result = runner.invoke(train_app, [*args, "--no-progress"])
+    assert result.exit_code == 2 and "cannot load" in result.output
+    assert not (tmp_path / "run" / "traces.jsonl").exists()
+
+
 def test_cli_sft_resumes_from_its_checkpoint(tiny_model_dir: Path, tmp_path: Path) -> None:
     rows = tmp_path / "sft.jsonl"
     lines = [{"prompt": f"{i}+1=[{i},{i + 2}]", "completion": str(i + 1)} for i in range(6)]

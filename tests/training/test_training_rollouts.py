@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from scaffolds.engine import GenerateRequest, Message, SamplingParams
+from scaffolds.engine import GenerateRequest, Message
 from scaffolds.engines.mock import MockEngine
 from scaffolds.prompts import get_prompt_set
 from training.rollouts import (
@@ -187,25 +187,3 @@ def test_plain_grpo_trainer_rows_default_to_the_settings_mode(tiny_model_dir: Pa
     rollout = ScaffoldRollout(RolloutSettings(prompt_set="compact", default_mode="direct"))
     out = rollout(["1+1="] * 3, fake_trainer(model, tokenizer, None))
     assert out["step_prompt"] == ["1+1="] * 3
-
-
-def test_transformers_engine_chat_greedy_and_stop(tiny_model_dir: Path) -> None:
-    from training.common import load_model
-    from training.hf_engine import TransformersEngine
-
-    model, tokenizer = load_model(tiny_model_dir, threads=1)
-    engine = TransformersEngine(model, tokenizer)
-    chat = (Message("user", "1+2="),)
-    greedy = SamplingParams(n=2, max_tokens=4, temperature=0.0)
-    result = asyncio.run(engine.generate(GenerateRequest(chat, greedy)))
-    assert result.prompt_token_ids == tuple(engine.encode(chat))
-    assert tokenizer.decode(list(result.prompt_token_ids)) == "u:1+2=\na:"
-    first, second = result.completions
-    assert first.token_ids == second.token_ids  # greedy
-    assert first.text == tokenizer.decode(list(first.token_ids), skip_special_tokens=True)
-    assert first.finish_reason in ("stop", "length")
-    assert result.usage.calls == 1 and result.usage.prompt_tokens == len(result.prompt_token_ids)
-    seeded = SamplingParams(n=1, max_tokens=6, seed=3)
-    a = asyncio.run(engine.generate(GenerateRequest("9", seeded))).completions[0]
-    b = asyncio.run(engine.generate(GenerateRequest("9", seeded))).completions[0]
-    assert a.token_ids == b.token_ids

@@ -2,7 +2,9 @@
 
 The random model checks what must hold for any model: n samples in one ``generate``,
 token ids and logprobs that match the sampled tokens, stop strings, ``max_tokens``,
-seeds, cancellation. The shipped model checks that it really adds.
+seeds, cancellation. The shipped model checks that it really adds. ``from_model`` is
+checked on a live model the test owns (the training rollout's use): chat template,
+logprobs under the sampling distribution, train mode restored, generation kwargs.
 """
 
 from __future__ import annotations
@@ -14,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from scaffolds.engine import Engine, GenerateRequest, SamplingParams, chat
+from scaffolds.engine import Engine, GenerateRequest, Message, SamplingParams, chat
 from scaffolds.errors import EngineError, InvalidRequestError
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from scaffolds.engines.local import LocalEngine
+from scaffolds.engines.local import LocalEngine, encode_prompt
 
 
 def _count_generate_calls(engine: LocalEngine) -> list[int]:
@@ -252,3 +254,130 @@ async def test_shipped_model_adds_through_local_engine(shipped_model_dir: Path) 
     assert all(r.completions[0].finish_reason == "stop" for r in results)
     correct = sum(text == p.answer for text, p in zip(texts, items, strict=True))
     assert correct / len(items) > 0.3, texts
+
+
+def test_local_engine_is_exported_without_importing_torch() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from scaffolds.engines import LocalEngine; "
+        "print(LocalEngine.__module__, 'torch' in sys.modules, 'transformers' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["scaffolds.engines.local", "False", "False"]
+
+
+def test_local_rejects_bad_options(tiny_model_dir: Path) -> None:
+    with pytest.raises(ValueError, match="logprobs"):
+        LocalEngine(tiny_model_dir, logprobs="scores")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="default_max_tokens"):
+        LocalEngine(tiny_model_dir, default_max_tokens=0)
+
+
+async def test_local_seeded_calls_leave_the_global_rng_alone(tiny_engine: LocalEngine) -> None:
+    import torch
+
+    before = torch.get_rng_state()
+    await tiny_engine.generate(GenerateRequest("1+2=", _sampled(n=2)))
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+# -- from_model: a live model the caller owns (how training samples its policy) ----------
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
+    """The training tests' tiny char-level Qwen2 (chat template ``u:...\\na:``), loaded."""
+    from tests.training.tiny_model import build_tiny_model
+    from training.common import load_model
+
+    return load_model(build_tiny_model(tmp_path_factory.mktemp("chat-qwen2")), threads=1)
+
+
+def test_from_model_chat_greedy_and_seed(live: tuple[Any, Any]) -> None:
+    # Synchronous code driving the engine with asyncio.run, call after call (the trainer).
+    import torch
+
+    model, tokenizer = live
+    engine = LocalEngine.from_model(model, tokenizer)
+    assert engine.loaded and engine.model_dir is None and engine.logprobs == "sampling"
+    chat_prompt = (Message("user", "1+2="),)
+    greedy = SamplingParams(n=2, max_tokens=4, temperature=0.0, logprobs=True)
+    result = asyncio.run(engine.generate(GenerateRequest(chat_prompt, greedy)))
+    assert result.prompt_token_ids == tuple(encode_prompt(tokenizer, chat_prompt))
+    assert tokenizer.decode(list(result.prompt_token_ids)) == "u:1+2=\na:"
+    first, second = result.completions
+    assert first.token_ids is not None
+    assert first.token_ids == second.token_ids  # greedy
+    assert first.text == tokenizer.decode(list(first.token_ids), skip_special_tokens=True)
+    assert first.finish_reason in ("stop", "length")
+    assert result.usage.calls == 1 and result.usage.prompt_tokens == len(result.prompt_token_ids)
+    seeded = SamplingParams(n=1, max_tokens=6, seed=3, logprobs=True)
+    a = asyncio.run(engine.generate(GenerateRequest("9", seeded))).completions[0]
+    b = asyncio.run(engine.generate(GenerateRequest("9", seeded))).completions[0]
+    assert a.token_ids is not None
+    assert a.token_ids == b.token_ids
+    asyncio.run(engine.aclose())
+    assert not engine.loaded
+    assert model(torch.tensor([[1, 2]])).logits.shape[1] == 2  # still the caller's model
+
+
+@pytest.mark.parametrize("mode", ["sampling", "raw"])
+async def test_from_model_logprobs_follow_the_mode(live: tuple[Any, Any], mode: str) -> None:
+    import torch
+
+    model, tokenizer = live
+    engine = LocalEngine.from_model(model, tokenizer, logprobs=mode)  # type: ignore[arg-type]
+    try:
+        params = _sampled(n=3, max_tokens=6, temperature=0.5, logprobs=True)
+        result = await engine.generate(GenerateRequest("12+3=", params))
+    finally:
+        await engine.aclose()
+    assert result.prompt_token_ids is not None
+    scale = 0.5 if mode == "sampling" else 1.0  # temperature divides the logits
+    for completion in result.completions:
+        assert completion.token_ids is not None and completion.logprobs is not None
+        ids = torch.tensor([[*result.prompt_token_ids, *completion.token_ids]])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0].float()
+        start = len(result.prompt_token_ids)
+        expected = torch.log_softmax(logits[start - 1 : -1] / scale, dim=-1)
+        expected = expected.gather(1, torch.tensor(completion.token_ids)[:, None]).squeeze(1)
+        assert completion.logprobs == pytest.approx(expected.tolist(), abs=1e-3)
+
+
+async def test_from_model_restores_train_mode_and_uses_its_options(
+    live: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, tokenizer = live
+    seen: list[tuple[bool, dict[str, Any]]] = []
+    original = model.generate
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        seen.append((bool(model.training), kwargs))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(model, "generate", recording)
+    options = {"top_k": 5, "repetition_penalty": 1.1}
+    engine = LocalEngine.from_model(
+        model, tokenizer, default_max_tokens=3, generation_kwargs=options
+    )
+    model.train()
+    try:
+        free = _sampled(n=2, max_tokens=None, extra={"ignore_eos": True})
+        result = await engine.generate(GenerateRequest("1+1=", free))
+        assert model.training  # restored after the call
+        assert [c.completion_tokens for c in result.completions] == [3, 3]  # default_max_tokens
+        own = free.replace(extra={"ignore_eos": True, "top_k": 2})
+        await engine.generate(GenerateRequest("1+1=", own))
+        await engine.generate(GenerateRequest("1+1=", free.replace(temperature=0.0)))
+    finally:
+        model.eval()
+        await engine.aclose()
+    assert [training for training, _ in seen] == [False, False, False]  # eval while sampling
+    first, second, greedy = (kwargs for _, kwargs in seen)
+    assert first["top_k"] == 5 and first["repetition_penalty"] == 1.1
+    assert second["top_k"] == 2  # the request wins over generation_kwargs
+    assert greedy["do_sample"] is False and "top_k" not in greedy
+    assert greedy["repetition_penalty"] == 1.1
