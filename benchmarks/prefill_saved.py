@@ -118,15 +118,12 @@ def engine_url(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
     if args.engine:
         yield args.engine, args.model
         return
-    from tests.engines.vllm_server import ROOT, build_tiny_model, running_vllm, vllm_python
+    from tests.engines.vllm_server import running_tiny_vllm, vllm_python
 
     python = vllm_python()
     if python is None:
         raise SystemExit("no vLLM venv: run `make vllm`, or pass --engine URL --model NAME")
-    cache = ROOT / ".cache"
-    cache.mkdir(exist_ok=True)
-    model_dir = build_tiny_model(python, cache / "tiny-llama")
-    with running_vllm(python, model_dir, log_path=cache / "vllm-bench.log") as server:
+    with running_tiny_vllm(python, "vllm-bench.log") as server:
         yield server.base_url, server.model
 
 

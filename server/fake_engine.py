@@ -35,8 +35,6 @@ import json
 import math
 import random
 import re
-import socket
-import threading
 import time
 import uuid
 import zlib
@@ -48,6 +46,8 @@ from typing import Any, Literal
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from server.threaded import serving_in_thread
 
 __all__ = [
     "Failure",
@@ -545,33 +545,18 @@ def running_fake_engine(
     """
     config = config or FakeEngineConfig()
     state = FakeEngineState()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))
-    port = sock.getsockname()[1]
-    uv_config = uvicorn.Config(
-        create_app(config, state),
-        log_config=None,
-        lifespan="off",
-        timeout_graceful_shutdown=2,
-        timeout_keep_alive=30,
-    )
-    server = uvicorn.Server(uv_config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 15
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            sock.close()
-            raise RuntimeError("the fake engine server did not start")
-        time.sleep(_POLL)
-    try:
-        yield FakeEngineHandle(f"http://127.0.0.1:{port}/v1", config, state)
-    finally:
+
+    def stopping() -> None:
         state.stopping = True
-        server.should_exit = True
-        thread.join(timeout=15)
-        sock.close()
+
+    with serving_in_thread(
+        create_app(config, state),
+        port=port,
+        on_stop=stopping,
+        lifespan="off",
+        timeout_keep_alive=30,
+    ) as root:
+        yield FakeEngineHandle(f"{root}/v1", config, state)
 
 
 @contextlib.asynccontextmanager

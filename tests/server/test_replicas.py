@@ -10,11 +10,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import os
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -565,20 +563,10 @@ async def test_e2e_every_engine_down_is_a_503() -> None:
 @contextlib.contextmanager
 def two_vllm_replicas() -> Iterator[list[Any]]:
     """Start two vLLM-CPU engines in parallel (skip without the vLLM venv)."""
-    from tests.engines.vllm_server import ROOT, build_tiny_model, running_vllm, vllm_python
+    from tests.engines.vllm_server import running_tiny_vllm, vllm_python_or_skip
 
-    python = vllm_python()
-    if python is None:
-        if os.environ.get("PONDER_REQUIRE_VLLM") == "1":
-            pytest.fail("PONDER_REQUIRE_VLLM=1 but no vLLM venv (run `make vllm`)")
-        pytest.skip("no vLLM venv: run `make vllm` (or set PONDER_VLLM_PYTHON)")
-    cache = ROOT / ".cache"
-    cache.mkdir(exist_ok=True)
-    model = build_tiny_model(python, cache / "tiny-llama")
-    contexts = [
-        running_vllm(python, model, log_path=Path(cache / f"vllm-replica-{i}.log"))
-        for i in range(2)
-    ]
+    python = vllm_python_or_skip()
+    contexts = [running_tiny_vllm(python, f"vllm-replica-{i}.log") for i in range(2)]
     with contextlib.ExitStack() as stack, concurrent.futures.ThreadPoolExecutor(2) as pool:
         futures = [pool.submit(c.__enter__) for c in contexts]
         servers = []

@@ -8,14 +8,13 @@ endpoints), ``n=8`` samples come back from one chat request, and the model adds.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.engines.vllm_server import ROOT, VLLMServer, running_vllm, vllm_python
+from tests.engines.vllm_server import ROOT, VLLMServer, running_vllm, vllm_python_or_skip
 from tests.training_demo.conftest import SHIPPED_MODEL
 from training.demo.task import problems
 
@@ -24,14 +23,12 @@ pytestmark = pytest.mark.vllm
 
 @pytest.fixture(scope="module")
 def addition_server() -> Iterator[VLLMServer]:
-    python = vllm_python()
-    if python is None:
-        if os.environ.get("PONDER_REQUIRE_VLLM") == "1":
-            pytest.fail("PONDER_REQUIRE_VLLM=1 but no vLLM venv (run `make vllm`)")
-        pytest.skip("no vLLM venv: run `make vllm` (or set PONDER_VLLM_PYTHON)")
+    python = vllm_python_or_skip()
     cache = ROOT / ".cache"
     cache.mkdir(exist_ok=True)
-    with running_vllm(python, SHIPPED_MODEL, log_path=cache / "vllm-addition.log") as server:
+    with running_vllm(
+        python, SHIPPED_MODEL, log_path=cache / "vllm-addition.log", served_name="addition"
+    ) as server:
         yield server
 
 

@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from server.vllm_process import running_vllm
 from training.demo.task import problems
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,37 +42,10 @@ def default_python() -> Path:
 @contextlib.contextmanager
 def serve(python: Path, model: Path, log: Path, timeout: float = 300) -> Iterator[str]:
     """Start vLLM on a free loopback port; yields its ``/v1`` base URL."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    command = [
-        str(python), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model), "--served-model-name", SERVED_NAME,
-        "--host", "127.0.0.1", "--port", str(port),
-        "--dtype", "bfloat16", "--max-model-len", "2048", "--enforce-eager",
-    ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-        try:
-            deadline = time.monotonic() + timeout
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError(f"vLLM exited with {process.returncode}; see {log}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"vLLM not healthy after {timeout}s; see {log}")
-                time.sleep(1)
-            yield f"http://127.0.0.1:{port}/v1"
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    with running_vllm(
+        python, model, log_path=log, served_name=SERVED_NAME, start_timeout=timeout
+    ) as server:
+        yield server.base_url
 
 
 async def measure(base_url: str, count: int) -> dict[str, Any]:

