@@ -77,3 +77,45 @@ def test_stream_and_disconnect_stops_generation(vllm_server: VLLMServer, ponder:
     assert vllm_server.metric("vllm:num_requests_running") == 0
     # The generation was aborted, not run to its 1800 tokens.
     assert vllm_server.metric("vllm:generation_tokens_total") - before < 1800
+
+
+EVERY_SCAFFOLD = {  # engine calls for n=2 choices
+    "single": 1,  # both choices in ONE engine request with n=2
+    "majority(k=3)": 2,  # per choice, its 3 samples in one request
+    "best_of_n(n=2)": 4,
+    "self_refine(max_rounds=1)": None,  # 4 to 6: a choice stops early if judged correct
+    "rc(steps=2, reasoning_tokens=12, summary_tokens=8)": 5,  # first chunks batched
+    "abstraction(m=2, n=2, abstraction_tokens=8)": 6,
+    "gsr(n=3)": 4,
+}
+
+
+@pytest.mark.parametrize("spec", list(EVERY_SCAFFOLD))
+def test_every_scaffold_through_ponder_matches_vllm(
+    vllm_server: VLLMServer, ponder: str, spec: str
+) -> None:
+    client = openai.OpenAI(base_url=f"{ponder}/v1", api_key="unused", max_retries=0)
+    before = vllm_server.metric("vllm:generation_tokens_total")
+    out = client.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "What is 3+4?"}],
+        n=2,
+        temperature=1.0,
+        extra_body={"scaffold": spec, "return_trace": True},
+    )
+    assert len(out.choices) == 2
+    assert all(c.finish_reason in ("stop", "length") for c in out.choices)
+    assert out.usage is not None and out.usage.model_extra is not None
+    calls = out.usage.model_extra["engine_calls"]
+    expected = EVERY_SCAFFOLD[spec]
+    if expected is None:
+        assert 4 <= calls <= 6
+    else:
+        assert calls == expected
+    trace = (out.model_extra or {})["trace"]
+    finished = [e for e in trace if e["type"] == "step_finished"]
+    assert len(finished) == calls
+    assert sum(e["usage"]["completion_tokens"] for e in finished) == out.usage.completion_tokens
+    assert vllm_server.metric("vllm:generation_tokens_total") - before == (
+        out.usage.completion_tokens
+    )
