@@ -1,0 +1,489 @@
+"""Scaffolds on the addition model, before and after GSR-style training, with paired CIs.
+
+Every scaffold runs through Ponder's own code (:func:`scaffolds.solve` with the
+``compact`` prompt set) over an Engine: :class:`~scaffolds.engines.local.LocalEngine`
+in process (default) or any OpenAI-compatible server (``--engine http://.../v1``, e.g.
+vLLM-CPU serving the model). Each condition (model x scaffold) answers the same
+held-out test problems once per sampling seed at temperature 1.0; greedy decoding
+(``single`` at temperature 0) runs once.
+
+Statistics are over problems: a problem's score is its accuracy averaged over seeds,
+the 95% interval is mean +- 1.96 standard errors of those scores, and a paired
+difference between two conditions is the same over per-problem differences (same
+problems, same seeds). With LocalEngine every request carries a seed derived from the
+run seed and the problem index (reproducible); over HTTP no per-request seed is sent,
+and the repeated runs are the "seeds".
+
+Commands::
+
+    python -m training.demo.experiments base --count 1000 --seeds 0 1 2
+    python -m training.demo.experiments gsr --count 1000 --seeds 0 1 2 --train-seconds 300
+    python -m training.demo.experiments plot training/demo/results/gsr.json
+
+>>> s = summarize([[1, 0], [1, 1], [0, 0]])  # 3 seeds x 2 problems
+>>> round(s["accuracy"], 3), s["problems"], s["seeds"]
+(0.5, 2, 3)
+>>> d = paired([[1, 1], [1, 1]], [[0, 0], [1, 1]])
+>>> d["diff"], d["problems"]
+(0.5, 2)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from training.demo.task import AdditionProblem, problems
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SHIPPED = Path(__file__).resolve().parent / "model"
+MAX_TOKENS = 8
+"""Per-call generation budget: an answer is at most four digits and the end token."""
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One scaffold as evaluated: its label, spec and temperature."""
+
+    label: str
+    spec: str
+    temperature: float
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+GREEDY = Condition("greedy", "single", 0.0)
+SINGLE = Condition("single", "single", 1.0)
+MAJ4 = Condition("majority(k=4)", "majority(k=4)", 1.0)
+MAJ8 = Condition("majority(k=8)", "majority(k=8)", 1.0)
+GSR4 = Condition("gsr(n=4)", "gsr(n=4)", 1.0)
+BASE_CONDITIONS = (GREEDY, SINGLE, MAJ4, MAJ8, GSR4)
+TRAINED_CONDITIONS = (GREEDY, SINGLE, MAJ4, GSR4)
+CONTROL_CONDITIONS = (GREEDY, SINGLE, MAJ4)
+"""The control is never trained to refine (its gsr costs the most to run: left out)."""
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+def _ci(values: Sequence[float], z: float = 1.96) -> tuple[float, float, float]:
+    """Mean, standard error and half-width of the normal 95% interval."""
+    n = len(values)
+    mean = _mean(values)
+    if n < 2:
+        return mean, float("nan"), float("nan")
+    var = sum((v - mean) ** 2 for v in values) / (n - 1)
+    se = math.sqrt(var / n)
+    return mean, se, z * se
+
+
+def per_problem(matrix: Sequence[Sequence[float]]) -> list[float]:
+    """``matrix[seed][problem]`` -> each problem's mean over seeds.
+
+    >>> per_problem([[1, 0, 1], [0, 0, 1]])
+    [0.5, 0.0, 1.0]
+    """
+    seeds = len(matrix)
+    return [sum(column) / seeds for column in zip(*matrix, strict=True)]
+
+
+def summarize(matrix: Sequence[Sequence[float]]) -> dict[str, Any]:
+    """Accuracy with its 95% CI over problems, from ``matrix[seed][problem]`` of 0/1."""
+    scores = per_problem(matrix)
+    mean, se, half = _ci(scores)
+    by_seed = [_mean(row) for row in matrix]
+    return {
+        "accuracy": mean,
+        "se": se,
+        "ci95": [mean - half, mean + half],
+        "by_seed": by_seed,
+        "problems": len(scores),
+        "seeds": len(matrix),
+    }
+
+
+def paired(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> dict[str, Any]:
+    """Paired difference ``a - b`` over the same problems (each averaged over its seeds).
+
+    A condition with one run (greedy) is compared through its per-problem score, which
+    is what every seed of the other condition is paired with.
+    """
+    pa, pb = per_problem(a), per_problem(b)
+    if len(pa) != len(pb):
+        raise ValueError(f"conditions cover different problems ({len(pa)} vs {len(pb)})")
+    mean, se, half = _ci([x - y for x, y in zip(pa, pb, strict=True)])
+    return {"diff": mean, "se": se, "ci95": [mean - half, mean + half], "problems": len(pa)}
+
+
+# --------------------------------------------------------------------------- running
+
+
+def request_seed(run_seed: int, index: int) -> int:
+    """The per-request seed of problem ``index`` in run ``run_seed`` (LocalEngine only)."""
+    return run_seed * 1_000_003 + index
+
+
+async def run_condition(
+    engine: Any,
+    condition: Condition,
+    items: Sequence[AdditionProblem],
+    *,
+    seed: int,
+    request_seeds: bool,
+    concurrency: int = 32,
+    on_done: Any = None,
+) -> dict[str, list[Any]]:
+    """One pass of ``condition`` over ``items``: per-problem correctness and tokens."""
+    from scaffolds import SamplingParams, solve
+
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(index: int, item: AdditionProblem) -> tuple[int, int, int, str | None]:
+        params = SamplingParams(
+            temperature=condition.temperature,
+            max_tokens=MAX_TOKENS,
+            seed=request_seed(seed, index) if request_seeds and not condition.greedy else None,
+        )
+        async with gate:
+            result = await solve(
+                condition.spec, item.problem, engine, params=params, prompts="compact"
+            )
+        if on_done is not None:
+            on_done()
+        answer = result.solutions[0].answer
+        usage = result.usage
+        return int(answer == item.answer), usage.completion_tokens, usage.prompt_tokens, answer
+
+    rows = await asyncio.gather(*(one(i, item) for i, item in enumerate(items)))
+    return {
+        "correct": [r[0] for r in rows],
+        "completion_tokens": [r[1] for r in rows],
+        "prompt_tokens": [r[2] for r in rows],
+        "answers": [r[3] for r in rows],
+    }
+
+
+def make_engine(spec: str, model_dir: Path, served_name: str) -> Any:
+    """``local`` -> LocalEngine(model_dir) on one thread; a URL -> OpenAIEngine."""
+    if spec == "local":
+        from scaffolds.engines.local import LocalEngine
+
+        return LocalEngine(model_dir, threads=1)
+    from scaffolds.engines.openai_http import OpenAIEngine
+
+    return OpenAIEngine(spec, served_name)
+
+
+async def evaluate_model(
+    name: str,
+    model_dir: Path,
+    conditions: Sequence[Condition],
+    items: Sequence[AdditionProblem],
+    seeds: Sequence[int],
+    *,
+    engine_spec: str = "local",
+    served_name: str = "tiny-llama",
+    concurrency: int = 32,
+) -> dict[str, Any]:
+    """All ``conditions`` of one model: ``{label: {correct: [[...] per seed], ...}}``."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    engine = make_engine(engine_spec, model_dir, served_name)
+    request_seeds = engine_spec == "local"
+    out: dict[str, Any] = {}
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+    try:
+        with Progress(*columns) as progress:
+            for condition in conditions:
+                runs = [0] if condition.greedy else list(seeds)
+                entry: dict[str, Any] = {
+                    "spec": condition.spec,
+                    "temperature": condition.temperature,
+                    "seeds": runs,
+                    "correct": [],
+                    "completion_tokens": [],
+                    "prompt_tokens": [],
+                    "wall_s": [],
+                }
+                for seed in runs:
+                    bar = progress.add_task(
+                        f"{name} {condition.label} seed {seed}", total=len(items)
+                    )
+                    started = time.monotonic()
+                    run = await run_condition(
+                        engine,
+                        condition,
+                        items,
+                        seed=seed,
+                        request_seeds=request_seeds,
+                        concurrency=concurrency,
+                        on_done=lambda bar=bar: progress.advance(bar),
+                    )
+                    entry["wall_s"].append(round(time.monotonic() - started, 1))
+                    for key in ("correct", "completion_tokens", "prompt_tokens"):
+                        entry[key].append(run[key])
+                entry["summary"] = summarize(entry["correct"])
+                entry["completion_tokens_mean"] = _mean(per_problem(entry["completion_tokens"]))
+                entry["prompt_tokens_mean"] = _mean(per_problem(entry["prompt_tokens"]))
+                acc = entry["summary"]["accuracy"]
+                progress.console.print(f"{name:>8} {condition.label:<14} acc {acc:.3f}")
+                out[condition.label] = entry
+    finally:
+        await engine.aclose()
+    return out
+
+
+# --------------------------------------------------------------------------- report
+
+
+def rows_of(results: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(model, condition, entry) for every evaluated condition."""
+    return [(m, c, e) for m, conds in results["models"].items() for c, e in conds.items()]
+
+
+def add_pairs(results: dict[str, Any], pairs: Sequence[tuple[str, str]]) -> None:
+    """Paired differences ``"model/cond - model/cond"``; greedy is paired by problem."""
+    out = results.setdefault("paired", {})
+    for left, right in pairs:
+        (ma, ca), (mb, cb) = left.split("/", 1), right.split("/", 1)
+        a = results["models"].get(ma, {}).get(ca)
+        b = results["models"].get(mb, {}).get(cb)
+        if a is not None and b is not None:
+            out[f"{left} - {right}"] = paired(a["correct"], b["correct"])
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The results table and the paired differences, as Markdown."""
+    lines = [
+        "| model | scaffold | accuracy | 95% CI | per seed | gen tok/prob | prompt tok/prob |",
+        "|---|---|---:|---|---|---:|---:|",
+    ]
+    for model, label, e in rows_of(results):
+        s = e["summary"]
+        seeds = ", ".join(f"{x:.3f}" for x in s["by_seed"])
+        lines.append(
+            f"| {model} | {label} | {s['accuracy']:.3f} | [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}]"
+            f" | {seeds} | {e['completion_tokens_mean']:.1f} | {e['prompt_tokens_mean']:.1f} |"
+        )
+    if results.get("paired"):
+        lines += ["", "| paired difference | diff | 95% CI |", "|---|---:|---|"]
+        for name, d in results["paired"].items():
+            lines.append(
+                f"| {name} | {d['diff']:+.3f} | [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict[str, Any], path: Path) -> Path:
+    """Accuracy against generated tokens per problem, one point per model/scaffold."""
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    markers = {
+        "greedy": "s",
+        "single": "o",
+        "majority(k=4)": "^",
+        "majority(k=8)": "v",
+        "gsr(n=4)": "D",
+    }
+    models = list(results["models"])
+    colors = {m: f"C{i}" for i, m in enumerate(models)}
+    for model, label, e in rows_of(results):
+        s = e["summary"]
+        x, y = e["completion_tokens_mean"], s["accuracy"]
+        err = [[y - s["ci95"][0]], [s["ci95"][1] - y]]
+        ax.errorbar(x, y, yerr=err, fmt=markers.get(label, "o"), color=colors[model], capsize=3)
+        ax.annotate(
+            f"{model}/{label}", (x, y), textcoords="offset points", xytext=(5, 3), fontsize=7
+        )
+    ax.set_xscale("log")
+    ax.set_xticks([4, 8, 16, 32, 64])
+    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xlabel("generated tokens per problem (mean, log scale)")
+    ax.set_ylabel("accuracy (95% CI over problems)")
+    n, seeds = results["problems"], results["seeds"]
+    ax.set_title(f"3-digit addition, {n} test problems, seeds {seeds}")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def save(results: dict[str, Any], stem: str) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    json_path = RESULTS / f"{stem}.json"
+    json_path.write_text(json.dumps(results) + "\n")
+    (RESULTS / f"{stem}.md").write_text(markdown(results))
+    png = plot(results, RESULTS / f"{stem}.png")
+    print(markdown(results))
+    print(f"wrote {json_path}, {png}")
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _base(args: argparse.Namespace) -> None:
+    items = problems("test", args.count, seed=args.problem_seed)
+    started = time.monotonic()
+    models = {
+        "base": asyncio.run(
+            evaluate_model(
+                "base", args.model, BASE_CONDITIONS, items, args.seeds,
+                engine_spec=args.engine, concurrency=args.concurrency,
+            )
+        )
+    }  # fmt: skip
+    results = {
+        "problems": len(items),
+        "problem_seed": args.problem_seed,
+        "seeds": list(args.seeds),
+        "engine": args.engine,
+        "models": models,
+        "wall_s": round(time.monotonic() - started, 1),
+    }
+    add_pairs(
+        results,
+        [
+            ("base/majority(k=8)", "base/single"),
+            ("base/majority(k=4)", "base/single"),
+            ("base/gsr(n=4)", "base/single"),
+            ("base/gsr(n=4)", "base/majority(k=4)"),
+            ("base/majority(k=8)", "base/greedy"),
+            ("base/single", "base/greedy"),
+        ],
+    )
+    save(results, args.stem)
+
+
+def _gsr(args: argparse.Namespace) -> None:
+    from training.demo import gsr_train
+
+    runs = args.runs
+    timings: dict[str, Any] = {}
+    for kind in ("gsr", "control"):
+        out = runs / kind
+        if not (out / "config.json").exists():
+            info = gsr_train.train(
+                kind, args.model, out, seconds=args.train_seconds, seed=args.train_seed,
+                lr=args.lr, data_problems=args.data_problems, refine_fraction=args.refine_fraction,
+            )  # fmt: skip
+            timings[kind] = info
+        else:
+            timings[kind] = json.loads((out / "gsr_train.json").read_text())
+    items = problems("test", args.count, seed=args.problem_seed)
+    started = time.monotonic()
+    models: dict[str, Any] = {}
+    base_json = RESULTS / "base.json"
+    if base_json.exists():  # same problems and seeds: reuse the base model's runs
+        base = json.loads(base_json.read_text())
+        if base["problems"] == len(items) and base["seeds"] == list(args.seeds):
+            models["base"] = {
+                k: v for k, v in base["models"]["base"].items() if k != "majority(k=8)"
+            }
+    for kind in ("gsr", "control"):
+        models[kind] = asyncio.run(
+            evaluate_model(
+                kind, runs / kind, TRAINED_CONDITIONS if kind == "gsr" else CONTROL_CONDITIONS,
+                items, args.seeds,
+                engine_spec=args.engine, concurrency=args.concurrency,
+            )
+        )  # fmt: skip
+    results = {
+        "problems": len(items),
+        "problem_seed": args.problem_seed,
+        "seeds": list(args.seeds),
+        "engine": args.engine,
+        "training": timings,
+        "models": models,
+        "wall_s": round(time.monotonic() - started, 1),
+    }
+    add_pairs(
+        results,
+        [
+            ("gsr/gsr(n=4)", "gsr/majority(k=4)"),
+            ("gsr/gsr(n=4)", "gsr/single"),
+            ("gsr/gsr(n=4)", "gsr/greedy"),
+            ("gsr/majority(k=4)", "gsr/single"),
+            ("control/majority(k=4)", "control/single"),
+            ("control/gsr(n=4)", "control/majority(k=4)"),
+            ("gsr/gsr(n=4)", "control/majority(k=4)"),
+            ("gsr/gsr(n=4)", "control/greedy"),
+            ("gsr/greedy", "control/greedy"),
+            ("gsr/single", "base/single"),
+            ("control/single", "base/single"),
+        ],
+    )
+    save(results, args.stem)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("base", "gsr"):
+        p = sub.add_parser(name)
+        p.add_argument("--model", type=Path, default=SHIPPED, help="the base model")
+        p.add_argument("--count", type=int, default=1000, help="test problems")
+        p.add_argument("--problem-seed", type=int, default=0)
+        p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+        p.add_argument("--engine", default="local", help="'local' or an OpenAI base URL")
+        p.add_argument("--concurrency", type=int, default=32)
+        p.add_argument("--stem", default=name, help="results file name (without suffix)")
+    g = sub.choices["gsr"]
+    g.add_argument("--runs", type=Path, default=Path("runs/gsr-demo"), help="checkpoints")
+    g.add_argument("--train-seconds", type=float, default=300.0)
+    g.add_argument("--train-seed", type=int, default=0)
+    g.add_argument("--lr", type=float, default=1e-3)
+    g.add_argument("--data-problems", type=int, default=16_000, help="refine-data problems")
+    g.add_argument("--refine-fraction", type=float, default=0.75)
+    p = sub.add_parser("plot", help="redraw the plot and table of a results JSON")
+    p.add_argument("json", type=Path)
+    args = parser.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(1)
+    if args.command == "plot":
+        results = json.loads(args.json.read_text())
+        print(markdown(results))
+        print(plot(results, args.json.with_suffix(".png")))
+    elif args.command == "base":
+        _base(args)
+    else:
+        _gsr(args)
+
+
+if __name__ == "__main__":
+    main()
