@@ -19,7 +19,8 @@ Tokens are whitespace-separated words (with their leading space), so counts are
 predictable. ``latency_per_token`` is one decoding step: the n samples of a call advance
 together, as in a batched engine.
 
->>> with running_fake_engine() as engine:  # doctest: +SKIP
+>>> import httpx
+>>> with running_fake_engine() as engine:
 ...     httpx.get(engine.base_url + "/models").json()["data"][0]["id"]
 'fake-model'
 
