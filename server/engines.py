@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from scaffolds.engine import Engine, GenerateRequest, GenerateResult, StreamItem
-from server.replicas import ReplicaEngine
+from server.replicas import ReplicaEngine, engine_health
 
 if TYPE_CHECKING:
     from server.metrics import Metrics
@@ -95,17 +95,6 @@ class MeteredEngine:
 
     async def aclose(self) -> None:
         await engine_aclose(self.inner)
-
-
-async def engine_health(engine: Any) -> bool:
-    """Ask an engine's optional ``health()``; engines without one count as healthy."""
-    check = getattr(engine, "health", None)
-    if check is None:
-        return True
-    try:
-        return bool(await check())
-    except Exception:
-        return False
 
 
 async def engine_start(engine: Any) -> None:

@@ -382,7 +382,7 @@ class ReplicaEngine:
         A passing check on a replica whose breaker is open ends its cooldown, so the next
         call probes it.
         """
-        results = await asyncio.gather(*(_health(r.engine) for r in self.replicas))
+        results = await asyncio.gather(*(engine_health(r.engine) for r in self.replicas))
         for replica, ok in zip(self.replicas, results, strict=True):
             if ok and not replica.healthy:
                 log.info("replica %s: health check passed, back in rotation", replica.name)
@@ -401,7 +401,7 @@ class ReplicaEngine:
         A read-only check (for ``/ready``): routing state changes only through calls and
         the poll.
         """
-        results = await asyncio.gather(*(_health(r.engine) for r in self.replicas))
+        results = await asyncio.gather(*(engine_health(r.engine) for r in self.replicas))
         now = self.clock()
         return any(
             ok and (r.breaker != "open" or now - r.opened_at >= self.cooldown_s)
@@ -475,7 +475,8 @@ def _score(key: str, name: str) -> int:
     return int.from_bytes(digest, "big")
 
 
-async def _health(engine: Any) -> bool:
+async def engine_health(engine: Any) -> bool:
+    """Ask an engine's optional ``health()``; engines without one count as healthy."""
     check = getattr(engine, "health", None)
     if check is None:
         return True

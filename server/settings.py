@@ -26,7 +26,9 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
@@ -110,6 +112,14 @@ def _check_engine_url(url: str) -> str:
     return url
 
 
+EngineURLs = Annotated[
+    tuple[str, ...],
+    BeforeValidator(_split),
+    AfterValidator(lambda urls: tuple(_check_engine_url(url) for url in urls)),
+]
+"""Engine URLs from a list or a comma-separated string, each checked."""
+
+
 def _check_alias_names(model: str, aliases: Mapping[str, str]) -> None:
     for name, spec in aliases.items():
         short = name.removeprefix(f"{model}+")
@@ -128,7 +138,7 @@ class ModelConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(min_length=1, pattern=r"^[^+\s]+$")
-    engines: tuple[str, ...] = Field(min_length=1)
+    engines: EngineURLs = Field(min_length=1)
     engine_model: str | None = None
     """The model name the engines serve (default: ``name``)."""
     engine_api_key: SecretStr | None = None
@@ -141,16 +151,6 @@ class ModelConfig(BaseModel):
     ``best_of_n(judge="reward")``."""
     reward_model: str | None = None
     """The model name the reward endpoint serves."""
-
-    @field_validator("engines", mode="before")
-    @classmethod
-    def _engines(cls, value: Any) -> Any:
-        return _split(value)
-
-    @field_validator("engines")
-    @classmethod
-    def _engine_urls(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(_check_engine_url(url) for url in value)
 
     @field_validator("aliases", mode="before")
     @classmethod
@@ -189,7 +189,7 @@ class Settings(BaseSettings):
 
     # -- one model, flat (the CLI's --model/--engine/--alias) ----------------------------
     model: str | None = Field(default=None, pattern=r"^[^+\s]+$")
-    engines: Annotated[tuple[str, ...], NoDecode] = ()
+    engines: Annotated[EngineURLs, NoDecode] = ()
     engine_model: str | None = None
     engine_api_key: SecretStr | None = None
     prompts: PromptSetName = "default"
@@ -235,16 +235,6 @@ class Settings(BaseSettings):
     # -- logs --------------------------------------------------------------------------
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool = True
-
-    @field_validator("engines", mode="before")
-    @classmethod
-    def _engines(cls, value: Any) -> Any:
-        return _split(value)
-
-    @field_validator("engines")
-    @classmethod
-    def _engine_urls(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(_check_engine_url(url) for url in value)
 
     @field_validator("api_keys", mode="before")
     @classmethod
