@@ -16,15 +16,16 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM
 
+    from training.demo.model import model_config
     from training.demo.tokenizer import build_tokenizer
 
     out = tmp_path_factory.mktemp("tiny-qwen2")
     tokenizer = build_tokenizer()
     tokenizer.save_pretrained(str(out))
     torch.manual_seed(0)
-    config = Qwen2Config(
+    config = model_config(
         vocab_size=len(tokenizer),
         hidden_size=32,
         intermediate_size=64,
@@ -33,10 +34,10 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         num_key_value_heads=2,
         head_dim=16,
         max_position_embeddings=256,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+    )
+    assert (config.eos_token_id, config.pad_token_id) == (
+        tokenizer.eos_token_id,
+        tokenizer.pad_token_id,
     )
     Qwen2ForCausalLM(config).save_pretrained(str(out))
     return out

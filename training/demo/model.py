@@ -21,8 +21,9 @@ from training.demo.tokenizer import EOS, PAD, vocabulary
 MAX_POSITIONS = 2048
 
 
-def model_config(vocab_size: int | None = None) -> Any:
-    """The ``Qwen2Config`` of the addition model."""
+def model_config(vocab_size: int | None = None, **sizes: Any) -> Any:
+    """The ``Qwen2Config`` of the addition model; ``sizes`` override its dimensions
+    (tests build a smaller model over the same vocabulary this way)."""
     from transformers import Qwen2Config
 
     vocab = vocabulary()
@@ -41,6 +42,7 @@ def model_config(vocab_size: int | None = None) -> Any:
         pad_token_id=vocab[PAD],
         use_cache=True,
     )
+    settings.update(sizes)
     return Qwen2Config(**settings)
 
 
