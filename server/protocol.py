@@ -2,7 +2,8 @@
 
 Request models accept fields they do not know (``extra="allow"``), as OpenAI clients
 send new ones all the time; the serving layer logs their names. Ponder's own fields are
-``scaffold`` (a spec string or JSON object), ``budget`` and ``return_trace``.
+``scaffold`` (a spec string or JSON object), ``budget``, ``return_trace`` and
+``stream_trace``.
 
 >>> req = ChatCompletionRequest.model_validate(
 ...     {"model": "m", "messages": [{"role": "user", "content": "2+2?"}], "logit_bias": {}}
@@ -85,6 +86,11 @@ class _CommonRequest(_Open):
     )
     budget: BudgetRequest | None = Field(default=None, description="Ponder: per-request budget")
     return_trace: bool = Field(default=False, description="Ponder: add the run's trace")
+    stream_trace: bool = Field(
+        default=False,
+        description="Ponder: on a stream, also send every trace event as a chunk with no "
+        'choices and a "ponder": {"event": ...} field',
+    )
 
     def requested_max_tokens(self) -> int | None:
         return self.max_tokens

@@ -58,7 +58,7 @@ from server.protocol import (
     model_card,
 )
 from server.settings import LOCAL_ENGINE_PREFIX, ModelConfig, Settings
-from server.streaming import ChoiceRouter, SSEResponse, sse_event
+from server.streaming import ChoiceRouter, SSEResponse, sse_event, stream_event_json
 
 log = logging.getLogger("ponder.server")
 T = TypeVar("T")
@@ -92,6 +92,7 @@ class RunPlan:
     stream: bool
     include_usage: bool
     return_trace: bool
+    stream_trace: bool = False
 
     @property
     def scaffold(self) -> str:
@@ -273,6 +274,7 @@ class Serving:
             stream=req.stream,
             include_usage=req.include_usage(),
             return_trace=req.return_trace,
+            stream_trace=req.stream_trace,
         )
 
     # -- handling ----------------------------------------------------------------------
@@ -411,6 +413,8 @@ class Serving:
                 for i in range(plan.n):
                     yield chunk([delta_choice("chat", i, role=True, content="")])
             async for event in events:
+                if plan.stream_trace:
+                    yield chunk([], extra={"ponder": {"event": stream_event_json(event)}})
                 for piece in router.feed(event):
                     text = piece.text
                     if piece.kind == "content":

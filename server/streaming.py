@@ -37,12 +37,22 @@ from typing import Any, Literal
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from scaffolds.trace import RunFinished, StepDelta, StepFinished, StepStarted, TraceEvent
+from scaffolds.trace import (
+    RunFinished,
+    StepDelta,
+    StepFinished,
+    StepStarted,
+    TraceEvent,
+    event_to_dict,
+)
 
 log = logging.getLogger("ponder.server")
 
 Key = tuple[str, int]
 """(step id, sample index)"""
+
+TOKEN_FIELDS = ("token_ids", "logprobs", "prompt_token_ids")
+"""Trace event fields a ``stream_trace`` chunk leaves out (for training, not viewing)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,3 +260,18 @@ def sse_event(data: Any) -> bytes:
     """One ``data:`` event (JSON unless it is already a string, like ``[DONE]``)."""
     payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
     return f"data: {payload}\n\n".encode()
+
+
+def stream_event_json(event: TraceEvent) -> dict[str, Any]:
+    """A trace event as a ``stream_trace`` chunk carries it: without token ids and logprobs.
+
+    >>> from scaffolds.engine import Usage
+    >>> data = stream_event_json(StepFinished("s1", ("4",), ("4",), ("stop",), Usage(),
+    ...                                       token_ids=((7,),)))
+    >>> data["type"], data["answers"], "token_ids" in data
+    ('step_finished', ('4',), False)
+    """
+    data = event_to_dict(event)
+    for name in TOKEN_FIELDS:
+        data.pop(name, None)
+    return data
