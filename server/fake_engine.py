@@ -4,8 +4,11 @@ It speaks enough of the vLLM/OpenAI API (``/health``, ``/v1/models``,
 ``/v1/completions``, ``/v1/chat/completions``; streaming, ``n``, usage with cached
 tokens, logprobs with ``token_id:N`` tokens, ``reasoning_content``) for engine clients to
 be tested over real HTTP. A mutable :class:`FakeEngineConfig` controls what it answers,
-how slowly, and how it fails; :class:`FakeEngineState` counts calls, in-flight calls and
-calls the client abandoned, and records every request body and header set.
+how slowly, and how it fails: a status for the next N calls (``fail_next``), fixed or
+heavy-tailed latency per token, holding or hanging calls, a connection dropped or a
+stream cut short mid-way, malformed JSON, an error inside a stream.
+:class:`FakeEngineState` counts calls, open calls and calls the client abandoned, and
+records every request body and header set.
 
 With ``dialect="sglang"`` it answers the way SGLang's OpenAI-compatible server does
 where that differs: reasoning in ``reasoning_content`` unless the request says
@@ -67,6 +70,8 @@ Responder = Callable[[dict[str, Any]], list[str]]
 
 _CACHE_BLOCK = 16
 _POLL = 0.01
+_HOLD_POLL = 0.05
+"""How often waiting calls look at ``hold`` and ``stopping`` (disconnects wake them at once)."""
 
 
 def default_responder(body: dict[str, Any]) -> list[str]:
@@ -100,6 +105,11 @@ class FakeEngineConfig:
     """Never answer (until the client goes away or the server stops)."""
     drop_after_chunks: int | None = None
     """Streams: abort the connection after this many content chunks."""
+    truncate_after_chunks: int | None = None
+    """Streams: end the response cleanly after this many content chunks, without a finish
+    reason or ``[DONE]`` (a truncated stream, not a broken connection)."""
+    hold: bool = False
+    """Hold every generation call (before its first token) until this is set back to False."""
     malformed: bool = False
     """Answer 200 with a body (or one stream chunk) that is not valid JSON."""
     reasoning: str | None = None
@@ -360,6 +370,7 @@ async def _stream(
         return _sse({**head, "choices": choices, **extra})
 
     try:
+        await _while_held(config, state)  # a disconnect cancels this generator
         if plan.chat:
             yield chunk(
                 [
@@ -396,6 +407,10 @@ async def _stream(
                 if config.drop_after_chunks is not None and sent >= config.drop_after_chunks:
                     outcome = "dropped"
                     raise _DropConnection("fake engine: dropping the connection mid-stream")
+                cut = config.truncate_after_chunks
+                if cut is not None and sent >= cut:
+                    outcome = "dropped"
+                    return
         empty: dict[str, Any] = {"delta": {}} if plan.chat else {"text": ""}
         yield chunk(
             [{"index": i, **empty, "finish_reason": s.finish} for i, s in enumerate(plan.samples)]
@@ -410,16 +425,40 @@ async def _stream(
         setattr(state, outcome, getattr(state, outcome) + 1)
 
 
-async def _sleep_unless_gone(request: Request, seconds: float, state: FakeEngineState) -> bool:
-    """Sleep in small steps; False as soon as the client disconnects (or the server stops)."""
-    deadline = time.monotonic() + seconds
+async def _while_held(config: FakeEngineConfig, state: FakeEngineState) -> None:
+    """Return once ``config.hold`` is off (or the server stops)."""
     while True:
-        if state.stopping or await request.is_disconnected():
-            return False
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return True
-        await asyncio.sleep(min(_POLL, left))
+        if not config.hold or state.stopping:
+            return
+        await asyncio.sleep(_HOLD_POLL)
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client has gone away (the body was already read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _sleep_unless_gone(
+    request: Request, seconds: float, config: FakeEngineConfig, state: FakeEngineState
+) -> bool:
+    """Sleep ``seconds`` (and while ``config.hold``); False as soon as the client
+    disconnects or the server stops.
+
+    The disconnect is awaited, not polled, so hundreds of waiting calls cost nothing.
+    """
+    gone = asyncio.ensure_future(_disconnected(request))
+    deadline = time.monotonic() + seconds
+    try:
+        while True:
+            if state.stopping or gone.done():
+                return False
+            left = deadline - time.monotonic()
+            if left <= 0 and not config.hold:
+                return True
+            await asyncio.wait({gone}, timeout=min(_HOLD_POLL, left) if left > 0 else _HOLD_POLL)
+    finally:
+        gone.cancel()
 
 
 def _reasoning_field(config: FakeEngineConfig) -> str:
@@ -476,7 +515,7 @@ def create_app(config: FakeEngineConfig, state: FakeEngineState) -> FastAPI:
         state.enter()
         try:
             wait = math.inf if config.hang else plan.step_seconds * plan.steps
-            if not await _sleep_unless_gone(request, wait, state):
+            if not await _sleep_unless_gone(request, wait, config, state):
                 state.cancelled += 1
                 if state.stopping:  # shutting down: what a real server answers then
                     return _error(503, "the engine is shutting down", config=config)
