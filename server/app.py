@@ -7,7 +7,7 @@
 ...     engines={"m": MockEngine(lambda r: "ok")},
 ... )
 >>> sorted(app.openapi()["paths"])[:3]
-['/health', '/metrics', '/ready']
+['/health', '/metrics', '/playground/spec']
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from server.errors import install_error_handlers
 from server.limits import BodySizeLimit
 from server.logs import RequestContext, configure_logging
 from server.metrics import Metrics
+from server.playground import mount_playground
 from server.routes import api_router, ops_router
 from server.serving import Serving
 from server.settings import Settings
@@ -66,6 +67,7 @@ def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = Non
     install_error_handlers(app)
     app.include_router(api_router())
     app.include_router(ops_router())
+    mount_playground(app)
     # Added last = outermost: request id, then auth, then the body limit.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, metrics=metrics)
     app.add_middleware(RequireAPIKey, auth=auth, metrics=metrics)

@@ -1,0 +1,378 @@
+// A scaffold run as a tree, built from its trace events (live or saved).
+//
+// Step ids name their scope: step "run.1.2:5" lives in scope "run.1.2", a child of
+// "run.1", a child of "run". A step's label is its scope path plus its own name
+// ("candidates > candidate 2 > summary 1"), which names the scopes too. A step of n
+// samples (one engine request) is drawn as n nodes side by side; sibling scopes
+// (candidates 1..n) side by side; steps of one scope one below the other. A batched
+// step followed by its samples' own scopes (RC under GSR, abstractions and their
+// solutions) is drawn as columns: sample i on top of scope i.
+//
+// Model output is only ever set as text (textContent), never parsed as HTML.
+
+const SEPARATOR = " > ";
+
+export function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined && text !== null) node.textContent = text;
+  return node;
+}
+
+export function formatSeconds(seconds) {
+  if (!Number.isFinite(seconds) || seconds < 0) return "";
+  return seconds < 10 ? `${seconds.toFixed(2)} s` : `${seconds.toFixed(1)} s`;
+}
+
+export function formatCount(n) {
+  return Number(n || 0).toLocaleString("en-US");
+}
+
+/** Usage from any of its shapes (trace, OpenAI response, eval record) as one shape. */
+export function normalizeUsage(usage) {
+  if (!usage || typeof usage !== "object") return null;
+  const details = usage.prompt_tokens_details || {};
+  const prompt = Number(usage.prompt_tokens || 0);
+  const completion = Number(usage.completion_tokens || 0);
+  return {
+    prompt,
+    completion,
+    total: Number(usage.total_tokens || prompt + completion),
+    cached: Number(usage.cached_tokens ?? details.cached_tokens ?? 0),
+    calls: Number(usage.engine_calls ?? usage.calls ?? 0),
+  };
+}
+
+function scopeParent(scopeId) {
+  const cut = scopeId.lastIndexOf(".");
+  return cut < 0 ? null : scopeId.slice(0, cut);
+}
+
+function scopeDepth(scopeId) {
+  return scopeId.split(".").length - 1;
+}
+
+function scopeOrder(scopeId) {
+  const cut = scopeId.lastIndexOf(".");
+  return cut < 0 ? 0 : Number(scopeId.slice(cut + 1)) || 0;
+}
+
+export class TraceTree {
+  constructor(container) {
+    this.container = container;
+    this.clear();
+  }
+
+  clear() {
+    this.scopes = new Map();
+    this.steps = new Map();
+    this.nodes = new Map(); // "stepId#index" -> {root, text, reasoning, tokens, time, answer}
+    this.finalStepId = null;
+    this.container.replaceChildren();
+    this.layoutPending = false;
+  }
+
+  /** Feed one trace event (step_started, step_delta, step_finished, run_finished). */
+  feed(event) {
+    if (!event || typeof event !== "object") return;
+    switch (event.type) {
+      case "step_started":
+        this.started(event);
+        break;
+      case "step_delta":
+        this.delta(event);
+        break;
+      case "step_finished":
+        this.finished(event);
+        break;
+      case "run_finished":
+        this.runFinished(event);
+        break;
+      default:
+        break;
+    }
+  }
+
+  /** Every running node's clock, for a live view (call every few hundred ms). */
+  tick(now) {
+    for (const step of this.steps.values()) {
+      if (step.done) continue;
+      for (let i = 0; i < step.n; i++) {
+        const node = this.nodes.get(`${step.id}#${i}`);
+        if (node) node.time.textContent = formatSeconds(now - step.seenAt);
+      }
+    }
+  }
+
+  // -- building the model -----------------------------------------------------------
+  scope(scopeId) {
+    let scope = this.scopes.get(scopeId);
+    if (scope) return scope;
+    scope = { id: scopeId, label: null, children: [] };
+    this.scopes.set(scopeId, scope);
+    const parent = scopeParent(scopeId);
+    if (parent !== null) this.scope(parent).children.push({ scope: scopeId });
+    return scope;
+  }
+
+  started(event) {
+    const stepId = String(event.step_id);
+    if (this.steps.has(stepId)) return;
+    const scopeId = String(event.parent_id || stepId.split(":")[0] || "run");
+    const scope = this.scope(scopeId);
+    const segments = String(event.label || event.kind || "step").split(SEPARATOR);
+    // Name this scope and its ancestors from the label path, deepest first.
+    let id = scopeId;
+    for (let depth = scopeDepth(scopeId); depth >= 1 && id !== null; depth--) {
+      const known = this.scopes.get(id);
+      if (known && known.label === null && segments.length > depth) known.label = segments[depth - 1];
+      id = scopeParent(id);
+    }
+    const n = Math.max(1, Number(event.n) || 1);
+    const step = {
+      id: stepId,
+      scope: scopeId,
+      kind: String(event.kind || "generate"),
+      name: segments[segments.length - 1],
+      label: String(event.label || ""),
+      n,
+      final: Boolean(event.final),
+      prompt: event.prompt || null,
+      maxTokens: event.max_tokens ?? null,
+      startedAt: Number(event.time) || null,
+      seenAt: Date.now() / 1000, // the live clock runs on this browser's time
+
+      finishedAt: null,
+      done: false,
+      usage: null,
+      error: null,
+      streamed: Array(n).fill(0),
+    };
+    this.steps.set(stepId, step);
+    scope.children.push({ step: stepId });
+    for (let i = 0; i < n; i++) this.nodes.set(`${stepId}#${i}`, this.makeNode(step, i));
+    this.layout();
+  }
+
+  delta(event) {
+    const node = this.nodes.get(`${event.step_id}#${event.index}`);
+    const step = this.steps.get(String(event.step_id));
+    if (!node || !step) return;
+    if (event.reasoning) {
+      node.reasoning.hidden = false;
+      node.reasoning.textContent += event.reasoning;
+    }
+    if (event.text) node.text.textContent += event.text;
+    step.streamed[event.index] += 1;
+    node.tokens.textContent = `~${formatCount(step.streamed[event.index])} tok`;
+    node.tokens.title = "chunks streamed so far (about one token each)";
+    node.text.scrollTop = node.text.scrollHeight;
+  }
+
+  finished(event) {
+    const step = this.steps.get(String(event.step_id));
+    if (!step) return;
+    step.done = true;
+    step.finishedAt = Number(event.time) || null;
+    step.usage = normalizeUsage(event.usage);
+    step.error = event.error || null;
+    const texts = event.texts || [];
+    const answers = event.answers || [];
+    const reasons = event.finish_reasons || [];
+    const reasonings = event.reasonings || [];
+    for (let i = 0; i < step.n; i++) {
+      const node = this.nodes.get(`${step.id}#${i}`);
+      if (!node) continue;
+      // Texts that did not stream (a saved trace, an engine without deltas) arrive here.
+      if (!node.text.textContent && texts[i]) node.text.textContent = texts[i];
+      if (node.reasoning.hidden && reasonings[i]) {
+        node.reasoning.hidden = false;
+        node.reasoning.textContent = reasonings[i];
+      }
+      node.root.dataset.state = step.error ? "error" : "done";
+      if (step.error) node.status.textContent = `failed: ${step.error}`;
+      else if (reasons[i] === "length") node.status.textContent = "cut at length";
+      else node.status.textContent = "";
+      const answer = answers[i];
+      node.answer.hidden = answer === null || answer === undefined;
+      node.answer.textContent = node.answer.hidden ? "" : `answer ${answer}`;
+      if (node.answer.hidden && !step.error) {
+        node.answer.hidden = false;
+        node.answer.textContent = "no answer";
+        node.answer.classList.add("none");
+      }
+      this.showCost(step, node, i);
+    }
+    const caption = this.container.querySelector(`[data-group-for="${CSS.escape(step.id)}"]`);
+    if (caption) caption.textContent = this.groupCaption(step);
+  }
+
+  runFinished(event) {
+    this.finalStepId = event.step_id || null;
+    this.markFinal();
+  }
+
+  showCost(step, node, index) {
+    const seconds =
+      step.finishedAt !== null && step.startedAt !== null ? step.finishedAt - step.startedAt : NaN;
+    node.time.textContent = formatSeconds(seconds);
+    if (step.usage && step.n === 1) {
+      node.tokens.textContent = `${formatCount(step.usage.completion)} tok`;
+      node.tokens.title = `prompt ${formatCount(step.usage.prompt)} (cached ${formatCount(
+        step.usage.cached,
+      )}), completion ${formatCount(step.usage.completion)}`;
+    } else if (!step.streamed[index]) {
+      node.tokens.textContent = "";
+    }
+  }
+
+  groupCaption(step) {
+    const parts = [`${step.name} × ${step.n}`, "one engine request"];
+    if (step.usage) parts.push(`${formatCount(step.usage.completion)} tok`);
+    if (step.finishedAt !== null && step.startedAt !== null) {
+      parts.push(formatSeconds(step.finishedAt - step.startedAt));
+    }
+    return parts.join(" · ");
+  }
+
+  markFinal() {
+    for (const [key, node] of this.nodes) {
+      const isFinal = this.finalStepId !== null && key.startsWith(`${this.finalStepId}#`);
+      node.root.classList.toggle("is-final", isFinal && key.endsWith("#0"));
+    }
+  }
+
+  // -- drawing ------------------------------------------------------------------------
+  makeNode(step, index) {
+    const root = el("article", "node");
+    const numbered = /\d$/.test(step.name) ? `${step.name} (${index + 1})` : `${step.name} ${index + 1}`;
+    const label = step.n > 1 ? numbered : step.name;
+    root.dataset.stepId = step.id;
+    root.dataset.index = String(index);
+    root.dataset.kind = step.kind;
+    root.dataset.label = label;
+    root.dataset.state = "running";
+    if (step.final) root.dataset.final = "true";
+    root.title = step.label;
+    const head = el("header", "node-head");
+    head.append(el("span", "node-label", label), el("span", `kind kind-${step.kind}`, step.kind));
+    const status = el("span", "node-status");
+    head.append(status);
+    root.append(head);
+    if (step.prompt) {
+      const details = el("details", "node-prompt");
+      details.append(el("summary", null, "prompt"), el("pre", null, step.prompt));
+      root.append(details);
+    }
+    const reasoning = el("pre", "node-reasoning");
+    reasoning.hidden = true;
+    const text = el("pre", "node-text");
+    const foot = el("footer", "node-foot");
+    const tokens = el("span", "tokens");
+    const time = el("span", "time");
+    const answer = el("span", "answer-chip small");
+    answer.hidden = true;
+    foot.append(tokens, time, answer);
+    root.append(reasoning, text, foot);
+    return { root, text, reasoning, tokens, time, answer, status };
+  }
+
+  /** Re-arrange the nodes after the tree's shape changed (nodes keep their text). */
+  layout() {
+    if (this.layoutPending) return;
+    this.layoutPending = true;
+    queueMicrotask(() => {
+      this.layoutPending = false;
+      const root = this.scopes.get(this.rootScopeId());
+      this.container.replaceChildren(root ? this.drawScopeBody(root) : el("div"));
+      this.markFinal();
+    });
+  }
+
+  rootScopeId() {
+    for (const id of this.scopes.keys()) if (scopeParent(id) === null) return id;
+    return null;
+  }
+
+  drawScope(scope) {
+    const box = el("section", "scope");
+    box.dataset.scope = scope.id;
+    if (scope.label) box.append(el("h3", "scope-label", scope.label));
+    box.append(this.drawScopeBody(scope));
+    return box;
+  }
+
+  drawScopeBody(scope) {
+    const body = el("div", "sequence");
+    const children = scope.children;
+    let i = 0;
+    while (i < children.length) {
+      const child = children[i];
+      if (child.step) {
+        const step = this.steps.get(child.step);
+        let j = i + 1;
+        while (j < children.length && children[j].scope) j++;
+        const followers = children.slice(i + 1, j).map((c) => this.scopes.get(c.scope));
+        if (step.n > 1 && followers.length > 0 && followers.length <= step.n) {
+          body.append(this.drawColumns(step, followers));
+          i = j;
+          continue;
+        }
+        body.append(this.drawStep(step));
+        i += 1;
+        continue;
+      }
+      let j = i;
+      while (j < children.length && children[j].scope) j++;
+      const scopes = children
+        .slice(i, j)
+        .map((c) => this.scopes.get(c.scope))
+        .sort((a, b) => scopeOrder(a.id) - scopeOrder(b.id));
+      if (scopes.length === 1) body.append(this.drawScope(scopes[0]));
+      else {
+        const row = el("div", "row");
+        for (const s of scopes) row.append(this.drawScope(s));
+        body.append(row);
+      }
+      i = j;
+    }
+    return body;
+  }
+
+  drawStep(step) {
+    if (step.n === 1) return this.nodes.get(`${step.id}#0`).root;
+    const group = el("div", "step-group");
+    const caption = el("div", "group-caption", this.groupCaption(step));
+    caption.dataset.groupFor = step.id;
+    const row = el("div", "row");
+    for (let i = 0; i < step.n; i++) row.append(this.nodes.get(`${step.id}#${i}`).root);
+    group.append(caption, row);
+    return group;
+  }
+
+  drawColumns(step, scopes) {
+    const group = el("div", "step-group");
+    const caption = el("div", "group-caption", this.groupCaption(step));
+    caption.dataset.groupFor = step.id;
+    const row = el("div", "row");
+    // Scope k of the step's scope serves sample k-1 (scopes are numbered as created).
+    const sorted = [...scopes].sort((a, b) => scopeOrder(a.id) - scopeOrder(b.id));
+    const numbered = sorted.every((s) => scopeOrder(s.id) >= 1 && scopeOrder(s.id) <= step.n);
+    const byOrder = new Map(sorted.map((s) => [scopeOrder(s.id), s]));
+    for (let i = 0; i < step.n; i++) {
+      const column = el("section", "scope column");
+      const scope = numbered ? byOrder.get(i + 1) : sorted[i];
+      if (scope) {
+        column.dataset.scope = scope.id;
+        if (scope.label) column.append(el("h3", "scope-label", scope.label));
+      }
+      const body = el("div", "sequence");
+      body.append(this.nodes.get(`${step.id}#${i}`).root);
+      if (scope) body.append(...this.drawScopeBody(scope).childNodes);
+      column.append(body);
+      row.append(column);
+    }
+    group.append(caption, row);
+    return group;
+  }
+}
