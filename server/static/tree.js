@@ -43,6 +43,13 @@ export function normalizeUsage(usage) {
   };
 }
 
+/** "candidate" -> "candidate 2", "reasoning 1" -> "reasoning 1 (2)", "3 abstractions" -> "abstraction 2". */
+export function sampleLabel(name, index) {
+  const counted = /^\d+ (.+)s$/.exec(name);
+  if (counted) return `${counted[1]} ${index + 1}`;
+  return /\d$/.test(name) ? `${name} (${index + 1})` : `${name} ${index + 1}`;
+}
+
 function scopeParent(scopeId) {
   const cut = scopeId.lastIndexOf(".");
   return cut < 0 ? null : scopeId.slice(0, cut);
@@ -68,6 +75,7 @@ export class TraceTree {
     this.steps = new Map();
     this.nodes = new Map(); // "stepId#index" -> {root, text, reasoning, tokens, time, answer}
     this.finalStepId = null;
+    this.finalAnswer = null;
     this.container.replaceChildren();
     this.layoutPending = false;
   }
@@ -194,6 +202,7 @@ export class TraceTree {
       else if (reasons[i] === "length") node.status.textContent = "cut at length";
       else node.status.textContent = "";
       const answer = answers[i];
+      node.answerValue = answer ?? null;
       node.answer.hidden = answer === null || answer === undefined;
       node.answer.textContent = node.answer.hidden ? "" : `answer ${answer}`;
       if (node.answer.hidden && !step.error) {
@@ -209,6 +218,7 @@ export class TraceTree {
 
   runFinished(event) {
     this.finalStepId = event.step_id || null;
+    this.finalAnswer = event.answer ?? null;
     this.markFinal();
   }
 
@@ -239,14 +249,16 @@ export class TraceTree {
     for (const [key, node] of this.nodes) {
       const isFinal = this.finalStepId !== null && key.startsWith(`${this.finalStepId}#`);
       node.root.classList.toggle("is-final", isFinal && key.endsWith("#0"));
+      // Answers other than the run's final one stand out (a candidate the refine overruled).
+      const differs = this.finalAnswer !== null && node.answerValue && node.answerValue !== this.finalAnswer;
+      node.answer.classList.toggle("differs", Boolean(differs));
     }
   }
 
   // -- drawing ------------------------------------------------------------------------
   makeNode(step, index) {
     const root = el("article", "node");
-    const numbered = /\d$/.test(step.name) ? `${step.name} (${index + 1})` : `${step.name} ${index + 1}`;
-    const label = step.n > 1 ? numbered : step.name;
+    const label = step.n > 1 ? sampleLabel(step.name, index) : step.name;
     root.dataset.stepId = step.id;
     root.dataset.index = String(index);
     root.dataset.kind = step.kind;
