@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -298,8 +298,21 @@ class Serving:
             self._observe(labels, _status_of(exc), started)
             raise
         if plan.stream:
-            body = self._sse(plan, labels, started)
-            return SSEResponse(body, on_close=slot.release)
+            observed = False
+
+            def observe(status: int) -> None:
+                nonlocal observed
+                if not observed:
+                    observed = True
+                    if status == 499:
+                        self.metrics.disconnects.inc()
+                    self._observe(labels, status, started)
+
+            def close() -> None:
+                slot.release()
+                observe(499)  # counts a client that left before its stream began
+
+            return SSEResponse(self._sse(plan, observe), on_close=close)
         try:
             recorder = TraceRecorder()
             result = await self._until_disconnect(request, self._run(plan, recorder))
@@ -385,10 +398,11 @@ class Serving:
             extra=self._extra(plan, result, recorder),
         )
 
-    async def _sse(
-        self, plan: RunPlan, labels: Mapping[str, str], started: float
-    ) -> AsyncIterator[bytes]:
-        """The SSE body: role chunks, reasoning/content deltas, finish, usage, [DONE]."""
+    async def _sse(self, plan: RunPlan, observe: Callable[[int], None]) -> AsyncIterator[bytes]:
+        """The SSE body: role chunks, reasoning/content deltas, finish, usage, [DONE].
+
+        ``observe`` records the request's final status (499 when the client left).
+        """
         recorder = TraceRecorder(live=True)
         events = recorder.subscribe()
         task = asyncio.ensure_future(self._run(plan, recorder))
@@ -441,9 +455,7 @@ class Serving:
             if not task.done():
                 task.cancel()
                 await asyncio.wait({task})
-            if status == 499:
-                self.metrics.disconnects.inc()
-            self._observe(labels, status, started)
+            observe(status)
         yield sse_event("[DONE]")
 
     # -- readiness ---------------------------------------------------------------------
