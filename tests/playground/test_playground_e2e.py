@@ -6,6 +6,7 @@ Skips without a browser (see conftest), unless ``PONDER_REQUIRE_BROWSER=1``.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -240,3 +241,39 @@ def test_api_key_is_asked_once_kept_in_the_session_and_sent_as_a_header(
     assert tab.evaluate(f"sessionStorage.getItem({KEY_STORAGE!r})") is None
     tab.wait_for_selector("#key-dialog[open]")  # the models reload asks again
     context.close()
+
+
+def test_stop_cancels_the_run_on_the_server(
+    page: Any, playground: tuple[str, FakeEngineHandle]
+) -> None:
+    _, fake = playground
+    slow, fake.config.latency_per_token = fake.config.latency_per_token, 0.5
+    try:
+        page.fill("#spec", "gsr(n=3)")
+        page.click("#run-button")
+        page.wait_for_selector('.node[data-state="running"]', timeout=WAIT_MS)
+        page.click("#stop-button")
+        page.wait_for_selector('#final[data-state="error"]')
+        assert page.inner_text("#run-error").startswith("Stopped")
+        assert page.is_enabled("#run-button") and not page.is_enabled("#stop-button")
+        deadline = time.monotonic() + 10
+        while fake.state.open_calls and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert fake.state.open_calls == 0 and fake.state.cancelled >= 1
+    finally:
+        fake.config.latency_per_token = slow
+
+
+def test_model_output_is_shown_as_text_never_as_html(
+    page: Any, playground: tuple[str, FakeEngineHandle]
+) -> None:
+    _, fake = playground
+    markup = '<img id="injected" src="x"> <b>bold</b> \\boxed{4}'
+    kept, fake.config.respond = fake.config.respond, lambda body: [markup] * (body.get("n") or 1)
+    try:
+        run_on_page(page, "gsr(n=2)", problem="<script>alert(1)</script>")
+    finally:
+        fake.config.respond = kept
+    assert page.locator("#injected").count() == 0 and page.locator(".node b").count() == 0
+    assert page.inner_text("#final-text") == markup
+    assert markup in page.locator('.node[data-kind="refine"] .node-text').inner_text()
