@@ -33,7 +33,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
-from scaffolds.errors import FanOutError, SpecError
+from scaffolds.errors import FanOutError, NotFoundError, SpecError
 from scaffolds.spec import build_strategy, spec_of, spec_string
 from server.auth import require_api_key
 from server.serving import Serving
@@ -66,13 +66,16 @@ def _serving(request: Request) -> Serving:
     return serving
 
 
-def playground_router() -> APIRouter:
+def playground_router(static_dir: Path = STATIC_DIR) -> APIRouter:
     """The page at ``/`` and its helper routes under ``/playground``."""
     router = APIRouter(tags=["playground"])
 
     @router.get("/", include_in_schema=False)
     async def page() -> FileResponse:
-        return FileResponse(STATIC_DIR / "index.html", headers=PAGE_HEADERS)
+        index = static_dir / "index.html"
+        if not index.is_file():
+            raise NotFoundError(f"the playground's files are not installed (no {index})")
+        return FileResponse(index, headers=PAGE_HEADERS)
 
     @router.post(
         "/playground/spec",
@@ -112,7 +115,13 @@ def playground_router() -> APIRouter:
     return router
 
 
-def mount_playground(app: FastAPI) -> None:
-    """Add the page, its static files (``/playground/static``) and helper routes."""
-    app.include_router(playground_router())
-    app.mount("/playground/static", StaticFiles(directory=STATIC_DIR), name="playground-static")
+def mount_playground(app: FastAPI, static_dir: Path = STATIC_DIR) -> None:
+    """Add the page, its static files (``/playground/static``) and helper routes.
+
+    Missing files (an install without the package data) make the page a 404, never a
+    server that fails to start.
+    """
+    app.include_router(playground_router(static_dir))
+    if static_dir.is_dir():
+        files = StaticFiles(directory=static_dir)
+        app.mount("/playground/static", files, name="playground-static")

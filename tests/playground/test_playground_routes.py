@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from fastapi import FastAPI
 
-from server.playground import STATIC_DIR
+from server.errors import install_error_handlers
+from server.playground import STATIC_DIR, mount_playground
 from tests.server.conftest import chat_body
 
 KEY = "sk-routes"
@@ -107,3 +111,15 @@ async def test_strategies_lists_every_strategy_with_defaults(make_client: Any) -
     assert by_name["gsr"]["params"]["n"] == 4
     assert by_name["gsr"]["params"]["solver"] == {"name": "single"}
     assert by_name["gsr"]["summary"]
+
+
+async def test_missing_static_files_make_a_404_not_a_broken_server(tmp_path: Path) -> None:
+    app = FastAPI()
+    install_error_handlers(app)
+    mount_playground(app, tmp_path / "absent")
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://ponder.test") as client:
+        page = await client.get("/")
+        script = await client.get("/playground/static/app.js")
+    assert page.status_code == 404 and "not installed" in page.json()["error"]["message"]
+    assert script.status_code == 404
