@@ -1,0 +1,310 @@
+"""Reasoning Cache on list sums: trained on short lists, tested on lists 2-3x longer.
+
+Two models from :mod:`training.demo.rc_train` (same initialization, same training
+tokens): ``rc`` learned the compact ``rc`` scaffold's steps on lists of 4-8 numbers,
+``direct`` learned to write the answer at once. Each answers the same held-out test
+problems of every length in ``--lengths`` under:
+
+- ``greedy`` and ``single`` (temperature 1): one call with the problem as asked (the
+  compact ``solve`` template, which is also RC's first-chunk template);
+- ``rc greedy`` and ``rc`` (temperature 1): ``rc(steps=chunks needed)``, for the RC
+  model only (the control never learned the chunk and summary formats).
+
+Scaffolds run through :func:`scaffolds.solve` with the ``compact`` prompt set over
+:class:`~training.demo.batched_engine.BatchedEngine` (all problems in flight at once;
+each call's sampling seeded from the run seed and problem index, and per step by the
+scaffold context). Statistics as in :mod:`training.demo.experiments`: a problem's score
+is its mean over seeds; 95% CIs and paired differences are over problems.
+
+For greedy ``rc`` every step is also checked against the oracle
+(:func:`training.demo.rc_train.oracle_reply`): where the first wrong chunk or summary
+happens, by how many numbers had been read before it.
+
+Commands::
+
+    python -m training.demo.rc_experiments run --rc runs/rc-demo/rc --direct runs/rc-demo/direct
+    python -m training.demo.rc_experiments plot training/demo/results/rc_listsum.json
+
+>>> condition_spec(RC_GREEDY, 24)
+'rc(steps=12, reasoning_tokens=12, summary_tokens=4)'
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from training.demo.experiments import (
+    RESULTS,
+    _mean,
+    add_pairs,
+    markdown,
+    per_problem,
+    request_seed,
+    summarize,
+)
+from training.demo.listsum_task import READ_PER_CHUNK, ListSumProblem, problems
+
+MAX_TOKENS = 16
+"""Per-call budget of ``single``: a chunk is at most 10 tokens."""
+CHUNK_TOKENS, SUMMARY_TOKENS = 12, 4
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One scaffold as evaluated; ``spec`` None means rc with the steps a length needs."""
+
+    label: str
+    spec: str | None
+    temperature: float
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+GREEDY = Condition("greedy", "single", 0.0)
+SINGLE = Condition("single", "single", 1.0)
+RC_GREEDY = Condition("rc greedy", None, 0.0)
+RC = Condition("rc", None, 1.0)
+CONDITIONS = {"rc": (GREEDY, SINGLE, RC_GREEDY, RC), "direct": (GREEDY, SINGLE)}
+
+
+def condition_spec(condition: Condition, length: int) -> str:
+    if condition.spec is not None:
+        return condition.spec
+    steps = -(-length // READ_PER_CHUNK)
+    return f"rc(steps={steps}, reasoning_tokens={CHUNK_TOKENS}, summary_tokens={SUMMARY_TOKENS})"
+
+
+def first_error(events: Sequence[Any]) -> tuple[int, str] | None:
+    """(numbers read before it, step kind) of the first step whose text differs from
+    the oracle's, or None if every step was right (only for one-sample runs)."""
+    from scaffolds.trace import StepFinished, StepStarted
+    from training.demo.listsum_task import state_of_chunk
+    from training.demo.rc_train import oracle_reply
+
+    prompts = {e.step_id: e for e in events if isinstance(e, StepStarted)}
+    read = 0
+    for event in events:
+        if not isinstance(event, StepFinished) or event.step_id not in prompts:
+            continue
+        started = prompts[event.step_id]
+        if started.prompt is None:
+            continue
+        try:
+            wanted = oracle_reply(started.prompt)
+        except ValueError:  # a prompt no correct run renders (cannot happen before an error)
+            wanted = None
+        if event.texts[0] != wanted:
+            return read, started.kind
+        if started.kind == "reasoning":
+            item = ListSumProblem.parse(started.prompt)
+            state = state_of_chunk(event.texts[0])
+            read = item.length if state[0] == "=" else item.labels.index(state[0])
+    return None
+
+
+async def run_condition(
+    engine: Any, condition: Condition, items: Sequence[ListSumProblem], *, seed: int
+) -> dict[str, list[Any]]:
+    """One pass of ``condition`` over ``items`` (all in flight at once)."""
+    from scaffolds import SamplingParams, solve
+
+    async def one(index: int, item: ListSumProblem) -> tuple[int, int, int, Any]:
+        params = SamplingParams(
+            temperature=condition.temperature,
+            max_tokens=MAX_TOKENS,
+            seed=None if condition.greedy else request_seed(seed, index),
+        )
+        spec = condition_spec(condition, item.length)
+        result = await solve(spec, item.problem, engine, params=params, prompts="compact")
+        answer = result.solutions[0].answer
+        usage = result.usage
+        error = first_error(result.events) if condition == RC_GREEDY else None
+        return int(answer == item.answer), usage.completion_tokens, usage.prompt_tokens, error
+
+    rows = await asyncio.gather(*(one(i, item) for i, item in enumerate(items)))
+    return {
+        "correct": [r[0] for r in rows],
+        "completion_tokens": [r[1] for r in rows],
+        "prompt_tokens": [r[2] for r in rows],
+        "first_error": [r[3] for r in rows],
+    }
+
+
+async def evaluate(
+    name: str, model_dir: Path, items: Sequence[ListSumProblem], seeds: Sequence[int]
+) -> dict[str, Any]:
+    """Every condition of ``name`` over ``items``: ``{label: entry}``."""
+    from training.demo.batched_engine import BatchedEngine
+
+    engine = BatchedEngine(model_dir)
+    out: dict[str, Any] = {}
+    try:
+        for condition in CONDITIONS[name]:
+            runs = [0] if condition.greedy else list(seeds)
+            entry: dict[str, Any] = {"spec": condition_spec(condition, items[0].length)}
+            entry |= {"temperature": condition.temperature, "seeds": runs, "wall_s": []}
+            for key in ("correct", "completion_tokens", "prompt_tokens"):
+                entry[key] = []
+            for seed in runs:
+                started = time.monotonic()
+                run = await run_condition(engine, condition, items, seed=seed)
+                entry["wall_s"].append(round(time.monotonic() - started, 1))
+                for key in ("correct", "completion_tokens", "prompt_tokens"):
+                    entry[key].append(run[key])
+                if condition == RC_GREEDY:
+                    entry["first_error"] = run["first_error"]
+            entry["summary"] = summarize(entry["correct"])
+            entry["completion_tokens_mean"] = _mean(per_problem(entry["completion_tokens"]))
+            entry["prompt_tokens_mean"] = _mean(per_problem(entry["prompt_tokens"]))
+            print(
+                f"{name:>6} L={items[0].length:<3} {condition.label:<15} "
+                f"acc {entry['summary']['accuracy']:.3f}  wall {sum(entry['wall_s']):.0f}s",
+                flush=True,
+            )
+            out[condition.label] = entry
+    finally:
+        await engine.aclose()
+    return out
+
+
+def error_table(results: dict[str, Any]) -> str:
+    """Where greedy rc first went wrong: numbers read before the first wrong step."""
+    lines = [
+        "| model | length | all steps right | first wrong step (numbers read before it: count) |"
+    ]
+    lines.append("|---|---:|---:|---|")
+    for key, conditions in results["models"].items():
+        entry = conditions.get(RC_GREEDY.label)
+        if entry is None or "first_error" not in entry:
+            continue
+        errors = entry["first_error"]
+        clean = sum(e is None for e in errors)
+        where = Counter(f"{e[0]} ({e[1]})" for e in errors if e is not None)
+        common = ", ".join(f"{k}: {v}" for k, v in where.most_common(6))
+        model, length = key.split(" L=")
+        lines.append(f"| {model} | {length} | {clean}/{len(errors)} | {common} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict[str, Any], path: Path) -> Path:
+    """Accuracy against list length, one line per model/condition, 95% CI bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    lines: dict[str, list[tuple[int, float, float, float, float]]] = {}
+    for key, conditions in results["models"].items():
+        model, length = key.split(" L=")
+        for label, entry in conditions.items():
+            s = entry["summary"]
+            point = (int(length), s["accuracy"], *s["ci95"], entry["completion_tokens_mean"])
+            lines.setdefault(f"{model}/{label}", []).append(point)
+    for i, (name, points) in enumerate(sorted(lines.items())):
+        points.sort()
+        xs = [p[0] for p in points]
+        ys = [p[1] for p in points]
+        err = [[p[1] - p[2] for p in points], [p[3] - p[1] for p in points]]
+        style = "-" if name.startswith("rc/") else "--"
+        left.errorbar(xs, ys, yerr=err, fmt="o" + style, color=f"C{i}", capsize=3, label=name)
+        right.errorbar([p[4] for p in points], ys, yerr=err, fmt="o", color=f"C{i}", capsize=3)
+    left.axvline(max(results["train_lengths"]), color="grey", linestyle=":", linewidth=1)
+    left.set_xlabel("list length (numbers); dotted: longest training list")
+    left.set_ylabel("accuracy (95% CI over problems)")
+    left.legend(fontsize=7)
+    right.set_xscale("log")
+    right.set_xlabel("generated tokens per problem (mean, log scale)")
+    left.set_title(f"last digit of a list's sum, {results['problems']} test problems per length")
+    right.set_title(f"accuracy against tokens (seeds {results['seeds']})")
+    for ax in (left, right):
+        ax.axhline(0.1, color="grey", linewidth=0.8)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def pairs_for(lengths: Sequence[int]) -> list[tuple[str, str]]:
+    out = []
+    for n in lengths:
+        out += [
+            (f"rc L={n}/rc greedy", f"direct L={n}/greedy"),
+            (f"rc L={n}/rc", f"direct L={n}/single"),
+            (f"rc L={n}/rc", f"rc L={n}/single"),
+            (f"rc L={n}/rc greedy", f"rc L={n}/greedy"),
+            (f"rc L={n}/rc", f"rc L={n}/rc greedy"),
+        ]
+    return out
+
+
+def report(results: dict[str, Any], stem: str) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{stem}.json").write_text(json.dumps(results) + "\n")
+    text = markdown(results) + "\n" + error_table(results)
+    (RESULTS / f"{stem}.md").write_text(text)
+    print(text)
+    print(plot(results, RESULTS / f"{stem}.png"))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("run")
+    p.add_argument("--rc", type=Path, required=True, help="the RC-trained model")
+    p.add_argument("--direct", type=Path, required=True, help="the direct-trained control")
+    p.add_argument("--lengths", type=int, nargs="+", default=[8, 16, 24])
+    p.add_argument("--count", type=int, default=1000, help="test problems per length")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--stem", default="rc_listsum")
+    q = sub.add_parser("plot", help="redraw the plot and tables of a results JSON")
+    q.add_argument("json", type=Path)
+    args = parser.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(1)
+    if args.command == "plot":
+        results = json.loads(args.json.read_text())
+        print(markdown(results) + "\n" + error_table(results))
+        print(plot(results, args.json.with_suffix(".png")))
+        return
+    from training.demo.rc_train import TRAIN_LENGTHS
+
+    started = time.monotonic()
+    models: dict[str, Any] = {}
+    for length in args.lengths:
+        items = problems("test", args.count, lengths=(length,), seed=0)
+        for name, model_dir in (("rc", args.rc), ("direct", args.direct)):
+            models[f"{name} L={length}"] = asyncio.run(evaluate(name, model_dir, items, args.seeds))
+    training = {}
+    for name, model_dir in (("rc", args.rc), ("direct", args.direct)):
+        info = json.loads((model_dir / "rc_train.json").read_text())
+        training[name] = {k: v for k, v in info.items() if k != "example_rows"}
+    results = {
+        "problems": args.count,
+        "lengths": list(args.lengths),
+        "train_lengths": list(TRAIN_LENGTHS),
+        "seeds": list(args.seeds),
+        "training": training,
+        "models": models,
+        "wall_s": round(time.monotonic() - started, 1),
+    }
+    add_pairs(results, pairs_for(args.lengths))
+    report(results, args.stem)
+
+
+if __name__ == "__main__":
+    main()
