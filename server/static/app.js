@@ -196,6 +196,7 @@ const view = {
   },
   setAnswer(answer) {
     const chip = $("final-answer");
+    chip.classList.remove("wrong");
     chip.hidden = answer === null || answer === undefined;
     chip.textContent = chip.hidden ? "" : `answer ${answer}`;
   },
@@ -425,10 +426,16 @@ function showOpened() {
   view.reset(current ? "" : "No record matches.");
   if (!current) return;
   if (current.problem !== null) $("problem").value = current.problem;
+  if (current.scaffold) {
+    $("spec").value = current.scaffold; // so Run tries it again
+    checkSpec();
+  }
+  if (current.model && models.has(current.model)) $("model").value = current.model;
   for (const event of current.events) tree.feed(event);
   if (!current.events.length) drawWithoutTrace(current);
   $("final-text").textContent = current.response ?? "";
   view.setAnswer(current.answer);
+  $("final-answer").classList.toggle("wrong", current.evaluation?.correct === false);
   view.setFinish(current.finish, current.cutReason);
   view.setUsage(current.usage, NaN);
   $("final").dataset.state = current.evaluation?.error ? "error" : "done";
