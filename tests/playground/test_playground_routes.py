@@ -35,7 +35,7 @@ def test_every_asset_the_page_names_is_shipped() -> None:
     named = re.findall(r'(?:src|href)="/playground/static/([^"]+)"', html)
     for script in STATIC_DIR.glob("*.js"):
         named += re.findall(r'from "\./([^"]+)"', script.read_text())
-    assert {"app.js", "style.css", "tree.js", "saved.js"} <= set(named)
+    assert {"app.js", "api.js", "style.css", "tree.js", "saved.js"} <= set(named)
     assert all((STATIC_DIR / name).is_file() for name in named)
     # Nothing is loaded from elsewhere (no CDN).
     assert not re.search(r'(?:src|href)="(?:https?:)?//', html)
