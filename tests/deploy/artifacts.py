@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from server.vllm_process import ROOT
 
@@ -210,6 +211,53 @@ def k8s_object(kind: str, name: str) -> dict[str, Any]:
     found = [o for o in k8s_objects() if o["kind"] == kind and o["metadata"]["name"] == name]
     assert len(found) == 1, f"expected one {kind}/{name}, found {len(found)}"
     return found[0]
+
+
+# -- metrics and the dashboard ----------------------------------------------------------
+
+# The sample names each metric type exposes beside (or instead of) its family name.
+SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "histogram": ("_bucket", "_sum", "_count", "_created"),
+    "summary": ("_sum", "_count", "_created"),
+    "gauge": ("",),
+}
+
+
+@dataclass(frozen=True)
+class Exposition:
+    """What one scrape of /metrics offers: sample names, with the labels seen on each."""
+
+    declared: frozenset[str]
+    labels: dict[str, set[str]]
+
+    @classmethod
+    def parse(cls, text: str) -> Exposition:
+        """Parse Prometheus text format; a declared family with no samples yet still
+        counts for its type's sample names."""
+        declared: set[str] = set()
+        labels: dict[str, set[str]] = {}
+        for family in text_string_to_metric_families(text):
+            declared.update(family.name + s for s in SUFFIXES.get(family.type, ("",)))
+            for sample in family.samples:
+                declared.add(sample.name)
+                labels.setdefault(sample.name, set()).update(sample.labels)
+        return cls(frozenset(declared), labels)
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    """(panel title, PromQL) for every target of every panel, and the variable queries."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    queries = [
+        (panel["title"], target["expr"])
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", [])
+    ]
+    for variable in dashboard.get("templating", {}).get("list", []):
+        query = variable.get("query")
+        text = query["query"] if isinstance(query, dict) else query
+        queries.append((f"${variable['name']}", text))
+    return queries
 
 
 # -- external tools --------------------------------------------------------------------

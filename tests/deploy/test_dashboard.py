@@ -11,19 +11,23 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import yaml
 from fastapi.testclient import TestClient
-from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
 from server.app import create_app
 from server.fake_engine import running_fake_engine
 from server.settings import Settings
-from tests.deploy.artifacts import DASHBOARD, DOCKER_DIR, compose_services
+from tests.deploy.artifacts import (
+    DASHBOARD,
+    DOCKER_DIR,
+    Exposition,
+    compose_services,
+    dashboard_queries,
+)
 
 KEY = "sk-dashboard"
 PONDER_METRIC = re.compile(r"\bponder_[a-z0-9_]+")
@@ -31,50 +35,6 @@ ANY_METRIC = re.compile(r"\b(ponder_[a-z0-9_]+|vllm:[a-z0-9_:]+)")
 GROUPING = re.compile(r"\b(?:by|without)\s*\(([^)]*)\)")
 SELECTOR = re.compile(r"\b(ponder_[a-z0-9_]+)\{([^}]*)\}")
 MATCHER = re.compile(r"(\w+)\s*(?:=~|!~|!=|=)")
-
-# The sample names each metric type exposes beside (or instead of) its family name.
-SUFFIXES = {
-    "counter": ("_total", "_created"),
-    "histogram": ("_bucket", "_sum", "_count", "_created"),
-    "summary": ("_sum", "_count", "_created"),
-    "gauge": ("",),
-}
-
-
-@dataclass(frozen=True)
-class Exposition:
-    """What one scrape of /metrics offers: sample names, with the labels seen on each."""
-
-    declared: frozenset[str]
-    labels: dict[str, set[str]]
-
-    @classmethod
-    def parse(cls, text: str) -> Exposition:
-        """Parse Prometheus text format; a declared family with no samples yet still
-        counts for its type's sample names."""
-        declared: set[str] = set()
-        labels: dict[str, set[str]] = {}
-        for family in text_string_to_metric_families(text):
-            declared.update(family.name + s for s in SUFFIXES.get(family.type, ("",)))
-            for sample in family.samples:
-                declared.add(sample.name)
-                labels.setdefault(sample.name, set()).update(sample.labels)
-        return cls(frozenset(declared), labels)
-
-
-def dashboard_queries() -> list[tuple[str, str]]:
-    """(panel title, PromQL) for every target of every panel, and the variable queries."""
-    dashboard = json.loads(DASHBOARD.read_text())
-    queries = [
-        (panel["title"], target["expr"])
-        for panel in dashboard["panels"]
-        for target in panel.get("targets", [])
-    ]
-    for variable in dashboard.get("templating", {}).get("list", []):
-        query = variable.get("query")
-        text = query["query"] if isinstance(query, dict) else query
-        queries.append((f"${variable['name']}", text))
-    return queries
 
 
 @pytest.fixture(scope="module")
