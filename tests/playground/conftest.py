@@ -12,7 +12,7 @@ import contextlib
 import os
 import shutil
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -30,14 +30,12 @@ KEY_STORAGE = "ponder.apiKey"
 
 def chromium_path() -> str | None:
     """The Chromium to drive: ``PONDER_CHROMIUM``, else ``chromium`` on the PATH."""
-    return (
-        os.environ.get("PONDER_CHROMIUM")
-        or shutil.which("chromium")
-        or shutil.which("chromium-browser")
-    )
+    if chosen := os.environ.get("PONDER_CHROMIUM"):
+        return chosen if os.access(chosen, os.X_OK) else None
+    return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def skip_or_fail(reason: str) -> None:
+def skip_or_fail(reason: str) -> NoReturn:
     if os.environ.get("PONDER_REQUIRE_BROWSER") == "1":
         pytest.fail(f"PONDER_REQUIRE_BROWSER=1 but {reason}", pytrace=False)
     pytest.skip(reason)
@@ -51,6 +49,8 @@ def launched_chromium() -> Iterator[Any]:
     except ImportError:
         skip_or_fail("the playwright package is missing (pip install playwright)")
     path = chromium_path()
+    if path is None and (chosen := os.environ.get("PONDER_CHROMIUM")):
+        skip_or_fail(f"PONDER_CHROMIUM={chosen} is not an executable")
     if path is None:
         skip_or_fail("no Chromium: apt-get install chromium (or set PONDER_CHROMIUM)")
     with sync_playwright() as playwright:
