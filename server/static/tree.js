@@ -146,10 +146,8 @@ export class TraceTree {
       n,
       final: Boolean(event.final),
       prompt: event.prompt || null,
-      maxTokens: event.max_tokens ?? null,
       startedAt: Number(event.time) || null,
       seenAt: Date.now() / 1000, // the live clock runs on this browser's time
-
       finishedAt: null,
       done: false,
       usage: null,
@@ -191,9 +189,12 @@ export class TraceTree {
     for (let i = 0; i < step.n; i++) {
       const node = this.nodes.get(`${step.id}#${i}`);
       if (!node) continue;
-      // Texts that did not stream (a saved trace, an engine without deltas) arrive here.
-      if (!node.text.textContent && texts[i]) node.text.textContent = texts[i];
-      if (node.reasoning.hidden && reasonings[i]) {
+      // The finished texts are the step's own: they fill in what did not stream (a saved
+      // trace, an engine without deltas) and win over what did, should the two differ.
+      if (typeof texts[i] === "string" && texts[i] !== node.text.textContent) {
+        node.text.textContent = texts[i];
+      }
+      if (reasonings[i] && reasonings[i] !== node.reasoning.textContent) {
         node.reasoning.hidden = false;
         node.reasoning.textContent = reasonings[i];
       }

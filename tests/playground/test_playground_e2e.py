@@ -205,6 +205,14 @@ def test_eval_results_lines_open_one_by_one(
     page.click("#trace-open")
     assert "holds no trace" in page.inner_text("#trace-error")
 
+    # The API's own response (return_trace) opens as it is.
+    page.fill("#trace-text", json.dumps(reply))
+    page.click("#trace-open")
+    page.wait_for_selector("#trace-dialog:not([open])")
+    assert labels(page, ".node") == ["candidate 1", "candidate 2", "candidate 3", "refine"]
+    assert page.inner_text("#final-text") == reply["choices"][0]["message"]["content"]
+    assert page.input_value("#spec") == "gsr(n=3)"
+
 
 def test_api_key_is_asked_once_kept_in_the_session_and_sent_as_a_header(
     browser: Any, playground: tuple[str, FakeEngineHandle]
