@@ -206,6 +206,22 @@ def k8s_objects() -> list[dict[str, Any]]:
     return objects
 
 
+def k8s_generated_secret(name: str) -> dict[str, str]:
+    """The data kustomization's secretGenerator gives Secret ``name``, read from its env
+    files (the git-ignored real file where it exists, else its ``.example``)."""
+    kustomization = yaml.safe_load((K8S_DIR / "kustomization.yaml").read_text())
+    (generator,) = [g for g in kustomization["secretGenerator"] if g["name"] == name]
+    data: dict[str, str] = {}
+    for env_file in generator["envs"]:
+        path = K8S_DIR / env_file
+        path = path if path.exists() else path.with_name(path.name + ".example")
+        for line in path.read_text().splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                key, _, value = line.partition("=")
+                data[key.strip()] = value.strip()
+    return data
+
+
 def k8s_object(kind: str, name: str) -> dict[str, Any]:
     """The one object of ``kind`` named ``name``."""
     found = [o for o in k8s_objects() if o["kind"] == kind and o["metadata"]["name"] == name]

@@ -27,6 +27,7 @@ from tests.deploy.artifacts import (
     compose_services,
     final_stage,
     image_ponder_env,
+    k8s_generated_secret,
     k8s_object,
     k8s_objects,
     network_names,
@@ -214,7 +215,7 @@ def _container_env(container: dict[str, Any]) -> dict[str, str]:
         if "configMapRef" in source:
             env.update(k8s_object("ConfigMap", source["configMapRef"]["name"])["data"])
         if "secretRef" in source:
-            env.update(k8s_object("Secret", source["secretRef"]["name"])["stringData"])
+            env.update(k8s_generated_secret(source["secretRef"]["name"]))
     env.update({item["name"]: item["value"] for item in container.get("env", [])})
     return env
 
@@ -223,7 +224,7 @@ def test_k8s_ponder_settings_are_real_and_valid(monkeypatch: pytest.MonkeyPatch)
     env = _container_env(_ponder_container())
     assert set(env) <= SETTING_NAMES, f"not settings: {sorted(set(env) - SETTING_NAMES)}"
     settings = settings_from_environment(env, monkeypatch)
-    assert settings.client_api_keys(), "the Secret gives Ponder its client keys"
+    assert settings.client_api_keys(), "the generated Secret gives Ponder its client keys"
 
     statefulset = k8s_object("StatefulSet", "vllm")
     headless = k8s_object("Service", statefulset["spec"]["serviceName"])

