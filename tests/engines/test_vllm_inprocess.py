@@ -1,0 +1,75 @@
+"""The in-process vLLM engine, run inside the vLLM venv on the tiny random Llama.
+
+vLLM is not importable in Ponder's environment, so the engine is exercised by a child
+process (:mod:`tests.engines.inprocess_vllm_check`) that reports what it saw as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from typing import Any
+
+import pytest
+
+from tests.engines.vllm_server import CACHE, ROOT, build_tiny_model, vllm_python_or_skip
+
+pytestmark = pytest.mark.vllm
+
+
+@pytest.fixture(scope="module")
+def report() -> dict[str, Any]:
+    python = vllm_python_or_skip()
+    CACHE.mkdir(exist_ok=True)
+    model_dir = build_tiny_model(python, CACHE / "tiny-llama")
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+    }
+    done = subprocess.run(
+        [str(python), "-m", "tests.engines.inprocess_vllm_check", str(model_dir)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
+    assert lines, f"no report (exit {done.returncode}):\n{done.stderr[-4000:]}"
+    return dict(json.loads(lines[-1].removeprefix("REPORT ")))
+
+
+def test_n_samples_are_one_request_with_real_token_ids(report: dict[str, Any]) -> None:
+    assert report["n_samples"] == 3
+    assert report["usage"]["calls"] == 1
+    counts = report["completion_tokens"]
+    assert report["token_counts"] == report["logprob_counts"] == counts
+    assert all(0 < count <= 12 for count in counts)
+    assert report["finish_reasons"] == ["length" if c == 12 else "stop" for c in counts]
+    assert report["usage"]["completion_tokens"] == sum(counts)
+    assert report["usage"]["prompt_tokens"] == report["prompt_ids"] > 0
+
+
+def test_seeded_calls_repeat_and_hit_the_prefix_cache(report: dict[str, Any]) -> None:
+    assert report["seeded_repeat_equal"] is True
+    assert report["second_cached_tokens"] > 0
+
+
+def test_plain_prompts_and_streaming(report: dict[str, Any]) -> None:
+    assert report["plain_finish"] == ("length" if report["plain_tokens"] == 5 else "stop")
+    assert 0 < report["plain_tokens"] <= 5
+    assert report["stream_matches_result"] is True
+    assert 0 < report["stream_tokens"] <= 8
+
+
+def test_cancelling_a_call_aborts_it_inside_vllm(report: dict[str, Any]) -> None:
+    assert report["cancelled"] is True
+    assert report["unfinished_after_cancel"] == 0
+
+
+def test_a_scaffold_runs_over_it(report: dict[str, Any]) -> None:
+    assert report["majority_calls"] == 1
+    assert 4 <= report["majority_completion_tokens"] <= 32
