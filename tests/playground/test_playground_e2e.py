@@ -208,7 +208,7 @@ def test_eval_results_lines_open_one_by_one(
     # The API's own response (return_trace) opens as it is.
     page.fill("#trace-text", json.dumps(reply))
     page.click("#trace-open")
-    page.wait_for_selector("#trace-dialog:not([open])")
+    page.wait_for_selector("#trace-dialog", state="hidden")
     assert labels(page, ".node") == ["candidate 1", "candidate 2", "candidate 3", "refine"]
     assert page.inner_text("#final-text") == reply["choices"][0]["message"]["content"]
     assert page.input_value("#spec") == "gsr(n=3)"
