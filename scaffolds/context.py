@@ -94,7 +94,8 @@ class Budget:
             math.isfinite(self.timeout_s) and self.timeout_s > 0
         ):
             raise InvalidRequestError(
-                f"budget.timeout_s must be > 0 (got {self.timeout_s})", param="budget.timeout_s"
+                f"budget.timeout_s must be a finite number > 0 (got {self.timeout_s})",
+                param="budget.timeout_s",
             )
 
     def capped_by(self, cap: Budget) -> Budget:

@@ -16,6 +16,7 @@ the JSON body every OpenAI client understands::
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -162,34 +163,86 @@ def api_error(exc: BaseException) -> APIError:
         return APIError(500, exc.message, "server_error", exc.param, exc.code)
     if isinstance(exc, TimeoutError):
         return APIError(504, "the request timed out", "timeout_error", None, "timeout")
+    if isinstance(exc, StarletteHTTPException) and exc.status_code == 400 and exc.__cause__:
+        message = _unreadable_body(exc.__cause__)
+        return APIError(400, message, "invalid_request_error", None, "invalid_request")
     if isinstance(exc, StarletteHTTPException):
         kind, code = _HTTP_TYPES.get(exc.status_code, ("server_error", "http_error"))
         return APIError(exc.status_code, str(exc.detail), kind, None, code, exc.headers or {})
     return APIError(500, "internal server error", "server_error", None, "internal_error")
 
 
-def validation_error(errors: Sequence[Any]) -> APIError:
+_UNION_TAG = re.compile(r"^(str|int|float|bool|none|bytes|(list|dict|tuple|set|literal)\[.*\])$")
+"""How pydantic names the member of a union in an error's location (``scaffold.str``)."""
+_JSON_TYPE = "Content-Type: application/json"
+_NOT_AN_OBJECT = frozenset({"model_attributes_type", "model_type", "dict_type"})
+
+
+def validation_error(errors: Sequence[Any], content_type: str | None = None) -> APIError:
     """A FastAPI/pydantic validation failure as a 400 whose ``param`` names the field.
 
     >>> validation_error([{"loc": ("body", "messages", 0, "role"), "msg": "Field required"}]).param
     'messages.0.role'
+    >>> validation_error([{"loc": ("body",), "type": "model_attributes_type", "msg": "..."}],
+    ...                  content_type="text/plain").message
+    "the request body must be JSON sent with 'Content-Type: application/json' (got 'text/plain')"
     """
     if not errors:
         return APIError(400, "invalid request", "invalid_request_error", None, "invalid_request")
     first = errors[0]
-    loc = [str(part) for part in first.get("loc", ())]
-    if loc and loc[0] in ("body", "query", "path", "header"):
-        loc = loc[1:]
+    loc = _field_path(first)
+    if loc == [] and first.get("type") in _NOT_AN_OBJECT | {"missing"}:
+        problem = _body_problem(first, content_type)
+        return APIError(400, problem, "invalid_request_error", None, "invalid_request")
     param = ".".join(loc) or None
     message = str(first.get("msg", "invalid value"))
+    others = [e for e in errors[1:] if _field_path(e) != loc]
+    prefix = "Input should be "
+    alternatives = [
+        str(e.get("msg")).removeprefix(prefix if message.startswith(prefix) else "")
+        for e in errors[1:]
+        if _field_path(e) == loc
+    ]
     if first.get("type") == "json_invalid":
         param = None
         message = "the request body is not valid JSON"
     elif param:
-        message = f"{param}: {message}"
-    if len(errors) > 1:
-        message += f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})"
+        # The members of a union each fail: say what would have done, in one line.
+        message = f"{param}: " + " or ".join(dict.fromkeys([message, *alternatives]))
+    if others:
+        message += f" (and {len(others)} more error{'s' if len(others) > 1 else ''})"
     return APIError(400, message, "invalid_request_error", param, "invalid_request")
+
+
+def _field_path(error: Mapping[str, Any]) -> list[str]:
+    """An error's location as request field names: no ``body`` root, no union tags."""
+    loc = [str(part) for part in error.get("loc", ())]
+    if loc and loc[0] in ("body", "query", "path", "header"):
+        loc = loc[1:]
+    while loc and _UNION_TAG.match(loc[-1]):
+        loc = loc[:-1]
+    return loc
+
+
+def _body_problem(error: Mapping[str, Any], content_type: str | None) -> str:
+    if error.get("type") == "missing":
+        return "the request body is empty; expected a JSON object"
+    media = (content_type or "").split(";")[0].strip().lower()
+    if media != "application/json" and not media.endswith("+json"):
+        got = repr(content_type) if content_type else "no Content-Type"
+        return (
+            f"the request body must be JSON sent with 'Content-Type: application/json' (got {got})"
+        )
+    return "the request body must be a JSON object"
+
+
+def _unreadable_body(cause: BaseException | None) -> str:
+    """Why FastAPI could not parse a body (its own message says only that it could not)."""
+    if isinstance(cause, UnicodeDecodeError):
+        return "the request body is not valid UTF-8 (JSON must be UTF-8 encoded)"
+    if isinstance(cause, RecursionError):
+        return "the request body nests too deeply to parse"
+    return "the request body could not be read as JSON"
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -200,7 +253,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        return _respond(request, validation_error(exc.errors()), exc)
+        error = validation_error(exc.errors(), request.headers.get("content-type"))
+        return _respond(request, error, exc)
 
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
         return _respond(request, api_error(exc), exc)
