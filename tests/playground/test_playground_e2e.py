@@ -18,7 +18,15 @@ from server.fake_engine import FakeEngineHandle
 from tests.playground.conftest import KEY, KEY_STORAGE, MODEL
 
 PROBLEM = "What is 17 * 23?"
-WAIT_MS = 20_000
+WAIT_MS = 30_000
+SEE_STREAMING = """() => {
+    window.sawStreamingText = false;
+    new MutationObserver(() => {
+        const live = document.querySelector('.node[data-state="running"] .node-text');
+        if (live && live.textContent) window.sawStreamingText = true;
+    }).observe(document.getElementById("tree"),
+               {subtree: true, childList: true, characterData: true, attributes: true});
+}"""
 
 
 @pytest.fixture
@@ -70,10 +78,11 @@ def test_gsr_run_streams_a_tree_of_candidates_and_a_refine(
     url, _ = playground
     page.fill("#problem", PROBLEM)
     page.fill("#spec", "gsr(n=3)")
+    # Live: nodes appear while their step still streams, with text, before the run ends.
+    page.evaluate(SEE_STREAMING)
     page.click("#run-button")
-    # Live: nodes appear while their step is still streaming.
-    page.wait_for_selector('.node[data-state="running"]', timeout=WAIT_MS)
     page.wait_for_selector('#final[data-state="done"]', timeout=WAIT_MS)
+    assert page.evaluate("window.sawStreamingText") is True
 
     assert labels(page, ".node") == ["candidate 1", "candidate 2", "candidate 3", "refine"]
     assert page.locator('.node[data-kind="refine"]').count() == 1
