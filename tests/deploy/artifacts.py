@@ -280,11 +280,12 @@ def dashboard_queries() -> list[tuple[str, str]]:
 
 
 def tool_or_skip(name: str, install_hint: str) -> str:
-    """The path of a command-line tool (on PATH or beside this interpreter), or skip.
+    """The path of a command-line tool, or skip: the one installed beside this
+    interpreter (the version the project's environment pins) first, else one on PATH.
 
     With ``PONDER_REQUIRE_DEPLOY_TOOLS=1`` (CI) a missing tool fails instead.
     """
-    found = shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
+    found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
     if found:
         return found
     message = f"{name} is not installed ({install_hint})"

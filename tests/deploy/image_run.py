@@ -53,7 +53,8 @@ def installed_source_dir() -> str:
 
 def build_image_site(workdir: Path) -> Path:
     """What the image's venv imports Ponder from: its wheel, built from the files the
-    builder stage COPYs into the install directory, unpacked into ``workdir/site``."""
+    builder stage COPYs into the install directory (kept in ``workdir/src``), unpacked
+    into ``workdir/site``."""
     src_in_image = installed_source_dir()
     src = workdir / "src"
     for copy in parse_dockerfile()[0].all("COPY"):

@@ -47,11 +47,10 @@ def image_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_image_command_serves_a_fake_engine(image_site: Path, tmp_path: Path) -> None:
-    site = image_site
     port = free_port()
     with running_fake_engine() as engine:
         env = image_environment(
-            site,
+            image_site,
             PONDER_ENGINES=engine.base_url,
             PONDER_MODEL=engine.config.model,
             PONDER_API_KEYS=CLIENT_KEY,
@@ -63,7 +62,9 @@ def test_image_command_serves_a_fake_engine(image_site: Path, tmp_path: Path) ->
             [sys.executable, "-c", "import server; print(server.__file__)"],
             env=env, cwd=tmp_path, capture_output=True, text=True, check=True,
         )  # fmt: skip
-        assert probe.stdout.startswith(str(site)), "the test would run the checkout, not the wheel"
+        assert probe.stdout.startswith(str(image_site)), (
+            "the test would run the checkout, not the wheel"
+        )
 
         with running_image_command(env, port, tmp_path, tmp_path / "ponder.log") as process:
             base = f"http://127.0.0.1:{port}"
