@@ -1,0 +1,111 @@
+"""Graceful shutdown under load: SIGTERM to a real ``ponder serve`` process.
+
+Every request already in (running or queued) finishes with its answer within the grace
+period; requests that come after are refused cleanly (connection refused, or an OpenAI
+error), never left hanging or cut mid-answer; the process then exits by itself.
+(``tests/server/test_cli.py`` covers the two-request case and the grace period running
+out.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from server.fake_engine import FakeEngineHandle
+from tests.reliability.conftest import KEY, MODEL, auth, chat
+from tests.server.conftest import free_port, parse_sse
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNNING, QUEUED = 6, 6
+GRACE_S = 20
+
+
+@contextlib.contextmanager
+def ponder_process(
+    fake: FakeEngineHandle, *args: str
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "clients.cli", "serve", "--engine", fake.base_url,
+           "--model", MODEL, "--engine-model", "fake-model", "--port", str(port),
+           "--api-key", KEY, "--engine-max-retries", "0", *args]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        yield proc, f"http://127.0.0.1:{port}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+
+
+async def wait_serving(proc: subprocess.Popen[str], url: str) -> None:
+    async with httpx.AsyncClient(timeout=2) as c:
+        for _ in range(600):  # bounded: 60 s
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else "exited"
+            with contextlib.suppress(httpx.HTTPError):
+                if (await c.get(f"{url}/health")).status_code == 200:
+                    return
+            await asyncio.sleep(0.1)
+    raise AssertionError("ponder serve did not start")
+
+
+async def one_request(url: str, i: int) -> tuple[bool, httpx.Response]:
+    stream = i % 2 == 1
+    async with httpx.AsyncClient(base_url=url, headers=auth(), timeout=60) as c:
+        body = chat(f"in flight {i}", scaffold="gsr(n=2)", stream=stream)
+        return stream, await c.post("/v1/chat/completions", json=body)
+
+
+async def late_request(url: str) -> Any:
+    """A request sent during the drain, on a new connection: what happened to it."""
+    try:
+        async with httpx.AsyncClient(base_url=url, headers=auth(), timeout=10) as c:
+            return await c.post("/v1/chat/completions", json=chat("too late"))
+    except (httpx.ConnectError, httpx.RemoteProtocolError) as exc:
+        return exc  # refused before any answer: clean, a client may retry elsewhere
+
+
+async def test_sigterm_under_load_finishes_in_flight_and_refuses_new(
+    fake: FakeEngineHandle,
+) -> None:
+    fake.config.latency_per_token = 0.05  # ~0.7 s per call, 2 calls per request
+    limits = ["--max-concurrent-runs", str(RUNNING), "--queue-size", str(QUEUED)]
+    with ponder_process(fake, "--graceful-timeout", str(GRACE_S), *limits) as (proc, url):
+        await wait_serving(proc, url)
+        in_flight = [asyncio.create_task(one_request(url, i)) for i in range(RUNNING + QUEUED)]
+        assert await fake.wait_for(lambda s: s.open_calls == RUNNING, within=30)
+        await asyncio.sleep(0.2)  # the queued ones are in too
+        proc.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        late = [await late_request(url) for _ in range(3)]
+        draining = not all(t.done() for t in in_flight)  # the late ones came mid-drain
+        results = await asyncio.gather(*in_flight)
+        code = await asyncio.to_thread(proc.wait, GRACE_S + 10)
+        took = time.monotonic() - signalled
+        stderr = proc.stderr.read() if proc.stderr else ""
+    assert code in (0, -signal.SIGTERM), (code, stderr[-2000:])
+    assert took < GRACE_S, f"took {took:.1f} s to drain"
+    assert draining
+    for stream, response in results:
+        assert response.status_code == 200, response.text
+        if stream:
+            chunks = parse_sse(response.text)
+            assert chunks[-1] == "[DONE]" and not any("error" in c for c in chunks[:-1])
+        else:
+            assert response.json()["choices"][0]["message"]["content"]
+    assert fake.state.cancelled == 0 and fake.state.completed == 2 * (RUNNING + QUEUED)
+    for outcome in late:
+        if isinstance(outcome, httpx.Response):  # answered: then only as a clean error
+            assert outcome.status_code == 503 and outcome.json()["error"]["message"]
+    assert KEY not in stderr
