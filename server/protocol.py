@@ -6,10 +6,10 @@ send new ones all the time; the serving layer logs their names. Ponder's own fie
 ``stream_trace``.
 
 >>> req = ChatCompletionRequest.model_validate(
-...     {"model": "m", "messages": [{"role": "user", "content": "2+2?"}], "logit_bias": {}}
+...     {"model": "m", "messages": [{"role": "user", "content": "2+2?"}], "metadata": {}}
 ... )
 >>> req.unknown_fields(), req.requested_max_tokens()
-(['logit_bias'], None)
+(['metadata'], None)
 >>> usage_json(Usage(prompt_tokens=3, completion_tokens=4, calls=2))["total_tokens"]
 7
 """
@@ -34,6 +34,7 @@ SAMPLING_PASSTHROUGH = (
     "top_k",
     "min_p",
     "ignore_eos",
+    "logit_bias",
 )
 """Extra sampling fields handed to the engine verbatim when a request sets them."""
 

@@ -223,6 +223,7 @@ class Serving:
         unknown = req.unknown_fields()
         if unknown:
             log.info("ignoring unknown request fields: %s", ", ".join(unknown))
+        _refuse_unsupported(req)
         served, strategy = self.resolve_model(req.model)
         if req.scaffold is not None:
             try:
@@ -472,6 +473,32 @@ class Serving:
         if any(r is not None for r in replicas.values()):
             out["replicas"] = {n: r for n, r in replicas.items() if r is not None}
         return ready, out
+
+
+UNSUPPORTED_FIELDS = {
+    "logprobs": "a scaffold's answer is built from several engine calls, so it has no "
+    "single token distribution to report",
+    "top_logprobs": "a scaffold's answer is built from several engine calls, so it has no "
+    "single token distribution to report",
+    "echo": "the prompt is not echoed: scaffolds rewrite it for their engine calls",
+    "suffix": "insertion (suffix) is not supported",
+    "best_of": 'server-side best_of is a scaffold here: use "scaffold": "best_of_n(n=...)"',
+    "tools": "tool calling is not supported",
+    "response_format": "structured output (response_format) is not supported",
+}
+"""OpenAI fields whose meaning Ponder cannot honour: a request that sets one (to anything
+but its off value) gets a 400 that says why, rather than an answer that silently lacks it."""
+
+
+def _refuse_unsupported(req: AnyRequest) -> None:
+    extra = req.model_extra or {}
+    for name, why in UNSUPPORTED_FIELDS.items():
+        value = extra.get(name)
+        off = value in (None, False, 0, "", [], {}) or (
+            name == "response_format" and isinstance(value, dict) and value.get("type") == "text"
+        )
+        if not off:
+            raise InvalidRequestError(f"{name} is not supported: {why}", param=name)
 
 
 def finish_reasons(result: RunResult) -> list[str]:

@@ -162,6 +162,44 @@ async def test_errors_name_the_parameter(
     assert not engine.requests
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("logprobs", True),
+        ("top_logprobs", 3),
+        ("tools", [{"type": "function", "function": {"name": "f"}}]),
+        ("response_format", {"type": "json_object"}),
+    ],
+)
+async def test_fields_ponder_cannot_honour_are_refused_not_ignored(
+    make_client: Any, field: str, value: Any
+) -> None:
+    async with make_client() as (client, engine):
+        refused = await client.post("/v1/chat/completions", json=chat_body(**{field: value}))
+        off = await client.post(
+            "/v1/chat/completions",
+            json=chat_body(**{field: type(value)()}),  # false, 0, [], {}
+        )
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["param"] == field and f"{field} is not supported" in error["message"]
+    assert off.status_code == 200, off.text
+    assert len(engine.requests) == 1  # only the request that left the field off ran
+
+
+async def test_completions_refuse_echo_and_best_of(make_client: Any) -> None:
+    async with make_client() as (client, engine):
+        echo = await client.post(
+            "/v1/completions", json={"model": "m", "prompt": "x", "echo": True}
+        )
+        best = await client.post(
+            "/v1/completions", json={"model": "m", "prompt": "x", "best_of": 4}
+        )
+    assert echo.status_code == best.status_code == 400
+    assert "scaffold" in best.json()["error"]["message"]
+    assert not engine.requests
+
+
 async def test_invalid_json_and_unknown_route(make_client: Any) -> None:
     async with make_client() as (client, _):
         bad = await client.post(
@@ -179,10 +217,10 @@ async def test_unknown_fields_are_accepted_and_logged(
     async with make_client() as (client, _):
         r = await client.post(
             "/v1/chat/completions",
-            json=chat_body(logit_bias={"1": 2}, parallel_tool_calls=False, user="u1"),
+            json=chat_body(metadata={"a": "b"}, parallel_tool_calls=False, user="u1"),
         )
     assert r.status_code == 200
-    assert "logit_bias, parallel_tool_calls" in caplog.text
+    assert "metadata, parallel_tool_calls" in caplog.text
 
 
 async def test_sampling_params_reach_the_engine(make_client: Any) -> None:
@@ -191,7 +229,7 @@ async def test_sampling_params_reach_the_engine(make_client: Any) -> None:
         await client.post(
             "/v1/chat/completions",
             json=chat_body(max_completion_tokens=9, temperature=0.5, top_p=0.9, stop="x", seed=3,
-                           top_k=5, presence_penalty=0.1),
+                           top_k=5, presence_penalty=0.1, logit_bias={"7": -100}),
         )  # fmt: skip
     first, second = (r.params for r in engine.requests)
     assert first.max_tokens == 50
@@ -202,7 +240,7 @@ async def test_sampling_params_reach_the_engine(make_client: Any) -> None:
         ("x",),
     )
     assert second.seed is not None
-    assert second.extra == {"presence_penalty": 0.1, "top_k": 5}
+    assert second.extra == {"presence_penalty": 0.1, "top_k": 5, "logit_bias": {"7": -100}}
 
 
 async def test_budget_caps_and_cut_short_finish_reason(make_client: Any) -> None:
