@@ -50,6 +50,7 @@ from typing import Any, Literal
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.requests import ClientDisconnect
 
 from server.threaded import serving_in_thread
 
@@ -490,7 +491,11 @@ def create_app(config: FakeEngineConfig, state: FakeEngineState) -> FastAPI:
         return None
 
     async def generate(request: Request, chat: bool) -> Response:
-        raw = await request.body()
+        try:
+            raw = await request.body()
+        except ClientDisconnect:  # gone before its request was even read
+            state.cancelled += 1
+            return Response(status_code=499)
         try:
             body = json.loads(raw)
         except ValueError:
