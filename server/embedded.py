@@ -73,6 +73,11 @@ def embedded_default(
         yield settings
         return
     choice = settings.embedded_engine
+    if choice == "off":
+        raise RuntimeError(
+            "no engine configured (--engine/PONDER_ENGINES, or a config file's models) "
+            "and the embedded engine is off"
+        )
     python = vllm_python() if choice != "transformers" else None
     if choice == "vllm" and python is None:
         raise RuntimeError(

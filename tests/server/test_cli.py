@@ -268,3 +268,16 @@ def test_sigterm_cancels_runs_past_the_grace_period(fake: FakeEngineHandle) -> N
     assert results and not (
         isinstance(results[0], httpx.Response) and results[0].status_code == 200
     )
+
+
+def test_serve_with_the_embedded_engine_off_needs_an_engine() -> None:
+    result = CliRunner().invoke(app, ["serve", "--embedded-engine", "off"])
+    assert result.exit_code == 1
+    assert "no engine configured" in result.output and "embedded engine is off" in result.output
+
+
+def test_flat_dialect_reaches_the_served_model() -> None:
+    from server.settings import Settings
+
+    settings = Settings(model="m", engines=("http://e:1/v1",), dialect="sglang")
+    assert settings.served_models()[0].dialect == "sglang"
