@@ -71,8 +71,21 @@ class Metrics:
         )
         self.budget_cutoffs = Counter(
             "ponder_budget_cutoffs_total",
-            "Runs the budget cut short, by the limit that did it.",
-            ["model", "reason"],
+            "Runs the budget cut short, by scaffold and the limit that did it.",
+            ["model", "scaffold", "reason"],
+            registry=r,
+        )
+        self.run_tokens = Counter(
+            "ponder_run_tokens_total",
+            "Tokens of finished scaffold runs, summed over their engine calls, by scaffold "
+            "and kind (prompt, completion).",
+            ["model", "scaffold", "kind"],
+            registry=r,
+        )
+        self.run_engine_calls = Counter(
+            "ponder_run_engine_calls_total",
+            "Engine calls of finished scaffold runs, by scaffold.",
+            ["model", "scaffold"],
             registry=r,
         )
         self.rejected = Counter(

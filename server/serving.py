@@ -364,10 +364,17 @@ class Serving:
             )
         finally:
             recorder.close()
+        model, scaffold = plan.served.config.name, plan.scaffold
         if result.cut_reason:
             self.metrics.budget_cutoffs.labels(
-                model=plan.served.config.name, reason=result.cut_reason
+                model=model, scaffold=scaffold, reason=result.cut_reason
             ).inc()
+        tokens = self.metrics.run_tokens
+        tokens.labels(model=model, scaffold=scaffold, kind="prompt").inc(result.usage.prompt_tokens)
+        tokens.labels(model=model, scaffold=scaffold, kind="completion").inc(
+            result.usage.completion_tokens
+        )
+        self.metrics.run_engine_calls.labels(model=model, scaffold=scaffold).inc(result.usage.calls)
         return result
 
     def _extra(self, plan: RunPlan, result: RunResult, recorder: TraceRecorder) -> dict[str, Any]:

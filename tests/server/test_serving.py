@@ -253,7 +253,13 @@ async def test_budget_caps_and_cut_short_finish_reason(make_client: Any) -> None
     assert len(engine.requests) == 1  # the server cap (1) beat the request's 5
     assert body["choices"][0]["finish_reason"] == "length"
     assert body["ponder"]["cut_reason"] == "calls"
-    assert 'ponder_budget_cutoffs_total{model="m",reason="calls"} 1.0' in metrics
+    assert 'ponder_budget_cutoffs_total{model="m",reason="calls",scaffold="gsr"} 1.0' in metrics
+    assert 'ponder_run_engine_calls_total{model="m",scaffold="gsr"} 1.0' in metrics
+    completion = body["usage"]["completion_tokens"]
+    assert (
+        f'ponder_run_tokens_total{{kind="completion",model="m",scaffold="gsr"}} {completion:.1f}'
+        in metrics
+    )
 
 
 async def test_truncated_completion_is_length(make_client: Any) -> None:
