@@ -66,7 +66,7 @@ ProgressOpt = Annotated[bool, typer.Option(help="show progress bars")]
 def data(
     run_dir: Annotated[Path, typer.Argument(help="run directory (rerun to resume)")],
     dataset: Annotated[Path, typer.Option(help="JSONL of id/problem/answer")],
-    engine: Annotated[str, typer.Option(help="http(s)://HOST/v1, hf:PATH or vllm:PATH (both in process)")],
+    engine: Annotated[str, typer.Option(help="http(s)://HOST/v1, hf:PATH or vllm:PATH")],
     scaffold: Annotated[str, typer.Option("--scaffold", "-s", help="scaffold spec")] = "gsr",
     model: Annotated[str | None, typer.Option(help="model name an HTTP engine serves")] = None,
     api_key: Annotated[str | None, typer.Option(envvar="PONDER_ENGINE_API_KEY")] = None,
