@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 
 from benchmarks.proxy_overhead import (
     BODY,
-    ENGINE_CODE,
     MODEL,
     Target,
     free_port,
@@ -36,6 +35,16 @@ from benchmarks.proxy_overhead import (
     request_bytes,
     wait_ready,
 )
+
+# The fake engine as in proxy_overhead, but answering the n samples a scaffold asks for.
+ENGINE_CODE = """
+import sys, uvicorn
+from server.fake_engine import FakeEngineConfig, FakeEngineState, create_app
+reply = lambda body: ["The answer is \\\\boxed{42}."] * int(body.get("n") or 1)
+config = FakeEngineConfig(model=sys.argv[2], respond=reply, cached_tokens=0)
+app = create_app(config, FakeEngineState())
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=False, log_level="warning")
+"""
 
 
 @dataclass
