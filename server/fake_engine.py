@@ -99,7 +99,9 @@ class FakeEngineConfig:
     respond: Responder = default_responder
     latency_per_token: float = 0.0
     tail_alpha: float | None = None
-    """When set, each call's latency is multiplied by a Pareto(alpha) draw (heavy tail)."""
+    """When set, latency is multiplied by a Pareto(alpha) draw (heavy tail): one draw per
+    call, or one per token with ``tail_per_token``."""
+    tail_per_token: bool = False
     failures: list[Failure] = field(default_factory=list)
     """Consumed in order, one per generation call, before anything else happens."""
     hang: bool = False
@@ -250,7 +252,8 @@ class _Plan:
     samples: list[_Sample]
     prompt_pieces: list[str]
     cached: int
-    step_seconds: float
+    step_delays: list[float]
+    """Seconds before each decoding step (one step = one token of every sample)."""
     dialect: str = "vllm"
     id: str = field(default_factory=lambda: f"fake-{uuid.uuid4().hex[:12]}")
     created: int = field(default_factory=lambda: int(time.time()))
@@ -319,10 +322,13 @@ def _plan(
         common = [_common_prefix(s, prompt_pieces) for s in state._seen_prompts]
         cached = max(common, default=0) // _CACHE_BLOCK * _CACHE_BLOCK
         state._seen_prompts = [*state._seen_prompts[-255:], prompt_pieces]
-    step = config.latency_per_token
-    if config.tail_alpha and step:
-        step *= random.paretovariate(config.tail_alpha)
-    return _Plan(chat, body, samples, prompt_pieces, cached, step, config.dialect)
+    steps = max((len(s.pieces) for s in samples), default=0)
+    step, alpha = config.latency_per_token, config.tail_alpha
+    if alpha and step and config.tail_per_token:
+        delays = [step * random.paretovariate(alpha) for _ in range(steps)]
+    else:
+        delays = [step * random.paretovariate(alpha) if alpha and step else step] * steps
+    return _Plan(chat, body, samples, prompt_pieces, cached, delays, config.dialect)
 
 
 def _full_body(plan: _Plan, config: FakeEngineConfig) -> dict[str, Any]:
@@ -389,8 +395,8 @@ async def _stream(
             return
         sent = 0
         for step in range(plan.steps):
-            if plan.step_seconds:
-                await asyncio.sleep(plan.step_seconds)
+            if plan.step_delays[step]:
+                await asyncio.sleep(plan.step_delays[step])
             for i, sample in enumerate(plan.samples):
                 if step >= len(sample.pieces):
                     continue
@@ -519,7 +525,7 @@ def create_app(config: FakeEngineConfig, state: FakeEngineState) -> FastAPI:
             return StreamingResponse(_stream(plan, config, state), media_type="text/event-stream")
         state.enter()
         try:
-            wait = math.inf if config.hang else plan.step_seconds * plan.steps
+            wait = math.inf if config.hang else sum(plan.step_delays)
             if not await _sleep_unless_gone(request, wait, config, state):
                 state.cancelled += 1
                 if state.stopping:  # shutting down: what a real server answers then
@@ -622,12 +628,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="fake-model")
     parser.add_argument("--latency-per-token", type=float, default=0.0)
     parser.add_argument("--tail-alpha", type=float, default=None, help="Pareto latency tail")
+    parser.add_argument("--tail-per-token", action="store_true", help="draw the tail per token")
     parser.add_argument("--reasoning", default=None, help="reasoning text for chat answers")
     args = parser.parse_args(argv)
     config = FakeEngineConfig(
         model=args.model,
         latency_per_token=args.latency_per_token,
         tail_alpha=args.tail_alpha,
+        tail_per_token=args.tail_per_token,
         reasoning=args.reasoning,
     )
     uvicorn.run(create_app(config, FakeEngineState()), host=args.host, port=args.port)
