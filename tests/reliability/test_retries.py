@@ -8,6 +8,7 @@ once a stream has begun, a read timeout (the engine may still be working on it).
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -178,3 +179,20 @@ async def test_an_engine_that_hangs_is_a_504_and_its_call_is_closed(
     assert "did not answer within the timeout" in error["message"]
     assert fake.state.calls == 1 and fake.state.cancelled == 1  # a read timeout: no retry
     assert json.dumps(error)  # serialisable as is
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_retries_never_outlive_the_requests_deadline(
+    fake: FakeEngineHandle, stream: bool
+) -> None:
+    fake.config.fail_next(503, times=10, retry_after="20")  # "come back in 20 s"
+    with serving_ponder(ponder_settings(fake, engine_max_retries=3)) as (url, _):
+        started = time.monotonic()
+        response = await post(url, chat(budget={"timeout_s": 1}, stream=stream))
+        took = time.monotonic() - started
+        assert await fake.wait_for(lambda s: s.open_calls == 0)
+    chunks = parse_sse(response.text) if stream else None
+    error = chunks[-2]["error"] if chunks else assert_openai_error(response, 504)
+    assert error["code"] == "deadline_exceeded", error
+    assert took < 15, took  # cut at the 1 s deadline, not after the 20 s backoff
+    assert fake.state.calls == 1
