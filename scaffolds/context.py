@@ -38,7 +38,12 @@ from scaffolds.engine import (
     Usage,
 )
 from scaffolds.engines.reward import RewardModel
-from scaffolds.errors import BudgetExhaustedError, DeadlineExceededError, InvalidRequestError
+from scaffolds.errors import (
+    BudgetExhaustedError,
+    DeadlineExceededError,
+    EngineError,
+    InvalidRequestError,
+)
 from scaffolds.prompts import PromptSet, Template, get_prompt_set
 from scaffolds.trace import StepDelta, StepFinished, StepStarted, TraceRecorder
 
@@ -402,7 +407,7 @@ class Context:
                 else:
                     result = item
             if result is None:
-                raise RuntimeError("engine stream ended without a result")
+                raise EngineError("the engine's stream ended without a result")
             return result
 
     def _reserve(self, n: int, wanted: int | None) -> _Grant:

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
 
+from scaffolds.engine import GenerateRequest, GenerateResult, StreamItem
+from server.app import create_app
 from server.fake_engine import FakeEngineHandle
+from server.settings import Settings
 from tests.reliability.conftest import (
     ConnectionDropper,
     assert_openai_error,
@@ -196,3 +201,24 @@ async def test_retries_never_outlive_the_requests_deadline(
     assert error["code"] == "deadline_exceeded", error
     assert took < 15, took  # cut at the 1 s deadline, not after the 20 s backoff
     assert fake.state.calls == 1
+
+
+class EmptyStream:
+    """An engine whose stream ends before it says anything (a broken engine adapter)."""
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        raise AssertionError("only streams here")
+
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamItem]:
+        return
+        yield  # pragma: no cover
+
+
+async def test_an_engine_stream_without_a_result_is_an_engine_error_not_a_crash() -> None:
+    settings = Settings(model="m", engines=("http://engine.invalid/v1",))
+    app = create_app(settings, engines={"m": EmptyStream()})
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://ponder.test") as c:
+        response = await c.post("/v1/chat/completions", json=chat(stream=True))
+    error = parse_sse(response.text)[-2]["error"]
+    assert error["type"] == "engine_error" and "ended without a result" in error["message"]
