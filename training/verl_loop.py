@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import logging
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -75,6 +76,8 @@ __all__ = [
     "write_agent_loop_config",
 ]
 
+logger = logging.getLogger(__name__)
+
 AGENT_NAME = "ponder_scaffold"
 CONTEXT_KEYS = ("candidates", "summary", "solution", "feedback", "abstraction")
 
@@ -109,6 +112,11 @@ class VerlServerEngine:
     samples is one ``server_manager.generate`` call (verl's servers sample one at a
     time), concurrently. ``sampling_params`` are verl's for this rollout; a request's
     own temperature, top-p and max tokens override them.
+
+    A prompt longer than ``max_prompt_tokens`` (verl's ``rollout.prompt_length``) is
+    left-truncated before it is sent, as verl's own loops do: verl pads every prompt to
+    that width, so a longer one would break the batch, and truncating before sampling
+    keeps the returned prompt ids the ones the sample was drawn from.
     """
 
     def __init__(
@@ -118,16 +126,26 @@ class VerlServerEngine:
         sampling_params: Mapping[str, Any] | None = None,
         *,
         chat_template_kwargs: Mapping[str, Any] | None = None,
+        max_prompt_tokens: int | None = None,
     ) -> None:
         self.server_manager = server_manager
         self.tokenizer = tokenizer
         self.sampling_params = dict(sampling_params or {})
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.max_prompt_tokens = max_prompt_tokens
         eos = tokenizer.eos_token_id
         self.eos_ids = {eos} if isinstance(eos, int) else set(eos or ())
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
         prompt_ids = encode_prompt(self.tokenizer, request.prompt, self.chat_template_kwargs)
+        if self.max_prompt_tokens is not None and len(prompt_ids) > self.max_prompt_tokens:
+            logger.warning(
+                "a prompt of %d tokens exceeds rollout.prompt_length=%d; left-truncating "
+                "(raise prompt_length or lower context_max_tokens)",
+                len(prompt_ids),
+                self.max_prompt_tokens,
+            )
+            prompt_ids = prompt_ids[-self.max_prompt_tokens :]
         outs = await asyncio.gather(
             *(self._one(prompt_ids, request.params) for _ in range(request.params.n))
         )
@@ -233,18 +251,29 @@ async def run_scaffold_step(
     *,
     settings: LoopSettings | None = None,
     response_length: int | None = None,
+    prompt_length: int | None = None,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
     plans: PlanCache | None = None,
     checker: AnswerChecker | None = None,
 ) -> dict[str, Any]:
     """One verl rollout sample of the row's scaffold step: the fields of an
-    ``AgentLoopOutput`` (prompt/response ids, mask, log-probs, reward, extras)."""
+    ``AgentLoopOutput`` (prompt/response ids, mask, log-probs, reward, extras).
+
+    ``prompt_length`` and ``chat_template_kwargs`` are verl's ``rollout.prompt_length``
+    and ``data.apply_chat_template_kwargs``."""
     settings = settings or LoopSettings()
     messages = list(row["raw_prompt"])
     mode = str(_field(row, "mode") or settings.mode)
     if mode not in MODES:
         raise ValueError(f"unknown rollout mode {mode!r} (known: {', '.join(MODES)})")
     stored = {key: _field(row, key) for key in CONTEXT_KEYS}
-    engine = VerlServerEngine(server_manager, tokenizer, sampling_params)
+    engine = VerlServerEngine(
+        server_manager,
+        tokenizer,
+        sampling_params,
+        chat_template_kwargs=chat_template_kwargs,
+        max_prompt_tokens=prompt_length,
+    )
     problem = problem_from_prompt(messages)
     params = SamplingParams(logprobs=True)
 
@@ -332,6 +361,7 @@ def agent_loop_class() -> type:
             self.settings = LoopSettings(**chosen)
             rollout = self.config.actor_rollout_ref.rollout
             self.response_length = int(rollout.response_length)
+            self.prompt_length = int(rollout.prompt_length)
             cls = type(self)
             if cls._plans is None:
                 cls._plans = PlanCache(int(getattr(rollout, "n", 1) or 1))
@@ -346,6 +376,8 @@ def agent_loop_class() -> type:
                 kwargs,
                 settings=self.settings,
                 response_length=self.response_length,
+                prompt_length=self.prompt_length,
+                chat_template_kwargs=dict(getattr(self, "apply_chat_template_kwargs", None) or {}),
                 plans=type(self)._plans,
                 checker=type(self)._checker,
             )

@@ -1,5 +1,6 @@
-"""The verl agent-loop adapter, against a stand-in for verl's server manager (verl itself
-needs its own environment, so it is not installed here)."""
+"""The verl agent-loop adapter, against a stand-in for verl's server manager and a
+stand-in ``verl`` module that follows verl 0.9.1's API (verl itself needs its own
+environment; test_training_verl_real.py runs the adapter against the real one)."""
 
 from __future__ import annotations
 
@@ -115,24 +116,76 @@ def test_stored_context_and_no_reward(tokenizer: Any) -> None:
         asyncio.run(run_scaffold_step(server, tokenizer, {}, {**row, "mode": "bad"}))
 
 
+def test_verls_prompt_length_and_chat_template_kwargs(tokenizer: Any) -> None:
+    """A prompt longer than ``rollout.prompt_length`` is cut before sampling (verl pads
+    every prompt to that width), and ``data.apply_chat_template_kwargs`` reach the
+    template; both were found running the loop in a real verl."""
+    server = FakeServerManager(tokenizer)
+    tokenizer.chat_template = (
+        "{% if not thinking %}/no_think\n{% endif %}" + tokenizer.chat_template
+    )
+    row = {"raw_prompt": ROW["raw_prompt"], "mode": "gsr_refine", "candidates": ["6", "8"]}
+
+    def step(prompt_length: int | None) -> dict[str, Any]:
+        return asyncio.run(
+            run_scaffold_step(
+                server,
+                tokenizer,
+                {},
+                row,
+                prompt_length=prompt_length,
+                chat_template_kwargs={"thinking": False},
+            )
+        )
+
+    full = step(None)["prompt_ids"]
+    assert tokenizer.decode(full).startswith("/no_think\n")
+    cut = step(40)
+    assert cut["prompt_ids"] == full[-40:] == server.calls[-1]["prompt_ids"]  # sampled as returned
+
+
+class DictConfigWrap:
+    """verl's wrapper that keeps Hydra from resolving the trainer config."""
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+
+
 def install_fake_verl(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """A ``verl.experimental.agent_loop.agent_loop`` with verl 0.9.1's signatures."""
     registry: dict[str, Any] = {}
 
     class AgentLoopBase:
         def __init__(
-            self, trainer_config: Any, server_manager: Any, tokenizer: Any, **kwargs: Any
+            self,
+            trainer_config: DictConfigWrap,
+            server_manager: Any,
+            tokenizer: Any,
+            processor: Any,
+            dataset_cls: Any,
+            data_config: DictConfigWrap,
+            hf_model_type: str | None = None,
+            **kwargs: Any,
         ) -> None:
             self.config = trainer_config.config
+            self.rollout_config = self.config.actor_rollout_ref.rollout
             self.server_manager = server_manager
             self.tokenizer = tokenizer
+            self.processor = processor
+            self.data_config = data_config.config
+            self.apply_chat_template_kwargs = self.data_config.get("apply_chat_template_kwargs", {})
 
     class AgentLoopOutput:
+        """verl's is a pydantic model; these fields have no default there."""
+
         def __init__(self, **fields: Any) -> None:
+            missing = {"prompt_ids", "response_ids", "response_mask", "metrics"} - set(fields)
+            assert not missing, f"AgentLoopOutput needs {missing}"
             self.__dict__.update(fields)
 
     def register(name: str) -> Any:
         def decorator(cls: type) -> type:
-            registry[name] = cls
+            registry[name] = {"_target_": f"{cls.__module__}.{cls.__qualname__}"}
             return cls
 
         return decorator
@@ -154,15 +207,28 @@ def test_agent_loop_class_with_a_stand_in_verl(
 ) -> None:
     registry = install_fake_verl(monkeypatch)
     cls = verl_loop.PonderScaffoldAgentLoop  # built on first lookup
-    assert registry == {"ponder_scaffold": cls}
-    assert cls.__module__ == "training.verl_loop" and cls.__qualname__ == "PonderScaffoldAgentLoop"
-    rollout = SimpleNamespace(response_length=24, n=1)
-    config = SimpleNamespace(
-        config=SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=rollout))
-    )
+    assert registry == {
+        "ponder_scaffold": {"_target_": "training.verl_loop.PonderScaffoldAgentLoop"}
+    }
+    rollout = SimpleNamespace(response_length=24, prompt_length=512, n=1)
+    config = SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=rollout))
     server = FakeServerManager(tokenizer)
-    loop = cls(config, server, tokenizer, mode="gsr_refine", num_candidates=2, reward="none")
+    loop = cls(  # as verl's AgentLoopWorker instantiates it, plus the YAML's settings
+        trainer_config=DictConfigWrap(config),
+        server_manager=server,
+        tokenizer=tokenizer,
+        processor=None,
+        dataset_cls=None,
+        data_config=DictConfigWrap({}),
+        hf_model_type="qwen2",
+        tools=None,
+        name="ponder_scaffold",
+        mode="gsr_refine",
+        num_candidates=2,
+        reward="none",
+    )
     assert loop.settings.mode == "gsr_refine" and loop.response_length == 24
+    assert loop.prompt_length == 512
     row = {"raw_prompt": [{"role": "user", "content": "What is 3+4?"}], "index": 1}
     output = asyncio.run(loop.run({"temperature": 0.7}, **row))
     assert tokenizer.decode(output.response_ids, skip_special_tokens=True) == "so 3+4=7"
