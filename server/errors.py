@@ -128,7 +128,8 @@ _ENGINE_CLIENT_STATUSES = frozenset({400, 413, 422})
 def api_error(exc: BaseException) -> APIError:
     """The one mapping from an exception to what the client sees."""
     if isinstance(exc, AuthenticationError):
-        return APIError(401, exc.message, "authentication_error", exc.param, exc.code)
+        challenge = {"WWW-Authenticate": "Bearer"}  # a 401 must say how to authenticate
+        return APIError(401, exc.message, "authentication_error", exc.param, exc.code, challenge)
     if isinstance(exc, OverloadedError):
         return APIError(
             429,

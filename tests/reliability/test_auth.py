@@ -1,8 +1,10 @@
-"""Auth: every /v1 route refuses a missing or wrong key; the caller's key goes nowhere.
+"""Auth: every guarded route refuses a missing or wrong key; the caller's key goes nowhere.
 
 The routes come from the app itself (its OpenAPI paths, plus any plain route), so a
-route added later is covered without touching this file. The caller's key must never
-appear in a request to an engine (headers or body) nor in any log line, at any level.
+route added later is covered without touching this file: every route but the few that
+are open on purpose (:data:`OPEN`) must refuse, and every /v1 route must be among them.
+The caller's key must never appear in a request to an engine (headers or body) nor in
+any log line, at any level.
 """
 
 from __future__ import annotations
@@ -32,25 +34,36 @@ from tests.reliability.conftest import (
 from tests.server.conftest import build_app
 
 WRONG_KEYS = ["", "sk-nope", KEY + "x", KEY[:-1], KEY.upper(), f"{KEY} {KEY}"]
+OPEN = {
+    "/health",
+    "/ready",
+    "/metrics",
+    "/openapi.json",
+    "/docs",
+    "/docs/oauth2-redirect",
+    "/redoc",
+}
+"""Routes open without a key, on purpose (probes, metrics scrapes, the API's own docs)."""
 
 
-def v1_routes(app: FastAPI) -> list[tuple[str, str]]:
-    """(method, path) of every /v1 route: the OpenAPI paths and any plain routes."""
+def guarded_routes(app: FastAPI) -> list[tuple[str, str]]:
+    """(method, path) of every route but :data:`OPEN`: OpenAPI paths and plain routes."""
     found: set[tuple[str, str]] = set()
     for path, operations in app.openapi()["paths"].items():
         found |= {(method.upper(), path) for method in operations}
     for route in app.routes:
         path, methods = getattr(route, "path", ""), getattr(route, "methods", None) or ()
         found |= {(m, path) for m in methods if m != "HEAD"}
-    filled = {(m, re.sub(r"\{[^}]+\}", "some-id", p)) for m, p in found}
-    return sorted((m, p) for m, p in filled if p == "/v1" or p.startswith("/v1/"))
+    filled = {(m, re.sub(r"\{[^}]+\}", "some-id", p)) for m, p in found if p not in OPEN}
+    return sorted(filled)
 
 
-def test_every_v1_route_is_found() -> None:
+def test_every_v1_route_is_guarded() -> None:
     app, _ = build_app(api_keys=(KEY,))
-    routes = v1_routes(app)
-    assert ("POST", "/v1/chat/completions") in routes and ("GET", "/v1/models") in routes
-    assert len(routes) >= 4
+    routes = guarded_routes(app)
+    v1 = [(m, p) for m, p in routes if p.startswith("/v1/")]
+    assert ("POST", "/v1/chat/completions") in v1 and ("GET", "/v1/models") in v1
+    assert len(v1) >= 4
 
 
 @pytest.mark.parametrize("key", [None, *WRONG_KEYS, "basic"])
@@ -63,7 +76,7 @@ async def test_every_v1_route_refuses_a_missing_or_wrong_key(key: str | None) ->
     else:
         headers = {"Authorization": f"Bearer {key}"}
     # Unknown paths under /v1 too: the guard is on the prefix, not on the route list.
-    routes = [*v1_routes(app), ("GET", "/v1/not-a-route"), ("POST", "/v1")]
+    routes = [*guarded_routes(app), ("GET", "/v1/not-a-route"), ("POST", "/v1")]
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://ponder.test") as c:
         for method, path in routes:
