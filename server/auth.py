@@ -61,8 +61,27 @@ async def require_api_key(request: Request) -> None:
     auth.check(request.headers.get("authorization"))
 
 
+GUARDED_PREFIXES = ("/v1", "/playground/")
+OPEN_PREFIXES = ("/playground/static/",)
+
+
+def guarded(path: str) -> bool:
+    """Whether ``path`` needs a key: the API and the playground's API, not its page files.
+
+    >>> [guarded(p) for p in ("/v1/models", "/playground/spec", "/playground/static/app.js")]
+    [True, True, False]
+    >>> [guarded(p) for p in ("/", "/health", "/v1", "/v10")]
+    [False, False, True, False]
+    """
+    if path.startswith(OPEN_PREFIXES):
+        return False
+    return any(
+        path == p.rstrip("/") or path.startswith(p.rstrip("/") + "/") for p in GUARDED_PREFIXES
+    )
+
+
 class RequireAPIKey:
-    """ASGI middleware: Bearer auth on every path under ``/v1``, before the body is read.
+    """ASGI middleware: Bearer auth on every :func:`guarded` path, before the body is read.
 
     Runs before body parsing, so a client without a valid key gets 401 whatever it sends.
     """
@@ -73,12 +92,7 @@ class RequireAPIKey:
         self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        if (
-            scope["type"] != "http"
-            or not self.auth.enabled
-            or not (path == "/v1" or path.startswith("/v1/"))
-        ):
+        if scope["type"] != "http" or not self.auth.enabled or not guarded(scope.get("path", "")):
             await self.app(scope, receive, send)
             return
         header = None

@@ -123,3 +123,14 @@ async def test_missing_static_files_make_a_404_not_a_broken_server(tmp_path: Pat
         script = await client.get("/playground/static/app.js")
     assert page.status_code == 404 and "not installed" in page.json()["error"]["message"]
     assert script.status_code == 404
+
+
+async def test_a_stranger_gets_401_before_the_body_is_read(make_client: Any) -> None:
+    async with make_client(api_keys=(KEY,)) as (client, _):
+        malformed = await client.post(
+            "/playground/spec", content=b"{not json", headers={"content-type": "application/json"}
+        )
+        asset = await client.get("/playground/static/app.js")
+    assert malformed.status_code == 401, malformed.text
+    assert malformed.headers["www-authenticate"] == "Bearer"
+    assert asset.status_code == 200
