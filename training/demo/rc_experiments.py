@@ -141,15 +141,22 @@ async def run_condition(
 
 
 async def evaluate(
-    name: str, model_dir: Path, items: Sequence[ListSumProblem], seeds: Sequence[int]
+    name: str,
+    model_dir: Path,
+    items: Sequence[ListSumProblem],
+    seeds: Sequence[int],
+    *,
+    greedy_only: bool = False,
 ) -> dict[str, Any]:
-    """Every condition of ``name`` over ``items``: ``{label: entry}``."""
+    """Every condition of ``name`` (or only its greedy ones) over ``items``."""
     from training.demo.batched_engine import BatchedEngine
 
     engine = BatchedEngine(model_dir)
     out: dict[str, Any] = {}
     try:
         for condition in CONDITIONS[name]:
+            if greedy_only and not condition.greedy:
+                continue
             runs = [0] if condition.greedy else list(seeds)
             entry: dict[str, Any] = {"spec": condition_spec(condition, items[0].length)}
             entry |= {"temperature": condition.temperature, "seeds": runs, "wall_s": []}
@@ -175,6 +182,105 @@ async def evaluate(
     finally:
         await engine.aclose()
     return out
+
+
+async def step_accuracy(
+    model_dir: Path, lengths: Sequence[int], count: int
+) -> dict[str, dict[str, list[int]]]:
+    """Greedy accuracy of each RC step *given a correct prompt* (the oracle's trajectory):
+    ``{"L=n": {"start" | "continue" | "summary": [0/1, ...]}}``. It separates a step the
+    model cannot do from errors that compound along a chain."""
+    from scaffolds.engine import GenerateRequest, SamplingParams
+    from training.demo.batched_engine import BatchedEngine
+    from training.demo.rc_train import oracle_records, rows_of_records
+
+    engine = BatchedEngine(model_dir)
+    out: dict[str, dict[str, list[int]]] = {}
+    try:
+        for length in lengths:
+            items = problems("test", count, lengths=(length,), seed=1)
+            rows = rows_of_records(await oracle_records(items, extra_steps=0))
+            params = SamplingParams(temperature=0.0, max_tokens=CHUNK_TOKENS)
+            results = await asyncio.gather(
+                *(engine.generate(GenerateRequest(r["prompt"], params)) for r in rows)
+            )
+            scores: dict[str, list[int]] = {"start": [], "continue": [], "summary": []}
+            for row, result in zip(rows, results, strict=True):
+                kind = "summary" if row["kind"] == "rc_summary" else "continue"
+                if row["prompt"].endswith("="):
+                    kind = "start"
+                text = result.completions[0].text
+                scores[kind].append(int(text == row["completion"]))
+                if kind != "summary":
+                    for field, right in chunk_fields(row["completion"], text).items():
+                        scores.setdefault(f"{kind} {field}", []).append(right)
+            out[f"L={length}"] = scores
+    finally:
+        await engine.aclose()
+    return out
+
+
+def chunk_fields(want: str, got: str) -> dict[str, int]:
+    """Which parts of a chunk are right, character by character at the wanted places:
+    the labels and numbers it copies, the running totals it computes, and its state.
+
+    >>> chunk_fields("b99z10;m0", "b99z19;m9")
+    {'label': 1, 'number': 1, 'total': 0, 'next label': 1, 'state total': 0}
+    """
+    work, _, _ = want.partition(";")
+
+    def right(index: int) -> int:
+        return int(index < len(got) and got[index] == want[index])
+
+    triples = range(0, len(work), 3)
+    return {
+        "label": min((right(i) for i in triples), default=1),
+        "number": min((right(i + 1) for i in triples), default=1),
+        "total": min((right(i + 2) for i in triples), default=1),
+        "next label": right(len(work) + 1),
+        "state total": right(len(work) + 2),
+    }
+
+
+def field_table(steps: dict[str, dict[str, dict[str, list[int]]]]) -> str:
+    """Accuracy of each part of the chunks (every copy of it in a chunk right)."""
+    fields = ("label", "number", "total", "next label", "state total")
+    lines = [
+        "| model | length | chunk | " + " | ".join(fields) + " |",
+        "|---|---:|---|" + "---:|" * len(fields),
+    ]
+    for model, by_length in steps.items():
+        for length, kinds in by_length.items():
+            for kind in ("start", "continue"):
+                cells = [
+                    f"{summarize([kinds[f'{kind} {f}']])['accuracy']:.3f}"
+                    if f"{kind} {f}" in kinds else "-"
+                    for f in fields
+                ]  # fmt: skip
+                lines.append(
+                    f"| {model} | {length.removeprefix('L=')} | {kind} | "
+                    + " | ".join(cells)
+                    + " |"
+                )
+    return "\n".join(lines) + "\n"
+
+
+def step_table(steps: dict[str, dict[str, dict[str, list[int]]]]) -> str:
+    """Per-step greedy accuracy (with its 95% CI) from :func:`step_accuracy` results."""
+    lines = [
+        "| model | length | start chunk | continue chunk | summary |",
+        "|---|---:|---|---|---|",
+    ]
+    for model, by_length in steps.items():
+        for length, kinds in by_length.items():
+            cells = []
+            for kind in ("start", "continue", "summary"):
+                s = summarize([kinds[kind]])
+                cells.append(
+                    f"{s['accuracy']:.3f} ±{s['accuracy'] - s['ci95'][0]:.3f} (n={s['problems']})"
+                )
+            lines.append(f"| {model} | {length.removeprefix('L=')} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def error_table(results: dict[str, Any]) -> str:
@@ -254,6 +360,8 @@ def report(results: dict[str, Any], stem: str) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{stem}.json").write_text(json.dumps(results) + "\n")
     text = markdown(results) + "\n" + error_table(results)
+    if results.get("steps"):
+        text += "\n" + step_table(results["steps"]) + "\n" + field_table(results["steps"])
     (RESULTS / f"{stem}.md").write_text(text)
     print(text)
     print(plot(results, RESULTS / f"{stem}.png"))
@@ -269,6 +377,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--count", type=int, default=1000, help="test problems per length")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--stem", default="rc_listsum")
+    p.add_argument("--greedy-only", action="store_true", help="skip the sampled conditions")
+    p.add_argument("--step-problems", type=int, default=300, help="problems per length for "
+                   "the per-step accuracy (0: skip)")  # fmt: skip
+    st = sub.add_parser("steps", help="per-step accuracy only, added to a results JSON")
+    st.add_argument("json", type=Path)
+    st.add_argument("--model", type=Path, required=True)
+    st.add_argument("--name", default="rc")
+    st.add_argument("--lengths", type=int, nargs="+", default=[8, 16, 24])
+    st.add_argument("--step-problems", type=int, default=300)
+    m = sub.add_parser("merge", help="join results JSONs of the same models (other lengths)")
+    m.add_argument("out", type=Path)
+    m.add_argument("parts", type=Path, nargs="+")
     q = sub.add_parser("plot", help="redraw the plot and tables of a results JSON")
     q.add_argument("json", type=Path)
     args = parser.parse_args(argv)
@@ -279,7 +399,27 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command == "plot":
         results = json.loads(args.json.read_text())
         print(markdown(results) + "\n" + error_table(results))
+        if results.get("steps"):
+            print(step_table(results["steps"]) + "\n" + field_table(results["steps"]))
         print(plot(results, args.json.with_suffix(".png")))
+        return
+    if args.command == "merge":
+        parts = [json.loads(path.read_text()) for path in args.parts]
+        results = {**parts[0], "models": {}, "steps": {}, "paired": {}, "lengths": []}
+        for part in parts:
+            results["models"] |= part["models"]
+            results["lengths"] += part["lengths"]
+            results["wall_s"] = max(results["wall_s"], part["wall_s"])
+            for name, by_length in part.get("steps", {}).items():
+                results["steps"].setdefault(name, {}).update(by_length)
+        add_pairs(results, pairs_for(results["lengths"]))
+        report(results, args.out.stem)
+        return
+    if args.command == "steps":
+        results = json.loads(args.json.read_text())
+        steps = asyncio.run(step_accuracy(args.model, args.lengths, args.step_problems))
+        results.setdefault("steps", {})[args.name] = steps
+        report(results, args.json.stem)
         return
     from training.demo.rc_train import TRAIN_LENGTHS
 
@@ -288,7 +428,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     for length in args.lengths:
         items = problems("test", args.count, lengths=(length,), seed=0)
         for name, model_dir in (("rc", args.rc), ("direct", args.direct)):
-            models[f"{name} L={length}"] = asyncio.run(evaluate(name, model_dir, items, args.seeds))
+            models[f"{name} L={length}"] = asyncio.run(
+                evaluate(name, model_dir, items, args.seeds, greedy_only=args.greedy_only)
+            )
     training = {}
     for name, model_dir in (("rc", args.rc), ("direct", args.direct)):
         info = json.loads((model_dir / "rc_train.json").read_text())
@@ -297,11 +439,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         "problems": args.count,
         "lengths": list(args.lengths),
         "train_lengths": list(TRAIN_LENGTHS),
-        "seeds": list(args.seeds),
+        "seeds": [] if args.greedy_only else list(args.seeds),
         "training": training,
         "models": models,
         "wall_s": round(time.monotonic() - started, 1),
     }
+    if args.step_problems:
+        results["steps"] = {
+            "rc": asyncio.run(step_accuracy(args.rc, args.lengths, args.step_problems))
+        }
     add_pairs(results, pairs_for(args.lengths))
     report(results, args.stem)
 

@@ -23,6 +23,10 @@ Run::
 
     python -m training.demo.rc_train rc --out runs/rc-demo/rc --tokens 4000000
     python -m training.demo.rc_train direct --out runs/rc-demo/direct --tokens 4000000
+    python -m training.demo.rc_train rc --init runs/rc-demo/rc --seed 1 --out runs/rc-demo/rc2 ...
+
+``--init`` continues from a saved model (a fresh warm-up and cosine over the new budget;
+give another ``--seed`` for fresh problems).
 
 >>> oracle_reply("a1b2c3=")
 'a11b23;c3'
@@ -105,10 +109,15 @@ async def oracle_records(items: Sequence[ListSumProblem], extra_steps: int = 1) 
 def rc_rows(items: Sequence[ListSumProblem], extra_steps: int = 1) -> list[Row]:
     """``rc_reasoning`` and ``rc_summary`` rows of the oracle's traces (all kept: every
     chunk is right, though only the last one carries the final answer)."""
+    return rows_of_records(asyncio.run(oracle_records(items, extra_steps)))
+
+
+def rows_of_records(records: Sequence[Any]) -> list[Row]:
+    """:func:`training.data.build_rows` over oracle traces, keeping every rc row."""
     from training.data import build_rows
 
     rows: list[Row] = []
-    for record in asyncio.run(oracle_records(items, extra_steps)):
+    for record in records:
         rows += build_rows(
             record,
             grade=lambda gold, text: True,
@@ -208,6 +217,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--init", type=Path, help="continue from this saved model")
     args = parser.parse_args(argv)
 
     import torch
@@ -220,7 +230,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     rows = training_rows(args.arm, args.problems, seed=args.seed)
     data_seconds = round(time.monotonic() - started, 1)
     print(f"{args.arm}: {len(rows):,} rows from {args.problems:,} problems in {data_seconds}s")
-    model = build_model(args.seed)
+    if args.init is not None:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(str(args.init), dtype=torch.float32)
+    else:
+        model = build_model(args.seed)
     info = train(model, rows, tokens=args.tokens, lr=args.lr, batch=args.batch, seed=args.seed)
     info |= {
         "arm": args.arm,
@@ -233,6 +248,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "lr": args.lr,
         "batch": args.batch,
         "token_budget": args.tokens,
+        "init": None if args.init is None else str(args.init),
         "command": "python -m training.demo.rc_train " + shlex.join(argv or sys.argv[1:]),
         "example_rows": rows[:4],
     }
