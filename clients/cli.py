@@ -215,6 +215,15 @@ def serve(
         int | None,
         typer.Option(help=_env("SPEC_MAX_DEPTH", "Deepest scaffold nesting [default: 4].")),
     ] = None,
+    spec_max_samples: Annotated[
+        int | None,
+        typer.Option(
+            help=_env(
+                "SPEC_MAX_SAMPLES",
+                "Most sequences a request (its n runs) may generate, every call's n summed [4096].",
+            )
+        ),
+    ] = None,
     default_max_tokens: Annotated[
         int | None,
         typer.Option(
@@ -324,6 +333,7 @@ def serve(
         "max_budget_timeout_s": max_budget_timeout,
         "spec_max_calls": spec_max_calls,
         "spec_max_depth": spec_max_depth,
+        "spec_max_samples": spec_max_samples,
         "default_max_tokens": default_max_tokens,
         "graceful_timeout_s": graceful_timeout,
         "engine_connect_timeout_s": engine_connect_timeout,

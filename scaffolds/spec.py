@@ -361,10 +361,12 @@ def default_registry() -> Registry:
 # -- building --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SpecLimits:
-    """Caps on what one spec may ask for: engine calls per solve, and nesting depth."""
+    """Caps on what one spec may ask for: engine calls and generated sequences per solve,
+    and nesting depth."""
 
     max_calls: int = 256
     max_depth: int = 4
+    max_samples: int = 4096
 
 
 def _members(annotation: Any) -> list[Any]:
@@ -455,6 +457,10 @@ def check_limits(strategy: Strategy, limits: SpecLimits) -> None:
     calls, cap = strategy.max_calls(), limits.max_calls
     if calls > cap:
         problem = f"may make up to {calls} engine calls per solve, over the cap of {cap}"
+        raise FanOutError(f"scaffold {_show(strategy)} {problem}", param="scaffold")
+    samples, cap = strategy.max_samples(), limits.max_samples
+    if samples > cap:
+        problem = f"may generate up to {samples} sequences per solve, over the cap of {cap}"
         raise FanOutError(f"scaffold {_show(strategy)} {problem}", param="scaffold")
 
 

@@ -240,6 +240,16 @@ class Serving:
                 f"calls, over the cap of {self.spec_limits.max_calls}",
                 param="n",
             )
+        samples = (
+            strategy.max_samples_many(req.n) if strategy.batches_samples
+            else req.n * strategy.max_samples()
+        )  # fmt: skip
+        if samples > self.spec_limits.max_samples:
+            raise FanOutError(
+                f"n={req.n} runs of {spec_string(strategy)!r} may generate up to {samples} "
+                f"sequences, over the cap of {self.spec_limits.max_samples}",
+                param="n",
+            )
         if isinstance(req, ChatCompletionRequest):
             messages = messages_from_openai([m.model_dump() for m in req.messages])
             problem = Problem.from_messages(messages)

@@ -219,6 +219,9 @@ class Settings(BaseSettings):
     max_budget_timeout_s: float | None = Field(default=900.0, gt=0)
     spec_max_calls: int = Field(default=256, ge=1)
     spec_max_depth: int = Field(default=4, ge=1)
+    spec_max_samples: int = Field(default=4096, ge=1)
+    """Most sequences a request's runs may generate (every engine call's ``n``, times the
+    request's ``n``): ``majority(k=1024)`` is one call but 1,024 generations."""
     default_max_tokens: int | None = Field(default=None, ge=1)
     disconnect_poll_s: float = Field(default=0.25, gt=0, le=5)
     graceful_timeout_s: float = Field(default=30.0, ge=0)
@@ -327,7 +330,11 @@ class Settings(BaseSettings):
         return Budget(self.max_budget_tokens, self.max_budget_calls, self.max_budget_timeout_s)
 
     def spec_limits(self) -> SpecLimits:
-        return SpecLimits(max_calls=self.spec_max_calls, max_depth=self.spec_max_depth)
+        return SpecLimits(
+            max_calls=self.spec_max_calls,
+            max_depth=self.spec_max_depth,
+            max_samples=self.spec_max_samples,
+        )
 
 
 def load_config_file(path: Path) -> dict[str, Any]:

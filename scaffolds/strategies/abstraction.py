@@ -61,3 +61,6 @@ class Abstraction(Strategy):
 
     def max_calls(self) -> int:
         return 1 + self.m * self.solver.max_calls_many(self.n)
+
+    def max_samples(self) -> int:
+        return self.m + self.m * self.solver.max_samples_many(self.n)

@@ -74,6 +74,9 @@ class BestOfN(Strategy):
     def max_calls(self) -> int:
         return self.solver.max_calls_many(self.n) + (1 if self.judge == "llm" else 0)
 
+    def max_samples(self) -> int:
+        return self.solver.max_samples_many(self.n) + (1 if self.judge == "llm" else 0)
+
 
 def parse_pick(verdict: str, count: int) -> int | None:
     """The 0-based candidate index a judge named, or None.

@@ -60,3 +60,6 @@ class GSR(Strategy):
 
     def max_calls(self) -> int:
         return self.solver.max_calls_many(self.n) + 1
+
+    def max_samples(self) -> int:
+        return self.solver.max_samples_many(self.n) + 1

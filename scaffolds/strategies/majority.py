@@ -29,6 +29,9 @@ class Majority(Strategy):
     def max_calls(self) -> int:
         return self.solver.max_calls_many(self.k)
 
+    def max_samples(self) -> int:
+        return self.solver.max_samples_many(self.k)
+
 
 async def pick_by_vote(samples: list[Solution], ctx: Context, *, expected: int) -> Solution:
     """The sample whose answer won the vote; cut short if samples are missing or cut."""

@@ -111,6 +111,13 @@ class RC(Strategy):
         first = 1 if self.solver is None else self.solver.max_calls_many(k)
         return first + k * 2 * (self.steps - 1)
 
+    def max_samples(self) -> int:
+        return self.max_samples_many(1)
+
+    def max_samples_many(self, k: int) -> int:
+        first = k if self.solver is None else self.solver.max_samples_many(k)
+        return first + k * 2 * (self.steps - 1)
+
 
 def summarizable(attempt: Solution) -> str:
     """What of a reasoning chunk gets summarized: for thinking models, the thinking."""

@@ -71,6 +71,9 @@ class SelfRefine(Strategy):
     def max_calls(self) -> int:
         return self.solver.max_calls() + 2 * self.max_rounds
 
+    def max_samples(self) -> int:
+        return self.solver.max_samples() + 2 * self.max_rounds
+
 
 def says_correct(feedback: str, marker: str) -> bool:
     """True if the feedback's last non-empty line carries the "correct" verdict.

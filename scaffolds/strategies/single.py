@@ -66,3 +66,6 @@ class Single(Strategy):
 
     def max_calls_many(self, k: int) -> int:
         return 1
+
+    def max_samples(self) -> int:
+        return 1

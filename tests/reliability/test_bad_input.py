@@ -154,7 +154,7 @@ BAD_REQUESTS: list[tuple[str, bytes, dict[str, str], int, str | None, str]] = [
      "valid string or a valid dictionary"),
     ("scaffold syntax", _chat(scaffold="gsr(n=2"), JSON_TYPE, 400, "scaffold", "column"),
     ("bad scaffold field", _chat(scaffold="gsr(n=0)"), JSON_TYPE, 400, "scaffold.n", ">= 1"),
-    ("fan-out over the cap", _chat(scaffold="abstraction(m=64, n=64)", n=4), JSON_TYPE, 400,
+    ("fan-out over the cap", _chat(scaffold="abstraction(m=64, n=2)", n=4), JSON_TYPE, 400,
      "n", "over the cap of 256"),
     ("fan-out in one spec", _chat(scaffold="gsr(n=8, solver=rc(steps=64))"), JSON_TYPE, 400,
      "scaffold", "over the cap"),

@@ -77,7 +77,7 @@ class OnlyLeaf(Strategy):
 
 
 REGISTRY = Registry([Leaf, Wrap, Pair, OnlyLeaf])
-ROOMY = SpecLimits(max_calls=10**40, max_depth=MAX_NESTING)
+ROOMY = SpecLimits(max_calls=10**40, max_depth=MAX_NESTING, max_samples=10**40)
 
 
 def build(spec: Any, limits: SpecLimits | None = None) -> Strategy:

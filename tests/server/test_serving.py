@@ -281,6 +281,23 @@ async def test_fan_out_cap_counts_n(make_client: Any) -> None:
     assert spec.status_code == 400 and spec.json()["error"]["code"] == "fan_out_exceeded"
 
 
+async def test_sample_cap_counts_each_calls_n(make_client: Any) -> None:
+    async with make_client(spec_max_samples=64) as (client, engine):
+        ok = await client.post(
+            "/v1/chat/completions", json=chat_body(scaffold="majority(k=16)", n=4)
+        )
+        over = await client.post(
+            "/v1/chat/completions", json=chat_body(scaffold="majority(k=16)", n=5)
+        )
+        spec = await client.post("/v1/chat/completions", json=chat_body(scaffold="majority(k=65)"))
+    assert ok.status_code == 200
+    assert sum(r.params.n for r in engine.requests) == 64
+    assert over.status_code == 400 and over.json()["error"]["param"] == "n"
+    assert "80 sequences, over the cap of 64" in over.json()["error"]["message"]
+    assert spec.status_code == 400 and spec.json()["error"]["code"] == "fan_out_exceeded"
+    assert "65 sequences" in spec.json()["error"]["message"]
+
+
 @pytest.mark.parametrize(
     ("error", "status"),
     [

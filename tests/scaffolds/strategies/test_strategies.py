@@ -196,10 +196,31 @@ async def test_compositions_stay_within_their_call_bound(strategy: Strategy) -> 
     script = Script(feedback="VERDICT: INCORRECT")
     engine, result = await run(strategy, script)
     assert 1 <= len(engine.requests) <= strategy.max_calls()
+    assert len(engine.requests) <= sum(r.params.n for r in engine.requests)
+    assert sum(r.params.n for r in engine.requests) <= strategy.max_samples()
     assert result.usage.calls == len(engine.requests)
     steps = [e for e in result.events if isinstance(e, StepFinished)]
     assert sum((s.usage for s in steps), start=type(result.usage)()) == result.usage
     assert result.solutions[0].answer == "42"
+
+
+@pytest.mark.parametrize(
+    ("strategy", "samples"),
+    [
+        (Majority(k=8), 8),
+        (GSR(n=4), 5),
+        (BestOfN(n=3), 4),
+        (RC(steps=3), 5),
+        (Abstraction(m=2, n=3), 8),
+        (SelfRefine(max_rounds=2), 5),
+        (Majority(k=4, solver=GSR(n=4)), 20),
+    ],
+    ids=str,
+)
+async def test_sample_bound_is_what_a_full_run_generates(strategy: Strategy, samples: int) -> None:
+    engine, _ = await run(strategy, Script(feedback="VERDICT: INCORRECT"))
+    assert strategy.max_samples() == samples
+    assert sum(r.params.n for r in engine.requests) == samples
 
 
 async def test_gsr_over_rc_batches_first_chunks_and_refines_once() -> None:
@@ -319,6 +340,7 @@ async def test_best_of_n_with_a_reward_model_takes_the_top_score_without_a_judge
     assert result.solutions[0].answer == "2"
     assert reward.seen[0][0] == "What is 6*7?" and len(reward.seen[0][1]) == 3
     assert BestOfN(n=3, judge="reward").max_calls() == 1
+    assert BestOfN(n=3, judge="reward").max_samples() == 3
 
 
 async def test_best_of_n_reward_judge_without_a_reward_model_names_the_field() -> None:
