@@ -464,6 +464,33 @@ def check_limits(strategy: Strategy, limits: SpecLimits) -> None:
         raise FanOutError(f"scaffold {_show(strategy)} {problem}", param="scaffold")
 
 
+def check_runs(strategy: Strategy, n: int, limits: SpecLimits) -> None:
+    """Raise :class:`FanOutError` (``param="n"``) when ``n`` runs of ``strategy`` may make
+    more engine calls or generate more sequences than ``limits`` allow.
+
+    >>> vote16 = build_strategy("majority(k=16)", default_registry())
+    >>> try:
+    ...     check_runs(vote16, 200, SpecLimits(max_calls=256, max_samples=3000))
+    ... except FanOutError as err:
+    ...     print(err.param, str(err).split(", ")[0])
+    n n=200 runs of majority(k=16) may generate up to 3200 sequences
+    """
+    batched = strategy.batches_samples
+    bounds = (
+        ("make up to {} engine calls",
+         strategy.max_calls_many(n) if batched else n * strategy.max_calls(), limits.max_calls),
+        ("generate up to {} sequences",
+         strategy.max_samples_many(n) if batched else n * strategy.max_samples(),
+         limits.max_samples),
+    )  # fmt: skip
+    for what, bound, cap in bounds:
+        if bound > cap:
+            raise FanOutError(
+                f"n={n} runs of {_show(strategy)} may {what.format(bound)}, over the cap of {cap}",
+                param="n",
+            )
+
+
 def build_strategy(
     spec: str | Mapping[str, Any] | Strategy,
     registry: Registry | None = None,

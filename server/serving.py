@@ -34,7 +34,14 @@ from scaffolds.engines.openai_http import OpenAIEngine
 from scaffolds.engines.reward import HTTPRewardModel
 from scaffolds.errors import FanOutError, InvalidRequestError, NotFoundError, SpecError
 from scaffolds.run import RunResult, run_scaffold
-from scaffolds.spec import Registry, SpecLimits, build_strategy, default_registry, spec_string
+from scaffolds.spec import (
+    Registry,
+    SpecLimits,
+    build_strategy,
+    check_runs,
+    default_registry,
+    spec_string,
+)
 from scaffolds.strategies.base import Solution, Strategy
 from scaffolds.trace import StepFinished, TraceRecorder
 from server.engines import (
@@ -230,26 +237,7 @@ class Serving:
                 strategy = build_strategy(req.scaffold, self.registry, self.spec_limits)
             except SpecError as exc:
                 raise _spec_error(exc, "scaffold") from None
-        calls = (
-            strategy.max_calls_many(req.n) if strategy.batches_samples
-            else req.n * strategy.max_calls()
-        )  # fmt: skip
-        if calls > self.spec_limits.max_calls:
-            raise FanOutError(
-                f"n={req.n} runs of {spec_string(strategy)!r} may make up to {calls} engine "
-                f"calls, over the cap of {self.spec_limits.max_calls}",
-                param="n",
-            )
-        samples = (
-            strategy.max_samples_many(req.n) if strategy.batches_samples
-            else req.n * strategy.max_samples()
-        )  # fmt: skip
-        if samples > self.spec_limits.max_samples:
-            raise FanOutError(
-                f"n={req.n} runs of {spec_string(strategy)!r} may generate up to {samples} "
-                f"sequences, over the cap of {self.spec_limits.max_samples}",
-                param="n",
-            )
+        check_runs(strategy, req.n, self.spec_limits)
         if isinstance(req, ChatCompletionRequest):
             messages = messages_from_openai([m.model_dump() for m in req.messages])
             problem = Problem.from_messages(messages)
