@@ -6,14 +6,12 @@ process (:mod:`tests.engines.inprocess_vllm_check`) that reports what it saw as 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from typing import Any
 
 import pytest
 
-from tests.engines.vllm_server import CACHE, ROOT, build_tiny_model, vllm_python_or_skip
+from tests.child_report import child_report
+from tests.engines.vllm_server import CACHE, build_tiny_model, vllm_python_or_skip
 
 pytestmark = pytest.mark.vllm
 
@@ -23,23 +21,13 @@ def report() -> dict[str, Any]:
     python = vllm_python_or_skip()
     CACHE.mkdir(exist_ok=True)
     model_dir = build_tiny_model(python, CACHE / "tiny-llama")
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "HF_HUB_OFFLINE": "1",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-    }
-    done = subprocess.run(
-        [str(python), "-m", "tests.engines.inprocess_vllm_check", str(model_dir)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    report, _ = child_report(
+        python,
+        "tests.engines.inprocess_vllm_check",
+        str(model_dir),
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
     )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
-    assert lines, f"no report (exit {done.returncode}):\n{done.stderr[-4000:]}"
-    return dict(json.loads(lines[-1].removeprefix("REPORT ")))
+    return report
 
 
 def test_n_samples_are_one_request_with_real_token_ids(report: dict[str, Any]) -> None:

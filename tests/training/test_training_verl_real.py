@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.child_report import child_report
 
 REPO = Path(__file__).resolve().parents[2]
 VERL_PYTHON = REPO / os.environ.get("PONDER_VERL_PYTHON", ".cache/verl-venv/bin/python")
@@ -36,20 +37,9 @@ pytestmark = [
 
 
 def run_check() -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(
-        [str(VERL_PYTHON), "-m", "tests.training.verl_real_check"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
-    assert lines, f"no report (exit {done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
-    report: dict[str, Any] = json.loads(lines[-1].removeprefix("REPORT "))
+    report, status = child_report(VERL_PYTHON, "tests.training.verl_real_check")
     assert report.get("error") is None, report["error"]
-    assert done.returncode == (0 if report["ok"] else 1)
+    assert status == (0 if report["ok"] else 1)
     return report
 
 
