@@ -89,28 +89,53 @@ def running_vllm(
         "--dtype", "bfloat16", "--max-model-len", str(max_model_len), "--enforce-eager",
         "--enable-prompt-tokens-details",
     ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    env = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    with serving_process(
+        command,
+        port=port,
+        log_path=log_path,
+        env=env,
+        start_timeout=start_timeout,
+        die_with_parent=die_with_parent,
+    ) as process:
+        yield VLLMServer(f"http://127.0.0.1:{port}/v1", served_name, process)
+
+
+@contextlib.contextmanager
+def serving_process(
+    command: list[str],
+    *,
+    port: int,
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    start_timeout: float = 300,
+    die_with_parent: bool = False,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run a server ``command`` (output to ``log_path``) until ``GET /health`` on loopback
+    ``port`` answers 200; terminate it (then kill it) on exit. ``env`` adds to ours.
+    Raises RuntimeError, naming the log, if it exits or stays unhealthy."""
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             command,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=env,
+            env={**os.environ, **(env or {})},
             preexec_fn=_terminate_with_parent if die_with_parent else None,
         )
-        server = VLLMServer(f"http://127.0.0.1:{port}/v1", served_name, process)
         try:
             deadline = time.monotonic() + start_timeout
             while True:
                 if process.poll() is not None:
-                    raise RuntimeError(f"vLLM exited with {process.returncode}; see {log_path}")
+                    raise RuntimeError(
+                        f"{command[0]} exited with {process.returncode}; see {log_path}"
+                    )
                 with contextlib.suppress(httpx.HTTPError):
                     if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
                         break
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"vLLM not healthy after {start_timeout}s; see {log_path}")
+                    raise RuntimeError(f"not healthy after {start_timeout}s; see {log_path}")
                 time.sleep(1)
-            yield server
+            yield process
         finally:
             process.terminate()
             try:

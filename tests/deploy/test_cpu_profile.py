@@ -10,10 +10,7 @@ request through an alias must come back as the shipped model's answer, and every
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from server.vllm_process import ROOT, free_port
+from server.vllm_process import ROOT, free_port, serving_process
 from tests.deploy.artifacts import (
     DOCKER_DIR,
     Exposition,
@@ -60,26 +57,14 @@ def running_engine_service(log: Path) -> Iterator[str]:
     service = compose_services()[ENGINE_SERVICE]
     port = free_port()
     command = [str(python), "-m", "vllm.entrypoints.openai.api_server", *engine_argv(service, port)]
-    env = {**os.environ, **service_environment(service)}
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + ENGINE_START_TIMEOUT_S
-            while True:
-                assert process.poll() is None, f"vLLM exited:\n{log.read_text()[-3000:]}"
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                        break
-                assert time.monotonic() < deadline, f"vLLM not up:\n{log.read_text()[-3000:]}"
-                time.sleep(1)
-            yield f"http://127.0.0.1:{port}/v1"
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    with serving_process(
+        command,
+        port=port,
+        log_path=log,
+        env=service_environment(service),
+        start_timeout=ENGINE_START_TIMEOUT_S,
+    ):
+        yield f"http://127.0.0.1:{port}/v1"
 
 
 def test_cpu_profile_serves_the_shipped_model(tmp_path: Path) -> None:
