@@ -21,6 +21,7 @@ from server.app import create_app
 from server.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from server.settings import Settings
 from server.threaded import serving_in_thread
+from tests.server.conftest import parse_sse
 
 KEY = "sk-reliability-caller-key-7f3a9c"
 """The caller's key: it must never reach an engine or a log line."""
@@ -78,6 +79,16 @@ def assert_openai_error(response: httpx.Response, status: int) -> dict[str, Any]
     assert set(error) == {"message", "type", "param", "code"}, error
     assert isinstance(error["message"], str) and error["message"].strip()
     return dict(error)
+
+
+def assert_answered(response: httpx.Response, stream: bool) -> None:
+    """A 200 with an answer: content, or a stream that ends in ``[DONE]`` with no error."""
+    assert response.status_code == 200, response.text
+    if stream:
+        chunks = parse_sse(response.text)
+        assert chunks[-1] == "[DONE]" and not any("error" in c for c in chunks[:-1])
+    else:
+        assert response.json()["choices"][0]["message"]["content"]
 
 
 async def eventually(predicate: Callable[[], bool], within: float = 10.0) -> bool:

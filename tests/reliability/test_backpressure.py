@@ -14,6 +14,7 @@ import httpx
 
 from server.fake_engine import FakeEngineHandle
 from tests.reliability.conftest import (
+    assert_answered,
     assert_openai_error,
     chat,
     client,
@@ -21,7 +22,6 @@ from tests.reliability.conftest import (
     ponder_settings,
     serving_ponder,
 )
-from tests.server.conftest import parse_sse
 
 RUNNING, QUEUED, BURST = 4, 4, 40
 HEALTH_P95_S = 0.5
@@ -49,15 +49,6 @@ def check_refusal(response: httpx.Response) -> None:
     error = assert_openai_error(response, 429)
     assert error["type"] == "rate_limit_error" and error["code"] == "server_busy"
     assert int(response.headers["retry-after"]) >= 1
-
-
-def check_answer(response: httpx.Response, stream: bool) -> None:
-    assert response.status_code == 200, response.text
-    if stream:
-        chunks = parse_sse(response.text)
-        assert chunks[-1] == "[DONE]" and not any("error" in c for c in chunks[:-1])
-    else:
-        assert response.json()["choices"][0]["message"]["content"]
 
 
 async def test_a_burst_gets_only_200s_and_429s_and_health_stays_fast(
@@ -88,7 +79,7 @@ async def test_a_burst_gets_only_200s_and_429s_and_health_stays_fast(
     refused = [r for _, r in results if r.status_code != 200]
     assert len(answered) == RUNNING + QUEUED and len(refused) == BURST - RUNNING - QUEUED
     for stream, response in answered:
-        check_answer(response, stream)
+        assert_answered(response, stream)
     for response in refused:
         check_refusal(response)
     assert f"ponder_runs_in_flight {RUNNING}.0" in metrics
@@ -114,7 +105,7 @@ async def test_a_sustained_flood_stays_correct_and_health_stays_fast(
                     )
                     statuses.append(response.status_code)
                     if response.status_code == 200:
-                        check_answer(response, stream)
+                        assert_answered(response, stream)
                     else:
                         check_refusal(response)
 

@@ -21,6 +21,7 @@ from server.fake_engine import FakeEngineHandle
 from server.settings import Settings
 from tests.reliability.conftest import (
     ConnectionDropper,
+    assert_answered,
     assert_openai_error,
     chat,
     client,
@@ -56,12 +57,7 @@ async def test_retryable_failures_are_retried_and_the_request_succeeds(
     fake.config.fail_next(status, times=2, retry_after=retry_after)
     with serving_ponder(ponder_settings(fake, engine_max_retries=3)) as (url, _):
         response = await post(url, chat(stream=stream))
-    assert response.status_code == 200, response.text
-    if stream:
-        chunks = parse_sse(response.text)
-        assert chunks[-1] == "[DONE]" and not any("error" in c for c in chunks[:-1])
-    else:
-        assert response.json()["choices"][0]["message"]["content"]
+    assert_answered(response, stream)
     assert (fake.state.calls, fake.state.failed, fake.state.completed) == (3, 2, 1)
 
 

@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 
 from server.fake_engine import FakeEngineHandle
-from tests.reliability.conftest import KEY, MODEL, auth, chat
-from tests.server.conftest import free_port, parse_sse
+from tests.reliability.conftest import KEY, MODEL, assert_answered, auth, chat
+from tests.server.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNNING, QUEUED = 6, 6
@@ -111,12 +111,7 @@ async def sigterm_under_load(fake: FakeEngineHandle, stack: contextlib.AsyncExit
     assert took < GRACE_S, f"took {took:.1f} s to drain"
     assert draining
     for stream, response in results:
-        assert response.status_code == 200, response.text
-        if stream:
-            chunks = parse_sse(response.text)
-            assert chunks[-1] == "[DONE]" and not any("error" in c for c in chunks[:-1])
-        else:
-            assert response.json()["choices"][0]["message"]["content"]
+        assert_answered(response, stream)
     assert fake.state.cancelled == 0 and fake.state.completed == 2 * (RUNNING + QUEUED)
     for outcome in late:
         if isinstance(outcome, httpx.Response):  # answered: then completely and cleanly
