@@ -248,11 +248,15 @@ def test_first_error_finds_the_first_wrong_step() -> None:
     assert wrong["correct"] == [0] and wrong["first_error"] == [(4, "reasoning")]
 
 
-def test_step_accuracy_scores_every_step_of_the_oracle_trajectory(tiny_model_dir: Path) -> None:
-    from training.demo.rc_experiments import step_accuracy, step_table
+def test_step_accuracy_scores_every_step_of_the_oracle_trajectory(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("matplotlib")
+    from training.demo.rc_experiments import plot_steps, step_accuracy, step_table
 
     out = asyncio.run(step_accuracy(tiny_model_dir, [5], 4))
     kinds = out["L=5"]
     assert (len(kinds["start"]), len(kinds["continue"]), len(kinds["summary"])) == (4, 8, 8)
     assert all(score in (0, 1) for scores in kinds.values() for score in scores)
     assert "| rc | 5 |" in step_table({"rc": out})
+    assert plot_steps({"rc": out}, tmp_path / "steps.png").stat().st_size > 0

@@ -344,6 +344,42 @@ def plot(results: dict[str, Any], path: Path) -> Path:
     return path
 
 
+def plot_steps(steps: dict[str, dict[str, dict[str, list[int]]]], path: Path) -> Path:
+    """Per-step diagnostics against list length: each chunk part's accuracy given a
+    correct prompt (all models' lengths pooled into one line per part)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_length: dict[int, dict[str, list[int]]] = {}
+    for lengths in steps.values():
+        for length, kinds in lengths.items():
+            by_length.setdefault(int(length.removeprefix("L=")), {}).update(kinds)
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    parts = ("start label", "start next label", "start total", "continue label",
+             "continue", "summary")  # fmt: skip
+    for i, part in enumerate(parts):
+        points = sorted(
+            (n, summarize([kinds[part]])) for n, kinds in by_length.items() if part in kinds
+        )
+        xs = [n for n, _ in points]
+        ys = [s["accuracy"] for _, s in points]
+        err = [[y - s["ci95"][0] for y, (_, s) in zip(ys, points, strict=True)],
+               [s["ci95"][1] - y for y, (_, s) in zip(ys, points, strict=True)]]  # fmt: skip
+        ax.errorbar(xs, ys, yerr=err, fmt="o-", color=f"C{i}", capsize=3, label=part)
+    ax.axvline(8, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("list length (numbers); dotted: longest training list")
+    ax.set_ylabel("greedy accuracy given a correct prompt")
+    ax.set_title("RC steps of the list-sum model, one step at a time")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def pairs_for(lengths: Sequence[int]) -> list[tuple[str, str]]:
     out = []
     for n in lengths:
@@ -366,6 +402,8 @@ def report(results: dict[str, Any], stem: str) -> None:
     (RESULTS / f"{stem}.md").write_text(text)
     print(text)
     print(plot(results, RESULTS / f"{stem}.png"))
+    if results.get("steps"):
+        print(plot_steps(results["steps"], RESULTS / f"{stem}_steps.png"))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
