@@ -385,6 +385,7 @@ class Context:
                 token_ids=tuple(c.token_ids for c in completions),
                 logprobs=tuple(c.logprobs for c in completions),
                 prompt_token_ids=result.prompt_token_ids,
+                completion_tokens=tuple(c.completion_tokens for c in completions),
             )
         )
         return result

@@ -77,6 +77,8 @@ class StepFinished:
     error: str | None = None
     time: float = field(default_factory=time.time)
     type: Literal["step_finished"] = "step_finished"
+    completion_tokens: tuple[int, ...] = ()
+    """Each sample's generated tokens (they add up to ``usage.completion_tokens``)."""
 
 
 @dataclass(frozen=True, slots=True)

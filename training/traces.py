@@ -95,6 +95,7 @@ def event_from_dict(data: Mapping[str, Any]) -> TraceEvent:
             prompt_token_ids=tuple(prompt_ids) if prompt_ids is not None else None,
             error=data.get("error"),
             time=float(data.get("time", 0.0)),
+            completion_tokens=tuple(int(t) for t in data.get("completion_tokens", ())),
         )
     if kind == "run_finished":
         return RunFinished(

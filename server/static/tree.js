@@ -181,6 +181,7 @@ export class TraceTree {
     step.done = true;
     step.finishedAt = Number(event.time) || null;
     step.usage = normalizeUsage(event.usage);
+    step.sampleTokens = Array.isArray(event.completion_tokens) ? event.completion_tokens : [];
     step.error = event.error || null;
     const texts = event.texts || [];
     const answers = event.answers || [];
@@ -232,6 +233,9 @@ export class TraceTree {
       node.tokens.title = `prompt ${formatCount(step.usage.prompt)} (cached ${formatCount(
         step.usage.cached,
       )}), completion ${formatCount(step.usage.completion)}`;
+    } else if (Number.isFinite(step.sampleTokens?.[index])) {
+      node.tokens.textContent = `${formatCount(step.sampleTokens[index])} tok`;
+      node.tokens.title = `completion tokens of this sample (the step's ${step.n} share one request)`;
     } else if (!step.streamed[index]) {
       node.tokens.textContent = "";
     }

@@ -201,6 +201,9 @@ async def test_compositions_stay_within_their_call_bound(strategy: Strategy) -> 
     assert result.usage.calls == len(engine.requests)
     steps = [e for e in result.events if isinstance(e, StepFinished)]
     assert sum((s.usage for s in steps), start=type(result.usage)()) == result.usage
+    for step in steps:  # each sample's own count, adding up to the step's
+        assert len(step.completion_tokens) == len(step.texts)
+        assert sum(step.completion_tokens) == step.usage.completion_tokens
     assert result.solutions[0].answer == "42"
 
 
