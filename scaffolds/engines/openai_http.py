@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import itertools
 import json
 import logging
 import math
@@ -100,6 +101,10 @@ def _is_retryable(exc: BaseException) -> bool:
     return isinstance(exc, (_RetryableStatus, *_RETRY_TRANSPORT))
 
 
+POOL_SHARDS = 8
+"""HTTP connection pools per engine (1,024 connections in all, 256 kept alive)."""
+
+
 class OpenAIEngine:
     """An :class:`~scaffolds.engine.Engine` backed by an OpenAI-compatible server.
 
@@ -144,7 +149,8 @@ class OpenAIEngine:
         self._api_key = api_key
         self._timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
         self._client = client
-        self._owns_client = client is None
+        self._pool: list[httpx.AsyncClient] = []
+        self._turn = itertools.count()
         self._backoff = wait_random_exponential(multiplier=backoff_base, max=backoff_max)
         self._aborts: set[asyncio.Task[None]] = set()
 
@@ -152,21 +158,34 @@ class OpenAIEngine:
 
     @property
     def client(self) -> httpx.AsyncClient:
-        """The shared HTTP client (created on first use when none was passed in)."""
-        if self._client is None:
-            self._client = httpx.AsyncClient(
-                timeout=self._timeout,
-                limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
-            )
-        return self._client
+        """An HTTP client for the next call: the one passed in, else one of this engine's
+        :data:`POOL_SHARDS` clients in turn (created on first use).
+
+        httpcore's pool walks every connection it holds on each request, so one pool's
+        cost grows with the concurrency; several smaller pools keep each walk short.
+        """
+        if self._client is not None:
+            return self._client
+        if not self._pool:
+            self._pool = [
+                httpx.AsyncClient(
+                    timeout=self._timeout,
+                    limits=httpx.Limits(
+                        max_connections=1024 // POOL_SHARDS,
+                        max_keepalive_connections=256 // POOL_SHARDS,
+                    ),
+                )
+                for _ in range(POOL_SHARDS)
+            ]
+        return self._pool[next(self._turn) % POOL_SHARDS]
 
     async def aclose(self) -> None:
-        """Close the HTTP client if this engine created it (after pending aborts)."""
+        """Close the HTTP clients this engine created (after pending aborts)."""
         if self._aborts:
             await asyncio.gather(*self._aborts, return_exceptions=True)
-        if self._client is not None and self._owns_client:
-            await self._client.aclose()
-            self._client = None
+        pool, self._pool = self._pool, []
+        for client in pool:
+            await client.aclose()
 
     async def __aenter__(self) -> Self:
         return self
