@@ -252,6 +252,16 @@ def serve(
         int | None,
         typer.Option(help=_env("ENGINE_MAX_RETRIES", "Retries of a failed engine call [3].")),
     ] = None,
+    engine_pool_shards: Annotated[
+        int | None,
+        typer.Option(
+            help=_env(
+                "ENGINE_POOL_SHARDS",
+                "HTTP connection pools per engine URL, taken in turn; more keep each "
+                "pool's per-request bookkeeping short at high concurrency [8].",
+            )
+        ),
+    ] = None,
     engine_breaker_threshold: Annotated[
         int | None,
         typer.Option(
@@ -339,6 +349,7 @@ def serve(
         "engine_connect_timeout_s": engine_connect_timeout,
         "engine_read_timeout_s": engine_read_timeout,
         "engine_max_retries": engine_max_retries,
+        "engine_pool_shards": engine_pool_shards,
         "engine_breaker_threshold": engine_breaker_threshold,
         "engine_breaker_cooldown_s": engine_breaker_cooldown,
         "engine_health_interval_s": engine_health_interval,

@@ -550,6 +550,7 @@ def _http_engine(config: ModelConfig, settings: Settings) -> Engine:
             read_timeout=settings.engine_read_timeout_s,
             max_retries=settings.engine_max_retries,
             dialect=config.dialect,
+            pool_shards=settings.engine_pool_shards,
         )
         for url in config.engines
     ]

@@ -230,6 +230,8 @@ class Settings(BaseSettings):
     engine_connect_timeout_s: float = Field(default=5.0, gt=0)
     engine_read_timeout_s: float = Field(default=600.0, gt=0)
     engine_max_retries: int = Field(default=3, ge=0)
+    engine_pool_shards: int = Field(default=8, ge=1, le=64)
+    """HTTP connection pools per engine URL (calls take them in turn)."""
     engine_breaker_threshold: int = Field(default=3, ge=1)
     """Consecutive failures (after the engine's own retries) that open a replica's breaker."""
     engine_breaker_cooldown_s: float = Field(default=10.0, gt=0)

@@ -102,7 +102,9 @@ def _is_retryable(exc: BaseException) -> bool:
 
 
 POOL_SHARDS = 8
-"""HTTP connection pools per engine (1,024 connections in all, 256 kept alive)."""
+"""HTTP connection pools per engine by default (1,024 connections in all, 256 kept alive):
+httpcore walks every connection of a pool on each request, so smaller pools cost less at
+high concurrency (benchmarks/pool_shards.py)."""
 
 
 class OpenAIEngine:
@@ -135,9 +137,13 @@ class OpenAIEngine:
         backoff_base: float = 0.5,
         backoff_max: float = 20.0,
         dialect: Dialect = "vllm",
+        pool_shards: int = POOL_SHARDS,
     ) -> None:
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0 (got {max_retries})")
+        if pool_shards < 1:
+            raise ValueError(f"pool_shards must be >= 1 (got {pool_shards})")
+        self.pool_shards = pool_shards
         self.base_url = base_url.rstrip("/")
         self.root_url = self.base_url.removesuffix("/v1")
         self.model = model
@@ -159,7 +165,7 @@ class OpenAIEngine:
     @property
     def client(self) -> httpx.AsyncClient:
         """An HTTP client for the next call: the one passed in, else one of this engine's
-        :data:`POOL_SHARDS` clients in turn (created on first use).
+        ``pool_shards`` clients in turn (created on first use).
 
         httpcore's pool walks every connection it holds on each request, so one pool's
         cost grows with the concurrency; several smaller pools keep each walk short.
@@ -167,17 +173,15 @@ class OpenAIEngine:
         if self._client is not None:
             return self._client
         if not self._pool:
+            limits = httpx.Limits(
+                max_connections=max(1, 1024 // self.pool_shards),
+                max_keepalive_connections=max(1, 256 // self.pool_shards),
+            )
             self._pool = [
-                httpx.AsyncClient(
-                    timeout=self._timeout,
-                    limits=httpx.Limits(
-                        max_connections=1024 // POOL_SHARDS,
-                        max_keepalive_connections=256 // POOL_SHARDS,
-                    ),
-                )
-                for _ in range(POOL_SHARDS)
+                httpx.AsyncClient(timeout=self._timeout, limits=limits)
+                for _ in range(self.pool_shards)
             ]
-        return self._pool[next(self._turn) % POOL_SHARDS]
+        return self._pool[next(self._turn) % self.pool_shards]
 
     async def aclose(self) -> None:
         """Close the HTTP clients this engine created (after pending aborts)."""

@@ -434,3 +434,24 @@ async def test_http_reward_model_reports_an_unreachable_endpoint() -> None:
     with pytest.raises(EngineUnavailableError, match="unreachable"):
         await reward.score("p", ["c"])
     await reward.aclose()
+
+
+async def test_calls_take_the_connection_pools_in_turn(fake: FakeEngineHandle) -> None:
+    engine = make_engine(fake, pool_shards=3)
+    clients = [engine.client for _ in range(6)]
+    assert len({id(c) for c in clients}) == 3 and clients[:3] == clients[3:]
+    for _ in range(4):
+        await engine.generate(GenerateRequest("hi", SamplingParams(max_tokens=2)))
+    await engine.aclose()
+    assert all(c.is_closed for c in clients)
+    with pytest.raises(ValueError, match="pool_shards"):
+        make_engine(fake, pool_shards=0)
+
+
+async def test_a_client_passed_in_is_the_only_one_and_stays_open(fake: FakeEngineHandle) -> None:
+    async with httpx.AsyncClient() as mine:
+        engine = make_engine(fake, client=mine)
+        assert engine.client is mine and engine.client is mine
+        await engine.generate(GenerateRequest("hi", SamplingParams(max_tokens=2)))
+        await engine.aclose()
+        assert not mine.is_closed
