@@ -159,7 +159,7 @@ def train(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from training.demo.model import save_model
-    from training.demo.train import accuracy, greedy_answers
+    from training.demo.train import accuracy, greedy_answers, train_step
 
     if kind not in ("gsr", "control"):
         raise ValueError(f"kind must be 'gsr' or 'control' (got {kind!r})")
@@ -213,16 +213,8 @@ def train(
                 rows.append(refine[order.pop()])
             rows += [direct_row(next(stream)) for _ in range(batch - n_refine)]
             ids, targets = encode_rows(rows)
-            logits = model(input_ids=ids).logits
-            loss = torch.nn.functional.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100
-            )
-            loss.backward()  # type: ignore[no-untyped-call]
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            loss_value = train_step(model, optimizer, ids, targets)
             step += 1
-            loss_value = loss.item()
             progress.update(bar, completed=time.monotonic() - started, step=step, loss=loss_value)
     info |= {"train_seconds": round(time.monotonic() - started, 1), "steps": step}
     info |= {"epochs_of_refine_data": step * n_refine / max(1, len(refine)) if refine else 0.0}

@@ -166,6 +166,7 @@ def train(
     import torch
 
     from training.demo.gsr_train import encode_rows, lr_at
+    from training.demo.train import train_step
 
     rng = random.Random(seed)
     order: list[int] = []
@@ -182,17 +183,9 @@ def train(
                 rng.shuffle(order)
             chosen.append(rows[order.pop()])
         ids, targets = encode_rows(chosen)
-        logits = model(input_ids=ids).logits
-        loss = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100
-        )
-        loss.backward()  # type: ignore[no-untyped-call]
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        losses.append(train_step(model, optimizer, ids, targets))
         step += 1
         seen += sum(row_tokens(r) for r in chosen)
-        losses.append(loss.item())
         if log_every and step % log_every == 0:
             log(
                 f"step {step:5d}  tokens {seen:>9,}  {time.monotonic() - started:7.1f}s  "

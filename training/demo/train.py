@@ -86,6 +86,22 @@ def greedy_answers(
     return out
 
 
+def train_step(model: Any, optimizer: Any, ids: Any, targets: Any) -> float:
+    """One next-token cross-entropy step (targets -100 are ignored, gradients clipped at
+    1.0); returns the loss. Every demo trainer steps through this."""
+    import torch
+
+    logits = model(input_ids=ids).logits
+    loss = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100
+    )
+    loss.backward()  # type: ignore[no-untyped-call]
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(loss.item())
+
+
 def accuracy(answers: Sequence[str], items: Sequence[AdditionProblem]) -> float:
     return sum(a == p.answer for a, p in zip(answers, items, strict=True)) / max(1, len(items))
 
@@ -156,15 +172,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             for group in optimizer.param_groups:
                 group["lr"] = lr
             ids, targets = encode_batch([next(stream) for _ in range(args.batch)])
-            logits = model(input_ids=ids).logits
-            loss = torch.nn.functional.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100
-            )
-            loss.backward()  # type: ignore[no-untyped-call]
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            progress.update(bar, advance=1, loss=loss.item())
+            loss = train_step(model, optimizer, ids, targets)
+            progress.update(bar, advance=1, loss=loss)
             out_of_time = time.monotonic() - started > args.max_minutes * 60
             if step % args.eval_every == 0 or step == args.steps or out_of_time:
                 acc = accuracy(greedy_answers(model, validation), validation)
@@ -173,7 +182,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
                 checkpoints.append(Checkpoint(step, seconds, acc, state))
                 progress.update(bar, acc=f"{acc:.3f}")
                 progress.console.print(
-                    f"step {step:5d}  {seconds:6.1f}s  lr {lr:.2e}  loss {loss.item():.4f}  "
+                    f"step {step:5d}  {seconds:6.1f}s  lr {lr:.2e}  loss {loss:.4f}  "
                     f"val greedy {acc:.3f}"
                 )
                 if acc >= args.target_accuracy or out_of_time:
