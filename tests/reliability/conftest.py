@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from starlette.types import Scope
 
 from server.app import create_app
 from server.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
@@ -79,6 +80,25 @@ def assert_openai_error(response: httpx.Response, status: int) -> dict[str, Any]
     assert set(error) == {"message", "type", "param", "code"}, error
     assert isinstance(error["message"], str) and error["message"].strip()
     return dict(error)
+
+
+def chat_post_scope(*headers: tuple[bytes, bytes]) -> Scope:
+    """The ASGI scope of ``POST /v1/chat/completions`` with a JSON body, for driving an app
+    by hand (``await app(scope, receive, send)``) where a client cannot misbehave enough."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), *headers],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
 
 
 def assert_answered(response: httpx.Response, stream: bool) -> None:

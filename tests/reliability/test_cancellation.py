@@ -15,12 +15,13 @@ import contextlib
 import json
 import time
 
-from starlette.types import Message, Scope
+from starlette.types import Message
 
 from server.fake_engine import FakeEngineHandle
 from tests.reliability.conftest import (
     KEY,
     chat,
+    chat_post_scope,
     client,
     eventually,
     ponder_settings,
@@ -135,20 +136,7 @@ async def test_a_stream_whose_client_left_before_it_began_is_counted() -> None:
     async def send(message: Message) -> None:
         pass
 
-    scope: Scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/chat/completions",
-        "raw_path": b"/v1/chat/completions",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"host", b"ponder.test")],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 80),
-    }
+    scope = chat_post_scope((b"host", b"ponder.test"))
     await app(scope, receive, send)
     text = app.state.metrics.render().decode()
     assert 'status="499"} 1.0' in text and "ponder_client_disconnects_total 1.0" in text

@@ -6,7 +6,7 @@ import asyncio
 import random
 
 import httpx
-from starlette.types import Message, Scope
+from starlette.types import Message
 
 from server.fake_engine import (
     FakeEngineConfig,
@@ -15,6 +15,7 @@ from server.fake_engine import (
     _plan,
     create_app,
 )
+from tests.reliability.conftest import chat_post_scope
 
 BODY = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -65,20 +66,7 @@ async def test_a_caller_gone_before_its_body_is_read_counts_as_cancelled() -> No
     async def send(message: Message) -> None:
         sent.append(message)
 
-    scope: Scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/chat/completions",
-        "raw_path": b"/v1/chat/completions",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 80),
-    }
+    scope = chat_post_scope()
     await app(scope, receive, send)
     assert state.cancelled == 1 and state.open_calls == 0
     assert sent[0]["status"] == 499
