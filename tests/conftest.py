@@ -14,6 +14,8 @@ from tests.engines.vllm_server import (
     vllm_python_or_skip,
 )
 
+pytest_plugins = ["tests.process_guard"]
+
 
 @pytest.fixture(scope="session")
 def vllm_server() -> Iterator[VLLMServer]:

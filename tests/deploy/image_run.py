@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 
+from scaffolds.processes import owned_process
 from server.vllm_process import ROOT
 from tests.deploy.artifacts import final_stage, image_command, parse_dockerfile
 
@@ -102,25 +103,22 @@ def running_image_command(
     argv = image_command()
     executable = shutil.which(argv[0], path=env["PATH"])
     assert executable, f"{argv[0]!r} is not on the image's PATH"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
+    with (
+        log.open("wb") as out,
+        owned_process(
             [executable, *argv[1:]], env=env, cwd=workdir, stdout=out, stderr=subprocess.STDOUT
-        )
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                if process.poll() is not None:
-                    raise AssertionError(f"exited with {process.returncode}:\n{log.read_text()}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                        break
-                assert time.monotonic() < deadline, f"no /health after 30 s:\n{log.read_text()}"
-                time.sleep(0.1)
-            yield process
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        ) as process,
+    ):
+        deadline = time.monotonic() + 300
+        while True:
+            if process.poll() is not None:
+                raise AssertionError(f"exited with {process.returncode}:\n{log.read_text()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            assert time.monotonic() < deadline, f"no /health after 300 s:\n{log.read_text()}"
+            time.sleep(0.1)
+        yield process
 
 
 def healthcheck_exit_code(env: dict[str, str]) -> int:

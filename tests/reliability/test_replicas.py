@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from scaffolds.processes import owned_process
 from server.fake_engine import FakeEngineConfig, running_fake_engine
 from tests.reliability.conftest import chat, client, eventually, ponder_settings, serving_ponder
 from tests.server.conftest import free_port
@@ -35,18 +36,14 @@ def engine_process(port: int) -> Iterator[subprocess.Popen[bytes]]:
     It starts in the background: :func:`wait_up` before relying on it.
     """
     cmd = [sys.executable, "-m", "server.fake_engine", "--port", str(port)]
-    proc = subprocess.Popen(
+    with owned_process(
         [*cmd, "--latency-per-token", "0.02"],
+        grace_s=0,
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-    )
-    try:
+    ) as proc:
         yield proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=10)
 
 
 async def wait_up(proc: subprocess.Popen[bytes], port: int) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from scaffolds.processes import owned_process
 from server.fake_engine import FakeEngineHandle
 from tests.reliability.conftest import KEY, MODEL, assert_answered, auth, chat
 from tests.server.conftest import free_port
@@ -38,15 +39,10 @@ def ponder_process(
     cmd = [sys.executable, "-m", "clients.cli", "serve", "--engine", fake.base_url,
            "--model", MODEL, "--engine-model", "fake-model", "--port", str(port),
            "--api-key", KEY, "--engine-max-retries", "0", *args]  # fmt: skip
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    try:
+    with owned_process(
+        cmd, grace_s=0, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    ) as proc:
         yield proc, f"http://127.0.0.1:{port}"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=10)
 
 
 async def wait_serving(proc: subprocess.Popen[str], url: str) -> None:
