@@ -35,6 +35,8 @@ from pathlib import Path
 
 import httpx
 
+from scaffolds.processes import owned_process
+
 ROOT = Path(__file__).resolve().parent.parent
 VENVS = ROOT / ".cache" / "bench-venvs"
 MODEL = "fake-model"
@@ -125,24 +127,19 @@ class Target:
 def process(
     cmd: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT
 ) -> Iterator[subprocess.Popen[bytes]]:
-    log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in the finally below)
-    proc = subprocess.Popen(
-        cmd, cwd=cwd, env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT
-    )
-    try:
-        yield proc
-    except RuntimeError:
-        log.seek(0)
-        print(log.read().decode(errors="replace")[-2000:])
-        raise
-    finally:
-        proc.terminate()
+    with (
+        tempfile.TemporaryFile() as log,
+        owned_process(
+            cmd, grace_s=10, cwd=cwd, env={**os.environ, **(env or {})}, stdout=log,
+            stderr=subprocess.STDOUT,
+        ) as proc,
+    ):  # fmt: skip
         try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+            yield proc
+        except RuntimeError:
+            log.seek(0)
+            print(log.read().decode(errors="replace")[-2000:])
+            raise
 
 
 def wait_ready(target: Target, timeout: float, proc: subprocess.Popen[bytes]) -> None:

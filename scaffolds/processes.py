@@ -123,7 +123,8 @@ def _exit_when_orphaned(parent: int, interval_s: float) -> None:
 
 def watch_parent(interval_s: float = 0.5) -> None:
     """A pool worker's initializer: exit within ``interval_s`` of the process that
-    started it being gone, however it went (SIGKILL included).
+    started it being gone, however it went (SIGKILL included); Ctrl-C is left to the
+    parent.
 
     A thread watching the parent's pid rather than a death signal: the signal follows
     the parent *thread* that started the worker, and a pool may be grown from a thread
@@ -132,6 +133,9 @@ def watch_parent(interval_s: float = 0.5) -> None:
     parent = os.getppid()
     if parent == 1:
         os._exit(1)
+    # Ctrl-C at a terminal reaches the whole process group: the parent decides when its
+    # pool stops, so a worker must not die mid-task of its own accord.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(
         target=_exit_when_orphaned, args=(parent, interval_s), daemon=True, name="watch-parent"
     ).start()

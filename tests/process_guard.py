@@ -22,7 +22,8 @@ import pytest
 
 TOKEN_VARIABLE = "PYTEST_PONDER_SESSION"
 STRAGGLER_GRACE_S = 30.0
-"""How long processes that are already on their way out get before they count as left."""
+"""How long processes that are already on their way out get before they count as left
+(``PYTEST_PONDER_GRACE_S`` overrides it)."""
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    left = leftovers(os.environ[TOKEN_VARIABLE])
+    grace_s = float(os.environ.get("PYTEST_PONDER_GRACE_S", STRAGGLER_GRACE_S))
+    left = leftovers(os.environ[TOKEN_VARIABLE], grace_s=grace_s)
     if not left:
         return
     for process in left:

@@ -118,6 +118,7 @@ def run(
     from clients.eval.report import print_table
     from clients.eval.results import read_results
     from clients.eval.runner import EvalConfig, check_specs, load_extra_body
+    from clients.interrupt import INTERRUPTED_STATUS, Interrupted, run_interruptible
     from scaffolds.errors import SpecError
 
     missing = [n for n, v in (("--base-url", base_url), ("--model", model),
@@ -166,15 +167,20 @@ def run(
     previous = read_results(config.results_path)
     for bad in previous.bad:
         err.print(f"[yellow]dropped unreadable result[/yellow] {config.results_path} {bad}")
+
+    def stopping() -> None:
+        err.print("\n[yellow]stopping[/yellow]: cancelling requests in flight (again to quit now)")
+
     try:
-        outcome, report = asyncio.run(
-            evaluate(config, loaded.problems, grade, dataset=dataset, progress=progress)
+        outcome, report = run_interruptible(
+            evaluate(config, loaded.problems, grade, dataset=dataset, progress=progress),
+            on_first=stopping,
         )
-    except KeyboardInterrupt:
+    except Interrupted:
         kept = len(read_results(config.results_path).done())
-        err.print(f"\ninterrupted: {kept} finished samples are saved in {config.results_path};")
+        err.print(f"interrupted: {kept} finished samples are saved in {config.results_path};")
         err.print("rerun the same command to resume.")
-        raise typer.Exit(130) from None
+        raise typer.Exit(INTERRUPTED_STATUS) from None
     print_table(report)
     err.print(
         f"{outcome.already_done} samples were already done, {outcome.finished} finished now, "

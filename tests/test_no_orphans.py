@@ -1,0 +1,163 @@
+"""Every process the project starts is owned: stopped as a group, dead with its parent.
+
+Real processes throughout: a child that starts a grandchild, ``ponder serve`` and
+``ponder eval`` SIGKILLed while their math-verify pools are alive, and a nested pytest
+session whose test leaves a process behind (the session guard must fail it).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import httpx
+
+from clients.eval.synthetic import write_addition
+from scaffolds.processes import owned_process, popen_owned, stop_group
+from server.fake_engine import FakeEngineConfig, running_fake_engine
+from tests.clients.evalkit import MODEL, adder
+from tests.process_guard import descendants_of, gone
+from tests.server.conftest import free_port, wait_until
+
+ROOT = Path(__file__).resolve().parents[1]
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
+FORKER = textwrap.dedent(
+    """
+    import subprocess, sys, time
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    print(child.pid, flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def _first_line(proc: subprocess.Popen[str]) -> int:
+    assert proc.stdout is not None
+    return int(proc.stdout.readline())
+
+
+def test_stopping_a_child_stops_its_whole_group() -> None:
+    with owned_process([sys.executable, "-c", FORKER], stdout=subprocess.PIPE, text=True) as parent:
+        grandchild = _first_line(parent)
+        assert not gone(grandchild)
+    assert wait_until(lambda: gone(grandchild), within=60)
+
+
+def test_a_child_dies_when_its_owner_is_killed() -> None:
+    owner_code = textwrap.dedent(
+        f"""
+        import sys, time
+        from scaffolds.processes import popen_owned
+        child = popen_owned({SLEEPER!r})
+        print(child.pid, flush=True)
+        time.sleep(600)
+        """
+    )
+    owner = popen_owned(
+        [sys.executable, "-c", owner_code], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        child = _first_line(owner)
+        assert not gone(child)
+        os.kill(owner.pid, signal.SIGKILL)  # no clean-up code of the owner runs
+        assert wait_until(lambda: gone(child), within=60), "the child outlived its owner"
+    finally:
+        stop_group(owner, grace_s=0)
+
+
+def _pool_of(pid: int) -> list[int]:
+    """``pid``'s multiprocessing children (pool workers, resource tracker)."""
+    found = []
+    for child in descendants_of(pid):
+        cmdline = Path(f"/proc/{child}/cmdline").read_bytes() if not gone(child) else b""
+        if b"multiprocessing" in cmdline:
+            found.append(child)
+    return found
+
+
+def _killed_leaves_no_pool(proc: subprocess.Popen[str]) -> None:
+    assert wait_until(lambda: len(_pool_of(proc.pid)) >= 2, within=300), "no live pool"
+    pool = _pool_of(proc.pid)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert wait_until(lambda: all(gone(p) for p in pool), within=60), (
+        f"orphans left: {[p for p in pool if not gone(p)]}"
+    )
+
+
+def test_sigkilled_ponder_serve_leaves_no_pool_worker() -> None:
+    with running_fake_engine(FakeEngineConfig(respond=adder)) as engine:
+        port = free_port()
+        proc = popen_owned(
+            [sys.executable, "-m", "clients.cli", "serve", "--engine", engine.base_url,
+             "--model", MODEL, "--port", str(port)],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        try:
+            url = f"http://127.0.0.1:{port}"
+
+            def up() -> bool:
+                try:
+                    return httpx.get(f"{url}/health", timeout=2).status_code == 200
+                except httpx.HTTPError:
+                    return False
+
+            assert wait_until(up, within=300)
+            reply = httpx.post(  # a vote: the server's math-verify pool starts
+                f"{url}/v1/chat/completions",
+                json={"model": MODEL, "scaffold": "majority(k=3)",
+                      "messages": [{"role": "user", "content": "100+200="}]},
+                timeout=300,
+            )  # fmt: skip
+            assert reply.status_code == 200, reply.text
+            _killed_leaves_no_pool(proc)
+        finally:
+            stop_group(proc, grace_s=0)
+
+
+def test_sigkilled_ponder_eval_leaves_no_pool_worker(tmp_path: Path) -> None:
+    dataset = tmp_path / "add.jsonl"
+    write_addition(dataset, 200, seed=5)
+    config = FakeEngineConfig(respond=adder, latency_per_token=0.05)
+    with running_fake_engine(config) as engine:
+        proc = popen_owned(
+            [sys.executable, "-m", "clients.cli", "eval", "--base-url", engine.base_url,
+             "--model", MODEL, "--dataset", str(dataset), "--scaffold", "none",
+             "--no-progress", "--out", str(tmp_path / "run")],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        try:
+            _killed_leaves_no_pool(proc)
+        finally:
+            stop_group(proc, grace_s=0)
+
+
+def test_the_session_guard_fails_a_run_that_leaves_a_process(tmp_path: Path) -> None:
+    marker = tmp_path / "pid"
+    (tmp_path / "test_leaky.py").write_text(
+        textwrap.dedent(
+            f"""
+            import subprocess
+
+            def test_leaks():
+                child = subprocess.Popen({SLEEPER!r}, start_new_session=True)
+                open({str(marker)!r}, "w").write(str(child.pid))
+            """
+        )
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "tests.process_guard", "-p", "no:cacheprovider",
+         "-q", str(tmp_path / "test_leaky.py"), "--rootdir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTEST_PONDER_GRACE_S": "1", "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    leaked = int(marker.read_text())
+    assert run.returncode != 0, run.stdout
+    assert "1 passed" in run.stdout  # the test itself passed; the guard failed the run
+    assert "processes left running" in run.stdout
+    assert f"pid {leaked}" in run.stdout and "time.sleep(600)" in run.stdout
+    assert wait_until(lambda: gone(leaked), within=60), "the guard should kill what it names"
