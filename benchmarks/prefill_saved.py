@@ -37,7 +37,8 @@ from scaffolds.engine import (
     stream_from_generate,
 )
 from scaffolds.engines.openai_http import OpenAIEngine
-from scaffolds.prompts import PromptSet, Template, get_prompt_set
+from scaffolds.prompts import PromptSet, Template
+from scaffolds.spec import get_prompt_set
 
 SCAFFOLDS = ("majority(k=4)", "gsr(n=4)", "rc(steps=3, reasoning_tokens=16, summary_tokens=16)")
 HEADER = "### Problem\n$problem\n\n"
@@ -61,12 +62,12 @@ class SplitN:
 
 def problem_last(prompts: PromptSet) -> PromptSet:
     """The same templates with the problem section moved to the end."""
-    changes = {}
-    for name, template in prompts.templates().items():
-        if template.text.startswith(HEADER):
-            moved = template.text.removeprefix(HEADER) + "\n\n" + HEADER.strip()
-            changes[name] = Template(template.name, moved)
-    return dataclasses.replace(prompts, name="problem-last", **changes)
+    moved = [
+        Template(t.name, t.text.removeprefix(HEADER) + "\n\n" + HEADER.strip())
+        for t in prompts.templates.values()
+        if t.text.startswith(HEADER)
+    ]
+    return prompts.replaced(*moved)
 
 
 def problems(way: str, count: int) -> list[str]:

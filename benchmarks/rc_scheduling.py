@@ -78,11 +78,11 @@ async def pipelined(engine: SimulatedEngine, rc: RC, problems: list[Problem], k:
 async def lock_step(engine: SimulatedEngine, rc: RC, problems: list[Problem], k: int) -> None:
     """The paper's schedule: each turn waits for all samples of all problems."""
     contexts = [Context.root(engine) for _ in problems]
-    prompts = contexts[0].prompts
+    prompts = contexts[0].templates(RC)
     first = await gather(
         *(
             ctx.generate(
-                ctx.prompt(prompts.rc_reasoning_start, p),
+                ctx.prompt(prompts.template("rc_reasoning_start"), p),
                 kind="reasoning",
                 label="reasoning 1",
                 n=k,
@@ -92,13 +92,13 @@ async def lock_step(engine: SimulatedEngine, rc: RC, problems: list[Problem], k:
         )
     )
     attempts = [[Solution(c.text, None) for c in step.completions] for step in first]
-    summaries = [[prompts.rc_no_summary] * k for _ in problems]
+    summaries = [[prompts.text("rc_no_summary")] * k for _ in problems]
     for _turn in range(2, rc.steps + 1):
         summary_steps = await gather(
             *(
                 ctx.generate(
                     ctx.prompt(
-                        prompts.rc_summary,
+                        prompts.template("rc_summary"),
                         p,
                         summary=summaries[i][j],
                         attempt=summarizable(attempts[i][j]),
@@ -116,7 +116,9 @@ async def lock_step(engine: SimulatedEngine, rc: RC, problems: list[Problem], k:
         reasoning_steps = await gather(
             *(
                 ctx.generate(
-                    ctx.prompt(prompts.rc_reasoning_continue, p, summary=summaries[i][j]),
+                    ctx.prompt(
+                        prompts.template("rc_reasoning_continue"), p, summary=summaries[i][j]
+                    ),
                     kind="reasoning",
                     label="reasoning",
                     max_tokens=rc.reasoning_tokens,

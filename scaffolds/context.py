@@ -21,7 +21,7 @@ import asyncio
 import hashlib
 import math
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -44,7 +44,7 @@ from scaffolds.errors import (
     EngineError,
     InvalidRequestError,
 )
-from scaffolds.prompts import PromptSet, Template, get_prompt_set
+from scaffolds.prompts import PromptSet, Template, common_prompts
 from scaffolds.trace import StepDelta, StepFinished, StepStarted, TraceRecorder
 
 T = TypeVar("T")
@@ -68,6 +68,23 @@ class Step:
     @property
     def first(self) -> Completion:
         return self.completions[0]
+
+
+@dataclass(frozen=True, slots=True)
+class StepPrompt:
+    """A step's prompt and where it came from: what :class:`StepStarted` records.
+
+    ``template`` names the template rendered (None: the problem as asked); ``fields``
+    holds the values it was filled with (a list where the template numbers and joins
+    several, e.g. candidates); ``parent_step`` and ``sample`` name the step, and which of
+    its samples, this step continues (an RC summary, a refinement, a note's solutions).
+    """
+
+    prompt: Prompt
+    template: str | None = None
+    fields: Mapping[str, Any] | None = None
+    parent_step: str | None = None
+    sample: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +147,9 @@ class Problem:
     hint: str | None = None
     raw_prompt: Prompt | None = None
     """The caller's prompt exactly as sent, for pass-through solving."""
+    origin: StepPrompt | None = None
+    """When this problem was rendered from a template (a note's conditioned problem),
+    that template's provenance: a pass-through step of it records this."""
 
     @classmethod
     def from_messages(cls, messages: Sequence[Message]) -> Problem:
@@ -143,6 +163,13 @@ class Problem:
 
     def with_hint(self, hint: str) -> Problem:
         return Problem(self.text, self.history, hint, raw_prompt=None)
+
+
+class TemplateOwner(Protocol):
+    """What contributes templates to a run's prompt set (a strategy class)."""
+
+    @classmethod
+    def prompts_for(cls, name: str) -> PromptSet: ...
 
 
 class Voter(Protocol):
@@ -184,6 +211,7 @@ class Context:
         scope: tuple[str, ...],
         final: bool,
         choice: int | None = None,
+        parent: tuple[str, int] | None = None,
     ):
         self._state = state
         self.scope_id = scope_id
@@ -191,6 +219,8 @@ class Context:
         self.scope = scope
         self.final = final
         self.choice = choice
+        self.parent = parent
+        """(step id, sample) that steps in this scope continue, unless they say otherwise."""
 
     @classmethod
     def root(
@@ -212,7 +242,7 @@ class Context:
             engine=engine,
             budget=budget,
             recorder=recorder or TraceRecorder(),
-            prompts=get_prompt_set(prompts) if isinstance(prompts, str) else prompts,
+            prompts=common_prompts(prompts) if isinstance(prompts, str) else prompts,
             params=params or SamplingParams(),
             chat=chat,
             deadline=deadline,
@@ -233,7 +263,14 @@ class Context:
 
     @property
     def prompts(self) -> PromptSet:
+        """The run's prompt set: its shared templates (and any a caller put in)."""
         return self._state.prompts
+
+    def templates(self, owner: type[TemplateOwner]) -> PromptSet:
+        """The run's set with ``owner``'s own templates for it; a set the owner lacks
+        raises an error naming both."""
+        run_set = self._state.prompts
+        return owner.prompts_for(run_set.name).merged(run_set)
 
     @property
     def budget(self) -> Budget:
@@ -249,10 +286,18 @@ class Context:
         """Why the budget cut the run short, if it did."""
         return self._state.cut_reason
 
-    def child(self, label: str, *, final: bool = False, choice: int | None = None) -> Context:
+    def child(
+        self,
+        label: str,
+        *,
+        final: bool = False,
+        choice: int | None = None,
+        parent: tuple[str, int] | None = None,
+    ) -> Context:
         """A nested scope (e.g. "candidate 2"). Only a final scope inside a final scope
         may mark its steps as the run's final answer. ``choice`` tags every step below
-        with the response choice it serves."""
+        with the response choice it serves; ``parent`` (step id, sample) is the step
+        sample that steps below continue, unless they name their own."""
         n = self._state.child_counters.get(self.scope_id, 0) + 1
         self._state.child_counters[self.scope_id] = n
         return Context(
@@ -261,6 +306,7 @@ class Context:
             (*self.scope, label),
             final and self.final,
             self.choice if choice is None else choice,
+            self.parent if parent is None else parent,
         )
 
     # -- prompts ---------------------------------------------------------------------
@@ -272,6 +318,33 @@ class Context:
         if not self._state.chat:
             return problem.text
         return (*problem.history, Message("user", problem.text))
+
+    def render_problem(self, problem: Problem) -> StepPrompt:
+        """:meth:`problem_prompt` with its provenance (the problem's own, if it was
+        rendered from a template)."""
+        origin = problem.origin
+        prompt = self.problem_prompt(problem)
+        if origin is None:
+            return StepPrompt(prompt, None, {"problem": problem.text})
+        return StepPrompt(prompt, origin.template, origin.fields, origin.parent_step, origin.sample)
+
+    def render(
+        self,
+        template: Template,
+        problem: Problem,
+        /,
+        *,
+        values: Mapping[str, Any] | None = None,
+        parent: tuple[str | None, int | None] | None = None,
+        **fields: str,
+    ) -> StepPrompt:
+        """:meth:`prompt` with its provenance: the template's name, the field values
+        (``values`` records structured ones, e.g. a list of candidates, in place of
+        their rendered text) and the (step id, sample) it continues."""
+        recorded: dict[str, Any] = {"problem": problem.text, **fields, **(values or {})}
+        step, sample = parent if parent is not None else (None, None)
+        prompt = self.prompt(template, problem, **fields)
+        return StepPrompt(prompt, template.name, recorded, step, sample)
 
     def prompt(self, template: Template, problem: Problem, /, **fields: str) -> Prompt:
         """Render ``template`` for ``problem`` into an engine prompt (chat or text, as the
@@ -296,7 +369,7 @@ class Context:
     # -- engine calls ----------------------------------------------------------------
     async def generate(
         self,
-        prompt: Prompt,
+        prompt: Prompt | StepPrompt,
         *,
         kind: str,
         label: str,
@@ -314,6 +387,9 @@ class Context:
         Raises :class:`BudgetExhaustedError` if no budget is left to start.
         """
         state = self._state
+        source = prompt if isinstance(prompt, StepPrompt) else StepPrompt(prompt)
+        if source.parent_step is None and self.parent is not None:
+            source = StepPrompt(source.prompt, source.template, source.fields, *self.parent)
         wanted = max_tokens if max_tokens is not None else state.params.max_tokens
         grant = self._reserve(n, wanted)
         try:
@@ -326,15 +402,17 @@ class Context:
             if state.params.seed is not None:
                 changes["seed"] = _derive_seed(state.params.seed, step_id)
             request = GenerateRequest(
-                prompt, state.params.replace(**changes), affinity_key=state.affinity_key
+                source.prompt, state.params.replace(**changes), affinity_key=state.affinity_key
             )
             result = await self._recorded_call(
-                request, step_id, kind=kind, label=label, final=final and self.final
+                request, step_id, kind=kind, label=label, final=final and self.final, source=source
             )
             completions = list(result.completions)
             clamped = grant.held > 0
             if force_answer and clamped:
-                completions = await self._force_answers(prompt, completions, label, grant.held)
+                completions = await self._force_answers(
+                    source.prompt, completions, label, grant.held, step_id
+                )
             cut = clamped and any(c.truncated for c in completions)
             return Step(step_id, completions, cut_short=cut)
         finally:
@@ -345,7 +423,14 @@ class Context:
         return f"{self.scope_id}:{self._state.step_counter}"
 
     async def _recorded_call(
-        self, request: GenerateRequest, step_id: str, *, kind: str, label: str, final: bool
+        self,
+        request: GenerateRequest,
+        step_id: str,
+        *,
+        kind: str,
+        label: str,
+        final: bool,
+        source: StepPrompt,
     ) -> GenerateResult:
         """Call the engine with the step's trace events around it; account its usage."""
         state = self._state
@@ -360,6 +445,15 @@ class Context:
                 prompt=request.prompt_text(),
                 max_tokens=request.params.max_tokens,
                 choice=self.choice,
+                template=source.template,
+                fields=None if source.fields is None else dict(source.fields),
+                messages=(
+                    None
+                    if isinstance(request.prompt, str)
+                    else tuple(m.to_openai() for m in request.prompt)
+                ),
+                parent_step=source.parent_step,
+                sample=source.sample,
             )
         )
         try:
@@ -445,7 +539,12 @@ class Context:
             state.reserved_tokens -= n * grant.tokens
 
     async def _force_answers(
-        self, prompt: Prompt, completions: list[Completion], label: str, max_tokens: int
+        self,
+        prompt: Prompt,
+        completions: list[Completion],
+        label: str,
+        max_tokens: int,
+        step_id: str,
     ) -> list[Completion]:
         """Ask each budget-truncated, answerless sample for its final answer now.
 
@@ -453,11 +552,11 @@ class Context:
         exempt from the call cap, so that a cut never leaves a sample without an answer.
         """
 
-        async def force(completion: Completion) -> Completion:
+        async def force(index: int, completion: Completion) -> Completion:
             if not completion.truncated or extract_answer(completion.text) is not None:
                 return completion
             self._state.cut_reason = self._state.cut_reason or "tokens"
-            cue = self.prompts.force_answer.render()
+            cue = self.prompts.template("force_answer").render()
             forced_prompt: Prompt
             if isinstance(prompt, str):
                 forced_prompt = prompt + completion.text + cue
@@ -478,6 +577,7 @@ class Context:
                 kind="force_answer",
                 label=f"{label} (forced answer)",
                 final=False,
+                source=StepPrompt(forced_prompt, "force_answer", {}, step_id, index),
             )
             extra = result.completions[0]
             return Completion(
@@ -489,7 +589,7 @@ class Context:
                 logprobs=completion.logprobs,
             )
 
-        return list(await gather(*(force(c) for c in completions)))
+        return list(await gather(*(force(i, c) for i, c in enumerate(completions))))
 
 
 @dataclass(frozen=True, slots=True)

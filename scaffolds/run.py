@@ -68,8 +68,10 @@ async def run_scaffold(
     others run ``n`` independent runs concurrently. A choice the budget stopped before
     any answer comes back empty and cut short. If the deadline passed before *any*
     choice had an answer, :class:`DeadlineExceededError` is raised.
-    The recorder is closed at the end, whatever happens.
+    The recorder is closed at the end, whatever happens. A prompt set that the
+    strategy (or one nested in it) lacks is an :class:`InvalidRequestError` up front.
     """
+    strategy.check_prompt_set(prompts if isinstance(prompts, str) else prompts.name)
     recorder = recorder or TraceRecorder()
     if chat is None:
         chat = not isinstance(problem.raw_prompt, str)

@@ -21,18 +21,10 @@ from typing import Any, Literal
 
 from scaffolds.engine import Usage
 
-StepKind = Literal[
-    "generate",
-    "candidate",
-    "refine",
-    "feedback",
-    "summary",
-    "reasoning",
-    "abstraction",
-    "solve",
-    "judge",
-    "force_answer",
-]
+TRACE_SCHEMA = 2
+"""The version of saved traces. 2: every ``step_started`` records its provenance
+(``template``, ``fields``, ``messages``, ``parent_step``, ``sample``); 1 had only the
+flattened ``prompt``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +44,16 @@ class StepStarted:
     independent runs; None when one step serves all choices (samples by index)."""
     time: float = field(default_factory=time.time)
     type: Literal["step_started"] = "step_started"
+    template: str | None = None
+    """The template rendered into this step's prompt (None: the problem as asked)."""
+    fields: dict[str, Any] | None = None
+    """The values the template was filled with (a list where it joins several)."""
+    messages: tuple[dict[str, str], ...] | None = None
+    """The chat messages exactly as sent (None for a text prompt: ``prompt`` is it)."""
+    parent_step: str | None = None
+    """The step this one continues (a summary's reasoning chunk, a note's solutions)."""
+    sample: int | None = None
+    """Which sample of ``parent_step`` this step continues."""
 
 
 @dataclass(frozen=True, slots=True)

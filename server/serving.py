@@ -169,6 +169,8 @@ class Serving:
                     aliases[alias] = build_strategy(spec, registry, limits)
                 except SpecError as exc:
                     raise _spec_error(exc, f"aliases.{alias}") from None
+            for strategy in (default, *aliases.values()):
+                strategy.check_prompt_set(config.prompts)
             engine = MeteredEngine(inner, metrics, config.name)
             reward = (
                 HTTPRewardModel(config.reward_url, config.reward_model or config.name)
@@ -238,6 +240,7 @@ class Serving:
             except SpecError as exc:
                 raise _spec_error(exc, "scaffold") from None
         check_runs(strategy, req.n, self.spec_limits)
+        strategy.check_prompt_set(served.config.prompts)
         if isinstance(req, ChatCompletionRequest):
             messages = messages_from_openai([m.model_dump() for m in req.messages])
             problem = Problem.from_messages(messages)

@@ -35,11 +35,10 @@ from training.common import (
     trainer_args,
     trainer_callbacks,
 )
-from training.rollouts import MODES, RolloutSettings, ScaffoldRollout
+from training.rollouts import RolloutSettings, ScaffoldRollout, context_columns, rollout_modes
 from training.runs import last_checkpoint
 
 __all__ = [
-    "CONTEXT_COLUMNS",
     "GRPOSettings",
     "grpo_rows",
     "make_grpo_trainer",
@@ -48,7 +47,6 @@ __all__ = [
     "scaffold_grpo_trainer_class",
 ]
 
-CONTEXT_COLUMNS = ("candidates", "summary", "solution", "feedback", "abstraction")
 """Stored contexts a row may carry for its mode (None: the policy makes one)."""
 
 
@@ -78,8 +76,8 @@ def parse_mix(text: str) -> dict[str, float]:
             continue
         name, _, weight = part.partition("=")
         name = name.strip()
-        if name not in MODES:
-            raise ValueError(f"unknown mode {name!r} (known: {', '.join(MODES)})")
+        if name not in (modes := rollout_modes()):
+            raise ValueError(f"unknown mode {name!r} (known: {', '.join(modes)})")
         value = float(weight) if weight.strip() else 1.0
         if value < 0:
             raise ValueError(f"mode {name!r} has a negative weight")
@@ -101,9 +99,11 @@ def grpo_rows(
     ``mix`` (largest remainder, then shuffled with ``seed``). ``chat`` turns a text
     problem into one user message."""
     mix = dict(mix or {"direct": 1.0})
+    known = rollout_modes()
     for mode in mix:
-        if mode not in MODES:
-            raise ValueError(f"unknown mode {mode!r} (known: {', '.join(MODES)})")
+        if mode not in known:
+            raise ValueError(f"unknown mode {mode!r} (known: {', '.join(known)})")
+    columns = context_columns()
     free = [i for i, p in enumerate(problems) if not p.get("mode")]
     total = sum(mix.values())
     quotas = {m: len(free) * w / total for m, w in mix.items()}
@@ -125,7 +125,7 @@ def grpo_rows(
             "id": str(problem.get("id", i)),
             "mode": problem.get("mode") or assigned[i],
         }
-        for column in CONTEXT_COLUMNS:
+        for column in columns:
             row[column] = problem.get(column)
         rows.append(row)
     return rows

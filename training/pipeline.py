@@ -28,8 +28,8 @@ from scaffolds.context import Budget
 from scaffolds.engine import Engine, SamplingParams
 from scaffolds.spec import build_strategy
 from training.collect import CollectStats, GradeBook, ProblemRow, collect
-from training.data import KINDS, build_rows, mix_rows, sft_columns
-from training.grpo import CONTEXT_COLUMNS
+from training.data import build_rows, mix_rows, row_kinds, sft_columns
+from training.rollouts import context_columns
 from training.runs import RunDir, progress_bar
 
 __all__ = ["DataReport", "make_data", "make_engine", "verl_rows"]
@@ -132,7 +132,7 @@ async def make_data(
     grade = await GradeBook.for_records(
         records, workers=grade_workers, timeout_s=grade_timeout, inline=inline_grading
     )
-    by_kind: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
+    by_kind: dict[str, list[dict[str, Any]]] = {kind: [] for kind in row_kinds()}
     for record in records:
         for row in build_rows(
             record,
@@ -171,6 +171,7 @@ def verl_rows(
     [{'role': 'user', 'content': '1+1='}]
     """
     out = []
+    columns = context_columns()
     for index, row in enumerate(rows):
         prompt = row["prompt"]
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
@@ -178,7 +179,7 @@ def verl_rows(
             "id": str(row.get("id", index)),
             "mode": row.get("mode") or "direct",
             "answer": row.get("answer"),
-            **{key: row.get(key) for key in CONTEXT_COLUMNS},
+            **{key: row.get(key) for key in columns},
         }
         out.append(
             {

@@ -1,8 +1,11 @@
 r"""Scaffold steps as RL rollouts: one shared context per group, the group's samples continue it.
 
-A GRPO prompt row names a ``mode``: the scaffold step the policy practices. Each mode
-has a shared context, taken from the row's stored column or, when the row has none,
-made by the policy itself; the group's samples are the step that follows it:
+A GRPO prompt row names a ``mode``: the scaffold step the policy practices. A mode is
+a strategy's step builder (:mod:`scaffolds.steps`, looked up by ``mode`` among every
+registered strategy's builders: :func:`rollout_modes`). It has a shared context, taken
+from the row's stored columns or, when the row has none, made by the policy itself
+(the builder's ``make_state``); the group's samples are the step that follows it,
+rendered by the builder that ``solve()`` uses. The built-in modes:
 
 - ``direct``: no context; samples solve the problem as asked (kind ``generate``).
 - ``gsr_refine``: ``candidates`` (k solutions); samples refine them (``refine``).
@@ -14,10 +17,10 @@ made by the policy itself; the group's samples are the step that follows it:
   cheat sheet (``generate``).
 
 Every prompt is rendered through a :class:`scaffolds.context.Context` with the run's
-:class:`~scaffolds.prompts.PromptSet`, exactly as serving renders it, and every call is
-traced. :func:`plan_step` builds the context; :func:`sample_step` draws the group's
-samples and returns the prompt's token ids, each sample's sampled token ids and their
-log-probabilities as the engine produced them (never re-encoded text).
+prompt set, exactly as serving renders it, and every call is traced. :func:`plan_step`
+builds the context; :func:`sample_step` draws the group's samples and returns the
+prompt's token ids, each sample's sampled token ids and their log-probabilities as the
+engine produced them (never re-encoded text).
 
 :class:`ScaffoldRollout` is TRL's ``rollout_func``: it receives the generation batch
 (each prompt repeated ``num_generations`` times, consecutively), builds one context
@@ -43,29 +46,54 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from scaffolds.context import Context, Problem
+from scaffolds.context import Context, Problem, StepPrompt
 from scaffolds.engine import Completion, Engine, Prompt, SamplingParams, messages_from_openai
 from scaffolds.engines.local import LocalEngine, encode_prompt
-from scaffolds.strategies.base import Solution
-from scaffolds.strategies.rc import summarizable
+from scaffolds.spec import Registry, default_registry
+from scaffolds.steps import ContextLimits, StepBuilder
 from scaffolds.trace import StepFinished, TraceRecorder, event_to_dict
 from training.rewards import run_sync
 
 T = TypeVar("T")
 
 __all__ = [
-    "MODES",
     "GroupRollout",
     "RolloutSettings",
     "ScaffoldRollout",
     "StepPlan",
+    "context_columns",
     "plan_step",
     "problem_from_prompt",
     "rollout_group",
+    "rollout_modes",
     "sample_step",
 ]
 
-MODES = ("direct", "gsr_refine", "rc_continue", "self_refine_refine", "abstraction_solve")
+
+def rollout_modes(registry: Registry | None = None) -> dict[str, StepBuilder]:
+    """Every step a GRPO group can practice, by mode (sorted), from the registered strategies.
+
+    >>> list(rollout_modes())
+    ['abstraction_solve', 'direct', 'gsr_refine', 'rc_continue', 'self_refine_refine']
+    """
+    registry = registry if registry is not None else default_registry()
+    found = {
+        builder.mode: builder
+        for name in registry.names()
+        for builder in registry.get(name).step_builders
+        if builder.mode is not None and builder.build is not None
+    }
+    return dict(sorted(found.items()))
+
+
+def context_columns(registry: Registry | None = None) -> tuple[str, ...]:
+    """The dataset columns a GRPO row may store a mode's context in.
+
+    >>> context_columns()
+    ('abstraction', 'candidates', 'summary', 'solution', 'feedback')
+    """
+    columns = (key for builder in rollout_modes(registry).values() for key in builder.state)
+    return tuple(dict.fromkeys(columns))
 
 
 @dataclass(frozen=True)
@@ -92,6 +120,8 @@ class StepPlan:
     kind: str
     prompt: Prompt
     context: dict[str, Any] = field(default_factory=dict)
+    source: StepPrompt | None = None
+    """The prompt with its provenance, for the trace."""
 
     @property
     def prompt_text(self) -> str:
@@ -128,89 +158,27 @@ async def plan_step(
     ctx: Context,
     problem: Problem,
     settings: RolloutSettings,
+    registry: Registry | None = None,
 ) -> StepPlan:
     """Build the shared context of ``mode`` (from the row, else with the policy) and
     render the step's prompt. Context calls go through ``ctx``, so they are traced."""
-    prompts = ctx.prompts
-    limit = settings.context_max_tokens
-    if mode == "direct":
-        return StepPlan(mode, "generate", ctx.problem_prompt(problem))
-    if mode == "gsr_refine":
-        candidates = _stored(row, "candidates")
-        if candidates is None:
-            step = await ctx.generate(
-                ctx.problem_prompt(problem),
-                kind="generate",
-                label="candidate",
-                n=settings.num_candidates,
-                max_tokens=limit,
-            )
-            candidates = [c.text for c in step.completions]
-        prompt = ctx.prompt(
-            prompts.gsr_refine,
-            problem,
-            candidates=prompts.candidates(list(candidates)),
-            count=str(len(candidates)),
+    modes = rollout_modes(registry)
+    builder = modes.get(mode)
+    if builder is None or builder.build is None:
+        raise ValueError(f"unknown rollout mode {mode!r} (known: {', '.join(modes)})")
+    known = {
+        key: list(value) if isinstance(value, list | tuple) else value
+        for key in builder.state
+        if (value := _stored(row, key)) is not None
+    }
+    state = known
+    if builder.make_state is not None:
+        limits = ContextLimits(
+            settings.num_candidates, settings.context_max_tokens, settings.summary_max_tokens
         )
-        return StepPlan(mode, "refine", prompt, {"candidates": list(candidates)})
-    if mode == "rc_continue":
-        summary = _stored(row, "summary")
-        if summary is None:
-            chunk = await ctx.generate(
-                ctx.prompt(prompts.rc_reasoning_start, problem),
-                kind="reasoning",
-                label="reasoning 1",
-                max_tokens=limit,
-            )
-            attempt = Solution(chunk.first.text, None, reasoning=chunk.first.reasoning)
-            made = await ctx.generate(
-                ctx.prompt(
-                    prompts.rc_summary,
-                    problem,
-                    summary=prompts.rc_no_summary,
-                    attempt=summarizable(attempt),
-                ),
-                kind="summary",
-                label="summary 1",
-                max_tokens=settings.summary_max_tokens or limit,
-            )
-            summary = made.first.text
-        prompt = ctx.prompt(prompts.rc_reasoning_continue, problem, summary=summary)
-        return StepPlan(mode, "reasoning", prompt, {"summary": summary})
-    if mode == "self_refine_refine":
-        solution = _stored(row, "solution")
-        if solution is None:
-            first = await ctx.generate(
-                ctx.problem_prompt(problem), kind="generate", label="answer", max_tokens=limit
-            )
-            solution = first.first.text
-        feedback = _stored(row, "feedback")
-        if feedback is None:
-            said = await ctx.generate(
-                ctx.prompt(prompts.self_refine_feedback, problem, solution=solution),
-                kind="feedback",
-                label="feedback 1",
-                max_tokens=limit,
-            )
-            feedback = said.first.text
-        prompt = ctx.prompt(
-            prompts.self_refine_refine, problem, solution=solution, feedback=feedback
-        )
-        return StepPlan(mode, "refine", prompt, {"solution": solution, "feedback": feedback})
-    if mode == "abstraction_solve":
-        note = _stored(row, "abstraction")
-        if note is None:
-            proposed = await ctx.generate(
-                ctx.prompt(prompts.abstraction_propose, problem),
-                kind="abstraction",
-                label="1 abstractions",
-                max_tokens=limit,
-            )
-            note = proposed.first.text
-        text = prompts.abstraction_solve.render(abstraction=note, problem=problem.text)
-        prompt = ctx.problem_prompt(Problem(text, problem.history))
-        return StepPlan(mode, "generate", prompt, {"abstraction": note})
-    raise ValueError(f"unknown rollout mode {mode!r} (known: {', '.join(MODES)})")
+        state = await builder.make_state(ctx, problem, known, limits)
+    source = builder.build(ctx, problem, state)
+    return StepPlan(mode, builder.trace_kind, source.prompt, dict(state), source)
 
 
 async def sample_step(
@@ -218,8 +186,9 @@ async def sample_step(
 ) -> tuple[list[Completion], list[int] | None]:
     """Draw ``n`` samples of the planned step in one engine call; the prompt's token ids
     come from the engine (None if it gave none)."""
+    prompt = plan.source if plan.source is not None else plan.prompt
     step = await ctx.generate(
-        plan.prompt, kind=plan.kind, label=plan.mode, n=n, max_tokens=max_tokens, final=True
+        prompt, kind=plan.kind, label=plan.mode, n=n, max_tokens=max_tokens, final=True
     )
     finished = next(
         e

@@ -3,34 +3,31 @@
 A record holds the problem, its gold answer and the typed trace events of
 :func:`scaffolds.run.run_scaffold`. Records round-trip through JSON (one per line of a
 run directory's ``traces.jsonl``), and :meth:`TraceRecord.steps` pairs each
-``StepStarted`` with its ``StepFinished``, which is what the dataset builders read.
+``StepStarted`` with its ``StepFinished``, which is what the dataset builders read: each
+start records its template, field values, messages as sent and parent step, so nothing
+is parsed back out of a prompt.
 
-:func:`template_fields` inverts a prompt template: given a rendered step prompt and the
-fields we already know (the problem), it recovers the others (candidates, summary,
-solution, feedback), so a builder can check a trace prompt against the very template
-serving uses.
+A saved record carries its ``schema`` (:data:`scaffolds.trace.TRACE_SCHEMA`); one from
+before provenance (1) still loads, and one from a newer Ponder fails naming its version.
 
->>> from scaffolds.prompts import get_prompt_set
->>> t = get_prompt_set("compact").rc_summary
->>> template_fields(t, "12+3=|old|15#", {"problem": "12+3="})
-{'summary': 'old', 'attempt': '15'}
->>> template_fields(t, "something else", {"problem": "12+3="}) is None
-True
+>>> TraceRecord.from_json({"id": "p", "problem": "1+1=", "answer": "2", "schema": 9})
+Traceback (most recent call last):
+...
+ValueError: trace record 'p' has schema version 9; this Ponder reads versions 1 to 2
 """
 
 from __future__ import annotations
 
 import json
-import re
-import string
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from scaffolds.engine import Message, Usage
-from scaffolds.prompts import Template
+from scaffolds.steps import TracedStep, TraceView
 from scaffolds.trace import (
+    TRACE_SCHEMA,
     RunFinished,
     StepDelta,
     StepFinished,
@@ -44,8 +41,10 @@ __all__ = [
     "TraceStep",
     "event_from_dict",
     "read_records",
-    "template_fields",
 ]
+
+TraceStep = TracedStep
+"""One finished engine call of a run (see :class:`scaffolds.steps.TracedStep`)."""
 
 _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "cached_tokens", "calls")
 
@@ -69,6 +68,7 @@ def event_from_dict(data: Mapping[str, Any]) -> TraceEvent:
     """
     kind = data.get("type")
     if kind == "step_started":
+        messages = data.get("messages")
         return StepStarted(
             step_id=data["step_id"],
             parent_id=data.get("parent_id"),
@@ -80,6 +80,11 @@ def event_from_dict(data: Mapping[str, Any]) -> TraceEvent:
             max_tokens=data.get("max_tokens"),
             choice=data.get("choice"),
             time=float(data.get("time", 0.0)),
+            template=data.get("template"),
+            fields=data.get("fields"),
+            messages=None if messages is None else tuple(dict(m) for m in messages),
+            parent_step=data.get("parent_step"),
+            sample=data.get("sample"),
         )
     if kind == "step_finished":
         prompt_ids = data.get("prompt_token_ids")
@@ -118,36 +123,6 @@ def event_from_dict(data: Mapping[str, Any]) -> TraceEvent:
     raise ValueError(f"unknown trace event type {kind!r}")
 
 
-@dataclass(frozen=True, slots=True)
-class TraceStep:
-    """One finished engine call of a run: what was asked and what came back."""
-
-    started: StepStarted
-    finished: StepFinished
-    order: int
-    """Position among the run's steps, by start."""
-
-    @property
-    def step_id(self) -> str:
-        return self.started.step_id
-
-    @property
-    def kind(self) -> str:
-        return self.started.kind
-
-    @property
-    def label(self) -> str:
-        return self.started.label
-
-    @property
-    def scope(self) -> str:
-        return self.started.parent_id or ""
-
-    @property
-    def texts(self) -> tuple[str, ...]:
-        return self.finished.texts
-
-
 @dataclass(frozen=True)
 class TraceRecord:
     """One problem's scaffold run(s): the problem, the gold answer and the events.
@@ -165,22 +140,26 @@ class TraceRecord:
     scaffold: str = ""
     history: tuple[Message, ...] = ()
     meta: dict[str, Any] = field(default_factory=dict)
+    schema: int = TRACE_SCHEMA
+    """The trace schema the events were recorded with (1: no step provenance)."""
 
-    def steps(self) -> list[TraceStep]:
+    def view(self) -> TraceView:
+        """The finished, error-free steps with their parent links."""
+        return TraceView(self.events)
+
+    def steps(self) -> list[TracedStep]:
         """Finished, error-free steps in start order."""
-        started: dict[str, tuple[int, StepStarted]] = {}
-        out: list[TraceStep] = []
-        for event in self.events:
-            if isinstance(event, StepStarted):
-                started[event.step_id] = (len(started), event)
-            elif (
-                isinstance(event, StepFinished) and event.error is None and event.step_id in started
-            ):
-                order, start = started[event.step_id]
-                out.append(TraceStep(start, event, order))
-        return sorted(out, key=lambda s: s.order)
+        return self.view().steps
 
-    def user_text(self, step: TraceStep) -> str | None:
+    def step_prompt(self, step: TracedStep) -> str | list[dict[str, str]] | None:
+        """``step``'s prompt exactly as sent, as a training prompt: the chat messages for
+        chat records, else the prompt's text."""
+        started = step.started
+        if self.chat and started.messages is not None:
+            return [dict(m) for m in started.messages]
+        return started.prompt
+
+    def user_text(self, step: TracedStep) -> str | None:
         """The rendered template of ``step`` (its last user turn), or None if the
         recorded prompt does not start with this record's history."""
         prompt = step.started.prompt
@@ -209,11 +188,18 @@ class TraceRecord:
             "scaffold": self.scaffold,
             "history": [m.to_openai() for m in self.history],
             "meta": self.meta,
+            "schema": self.schema,
             "events": [event_to_dict(e) for e in self.events],
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TraceRecord:
+        schema = data.get("schema", 1)
+        if not isinstance(schema, int) or not 1 <= schema <= TRACE_SCHEMA:
+            raise ValueError(
+                f"trace record {data.get('id')!r} has schema version {schema}; "
+                f"this Ponder reads versions 1 to {TRACE_SCHEMA}"
+            )
         history = tuple(Message(m["role"], m["content"]) for m in data.get("history", ()))
         return cls(
             id=str(data["id"]),
@@ -225,6 +211,7 @@ class TraceRecord:
             scaffold=data.get("scaffold", ""),
             history=history,
             meta=dict(data.get("meta") or {}),
+            schema=schema,
         )
 
 
@@ -239,37 +226,3 @@ def read_records(path: str | Path) -> Iterator[TraceRecord]:
             except json.JSONDecodeError:
                 continue
             yield TraceRecord.from_json(data)
-
-
-def template_fields(
-    template: Template, rendered: str, known: Mapping[str, str]
-) -> dict[str, str] | None:
-    """The values of ``template``'s unknown fields in ``rendered``, or None if it does not
-    fit. Known fields must appear verbatim; an unknown field used twice must repeat."""
-    pattern, unknown = _template_regex(template, dict(known))
-    match = pattern.fullmatch(rendered)
-    if match is None:
-        return None
-    return {name: match.group(name) for name in unknown}
-
-
-def _template_regex(template: Template, known: dict[str, str]) -> tuple[re.Pattern[str], list[str]]:
-    parts: list[str] = []
-    unknown: list[str] = []
-    at = 0
-    for match in string.Template.pattern.finditer(template.text):
-        parts.append(re.escape(template.text[at : match.start()]))
-        at = match.end()
-        if match.group("escaped") is not None:
-            parts.append(re.escape("$"))
-            continue
-        name = match.group("named") or match.group("braced")
-        if name in known:
-            parts.append(re.escape(known[name]))
-        elif name in unknown:
-            parts.append(f"(?P={name})")
-        else:
-            unknown.append(name)
-            parts.append(f"(?P<{name}>.*?)")
-    parts.append(re.escape(template.text[at:]))
-    return re.compile("".join(parts), re.DOTALL), unknown

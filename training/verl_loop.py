@@ -58,11 +58,12 @@ from scaffolds.engine import (
 )
 from scaffolds.engines.local import encode_prompt
 from training.rollouts import (
-    MODES,
     RolloutSettings,
     StepPlan,
+    context_columns,
     plan_step,
     problem_from_prompt,
+    rollout_modes,
     sample_step,
 )
 
@@ -79,7 +80,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 AGENT_NAME = "ponder_scaffold"
-CONTEXT_KEYS = ("candidates", "summary", "solution", "feedback", "abstraction")
 
 
 @dataclass(frozen=True)
@@ -264,9 +264,9 @@ async def run_scaffold_step(
     settings = settings or LoopSettings()
     messages = list(row["raw_prompt"])
     mode = str(_field(row, "mode") or settings.mode)
-    if mode not in MODES:
-        raise ValueError(f"unknown rollout mode {mode!r} (known: {', '.join(MODES)})")
-    stored = {key: _field(row, key) for key in CONTEXT_KEYS}
+    if mode not in (modes := rollout_modes()):
+        raise ValueError(f"unknown rollout mode {mode!r} (known: {', '.join(modes)})")
+    stored = {key: _field(row, key) for key in context_columns()}
     engine = VerlServerEngine(
         server_manager,
         tokenizer,

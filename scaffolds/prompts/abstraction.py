@@ -1,5 +1,6 @@
 """Abstraction-then-solve (RLAD, arXiv 2510.02263): short general hints, then solve."""
 
+from scaffolds.prompts.sets import PromptSet
 from scaffolds.prompts.template import Template
 
 PROPOSE = Template(
@@ -23,3 +24,8 @@ SOLVE = Template(
 
 COMPACT_PROPOSE = Template("abstraction_propose", "$problem@")
 COMPACT_SOLVE = Template("abstraction_solve", "$abstraction;$problem")
+
+SETS = (
+    PromptSet.of("default", PROPOSE, SOLVE),
+    PromptSet.of("compact", COMPACT_PROPOSE, COMPACT_SOLVE),
+)

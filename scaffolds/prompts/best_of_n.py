@@ -1,5 +1,6 @@
 """Best-of-N with an LLM judge: pick the candidate most likely to be right."""
 
+from scaffolds.prompts.sets import PromptSet
 from scaffolds.prompts.template import Template
 
 JUDGE = Template(
@@ -13,3 +14,5 @@ JUDGE = Template(
 )
 
 COMPACT_JUDGE = Template("best_of_n_judge", "$problem[$candidates]!")
+
+SETS = (PromptSet.of("default", JUDGE), PromptSet.of("compact", COMPACT_JUDGE))

@@ -4,6 +4,7 @@ The forced answer follows MRT: when a budget cuts a step short, a short "time is
 cue asks for the final answer at once, so a cut never leaves a run without an answer.
 """
 
+from scaffolds.prompts.sets import PromptSet
 from scaffolds.prompts.template import Template
 
 SOLVE = Template(
@@ -23,3 +24,17 @@ COMPACT_SOLVE = Template("solve", "$problem")
 COMPACT_FORCE_ANSWER = Template("force_answer", "=")
 COMPACT_CANDIDATE = Template("candidate", "$text")
 COMPACT_CANDIDATE_SEPARATOR = ","
+
+SETS = (
+    PromptSet.of(
+        "default", SOLVE, FORCE_ANSWER, CANDIDATE, candidate_separator=CANDIDATE_SEPARATOR
+    ),
+    PromptSet.of(
+        "compact",
+        COMPACT_SOLVE,
+        COMPACT_FORCE_ANSWER,
+        COMPACT_CANDIDATE,
+        candidate_separator=COMPACT_CANDIDATE_SEPARATOR,
+    ),
+)
+"""The shared templates of every prompt set: these name the sets that exist."""

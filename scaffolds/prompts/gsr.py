@@ -1,5 +1,6 @@
 """GSR, generative self-refinement (arXiv 2509.00084): refine N candidates into one."""
 
+from scaffolds.prompts.sets import PromptSet
 from scaffolds.prompts.template import Template
 
 REFINE = Template(
@@ -15,3 +16,5 @@ REFINE = Template(
 )
 
 COMPACT_REFINE = Template("gsr_refine", "$problem[$candidates]")
+
+SETS = (PromptSet.of("default", REFINE), PromptSet.of("compact", COMPACT_REFINE))

@@ -4,6 +4,7 @@ The problem comes first in every template so that all calls of one problem share
 prefix in the engine's cache.
 """
 
+from scaffolds.prompts.sets import PromptSet
 from scaffolds.prompts.template import Template
 
 REASONING_START = Template(
@@ -46,3 +47,14 @@ COMPACT_REASONING_START = Template("rc_reasoning_start", "$problem")
 COMPACT_REASONING_CONTINUE = Template("rc_reasoning_continue", "$problem|$summary>")
 COMPACT_SUMMARY = Template("rc_summary", "$problem|$summary|$attempt#")
 COMPACT_NO_SUMMARY = ""
+
+SETS = (
+    PromptSet.of("default", REASONING_START, REASONING_CONTINUE, SUMMARY, rc_no_summary=NO_SUMMARY),
+    PromptSet.of(
+        "compact",
+        COMPACT_REASONING_START,
+        COMPACT_REASONING_CONTINUE,
+        COMPACT_SUMMARY,
+        rc_no_summary=COMPACT_NO_SUMMARY,
+    ),
+)

@@ -1,5 +1,6 @@
 """Self-Refine (arXiv 2303.17651): feedback on a solution, then a refinement."""
 
+from scaffolds.prompts.sets import PromptSet
 from scaffolds.prompts.template import Template
 
 FEEDBACK = Template(
@@ -28,3 +29,13 @@ CORRECT_MARKER = "VERDICT: CORRECT"
 COMPACT_FEEDBACK = Template("self_refine_feedback", "$problem$solution?")
 COMPACT_REFINE = Template("self_refine_refine", "$problem$solution?$feedback>")
 COMPACT_CORRECT_MARKER = "ok"
+
+SETS = (
+    PromptSet.of("default", FEEDBACK, REFINE, self_refine_correct_marker=CORRECT_MARKER),
+    PromptSet.of(
+        "compact",
+        COMPACT_FEEDBACK,
+        COMPACT_REFINE,
+        self_refine_correct_marker=COMPACT_CORRECT_MARKER,
+    ),
+)

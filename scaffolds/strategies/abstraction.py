@@ -10,20 +10,81 @@ cheat sheet, then the problem), and vote over all m x n answers.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from pydantic import Field
 
-from scaffolds.context import Context, Problem, gather_within_budget
+from scaffolds.context import Context, Problem, StepPrompt, gather_within_budget
 from scaffolds.errors import BudgetExhaustedError
-from scaffolds.strategies.base import Solution, Strategy
+from scaffolds.prompts import PromptSet, abstraction
+from scaffolds.steps import ContextLimits, Parent, RowInputs, StepBuilder, TracedStep
+from scaffolds.strategies.base import Solution, Strategy, register
 from scaffolds.strategies.majority import pick_by_vote
 from scaffolds.strategies.single import Single
 
 
+def propose_prompt(
+    ctx: Context, problem: Problem, state: Mapping[str, Any], /, parent: Parent = (None, None)
+) -> StepPrompt:
+    """Problem -> the prompt asking for abstractions (notes)."""
+    return ctx.render(ctx.templates(Abstraction).template("abstraction_propose"), problem)
+
+
+def conditioned(ctx: Context, problem: Problem, note: str, parent: Parent) -> Problem:
+    """The problem with ``note`` as its cheat sheet (a solver sees it as the problem)."""
+    template = ctx.templates(Abstraction).template("abstraction_solve")
+    text = template.render(abstraction=note, problem=problem.text)
+    fields = {"abstraction": note, "problem": problem.text}
+    return Problem(text, problem.history, origin=StepPrompt(text, template.name, fields, *parent))
+
+
+def solve_prompt(
+    ctx: Context, problem: Problem, state: Mapping[str, Any], /, parent: Parent = (None, None)
+) -> StepPrompt:
+    """Problem + ``state["abstraction"]`` -> the conditioned problem, as asked."""
+    return ctx.render_problem(conditioned(ctx, problem, state["abstraction"], parent))
+
+
+async def _one_note(
+    ctx: Context, problem: Problem, known: dict[str, Any], limits: ContextLimits
+) -> dict[str, Any]:
+    if "abstraction" in known:
+        return known
+    proposed = await ctx.generate(
+        propose_prompt(ctx, problem, {}), kind="abstraction", label="1 abstractions",
+        max_tokens=limits.max_tokens,
+    )  # fmt: skip
+    return {"abstraction": proposed.first.text}
+
+
+def _note_row(step: TracedStep, sample: int, inputs: RowInputs) -> dict[str, Any] | None:
+    """Kept when solutions that read the note are right often enough (``min_accuracy``)."""
+    solves = inputs.view.descendants(step.step_id, sample)
+    grades = [inputs.grade(text) for solve in solves for text in solve.texts]
+    known = [g for g in grades if g is not None]
+    accuracy = sum(known) / len(known) if known else None
+    if accuracy is None or accuracy < inputs.options.get("min_accuracy", 0.5) or accuracy <= 0:
+        return None
+    return {"correct": True, "accuracy": accuracy}
+
+
+PROPOSE = StepBuilder(
+    "abstraction_propose", "abstraction", ("abstraction_propose",), propose_prompt,
+    rows=_note_row,
+)  # fmt: skip
+SOLVE = StepBuilder(
+    "abstraction_solve", "generate", ("abstraction_solve",), solve_prompt, ("abstraction",),
+    _one_note, "abstraction_solve",
+)  # fmt: skip
+
+
+@register
 class Abstraction(Strategy):
     name: ClassVar[str] = "abstraction"
     summary: ClassVar[str] = "Abstraction-then-solve: m hints, n solutions per hint, vote."
+    prompt_sets: ClassVar[tuple[PromptSet, ...]] = abstraction.SETS
+    step_builders: ClassVar[tuple[StepBuilder, ...]] = (PROPOSE, SOLVE)
 
     m: int = Field(default=4, ge=1, le=64)
     n: int = Field(default=2, ge=1, le=64)
@@ -31,25 +92,25 @@ class Abstraction(Strategy):
     solver: Strategy = Single()
 
     async def solve(self, problem: Problem, ctx: Context) -> Solution:
-        prompts = ctx.prompts
         notes = await ctx.generate(
-            ctx.prompt(prompts.abstraction_propose, problem),
+            propose_prompt(ctx, problem, {}),
             kind="abstraction",
             label=f"{self.m} abstractions",
             n=self.m,
             max_tokens=self.abstraction_tokens,
         )
-        conditioned = [
-            Problem(
-                prompts.abstraction_solve.render(abstraction=note.text, problem=problem.text),
-                problem.history,
-            )
-            for note in notes.completions
-        ]
+        sources = [(notes.step_id, i) for i in range(len(notes.completions))]
         batches = await gather_within_budget(
             *(
-                self.solver.solve_many(p, ctx.child(f"abstraction {i}"), self.n, label="solution")
-                for i, p in enumerate(conditioned, start=1)
+                self.solver.solve_many(
+                    conditioned(ctx, problem, note.text, source),
+                    ctx.child(f"abstraction {i}", parent=source),
+                    self.n,
+                    label="solution",
+                )
+                for i, (note, source) in enumerate(
+                    zip(notes.completions, sources, strict=True), start=1
+                )
             )
         )
         solutions = [

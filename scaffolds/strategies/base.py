@@ -6,18 +6,32 @@ so scaffolds compose as ordinary values::
     GSR(n=4, solver=RC(steps=3))
 
 Subclasses set ``name`` (the spec name), declare their parameters as pydantic fields
-(validation errors name the field), and implement :meth:`Strategy.solve`.
+(validation errors name the field), implement :meth:`Strategy.solve`, list their
+templates per prompt set (``prompt_sets``) and their step builders
+(``step_builders``, see :mod:`scaffolds.steps`), and join the registry with
+:func:`register`::
+
+    @register
+    class Echo(Strategy):
+        name: ClassVar[str] = "echo"
+        prompt_sets: ClassVar[tuple[PromptSet, ...]] = (PromptSet.of("default", ECHO),)
+        step_builders: ClassVar[tuple[StepBuilder, ...]] = (ECHO_STEP,)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 from scaffolds.context import Context, Problem, gather_within_budget
-from scaffolds.errors import BudgetExhaustedError
+from scaffolds.errors import BudgetExhaustedError, InvalidRequestError
+from scaffolds.grammar import format_spec
+from scaffolds.prompts import PromptSet, common_prompts
+from scaffolds.steps import StepBuilder
+
+S = TypeVar("S", bound="type[Strategy]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,9 +48,16 @@ class Solution:
     step_id: str | None = None
     reasoning: str | None = None
     cut_short: bool = False
+    sample: int = 0
+    """Which sample of step ``step_id`` this is."""
 
     def marked_cut_short(self) -> Solution:
-        return Solution(self.text, self.answer, self.step_id, self.reasoning, True)
+        return replace(self, cut_short=True)
+
+    @property
+    def source(self) -> tuple[str | None, int | None]:
+        """(step id, sample) that produced this text, for a step that continues it."""
+        return (self.step_id, self.sample if self.step_id is not None else None)
 
 
 class Strategy(BaseModel):
@@ -48,6 +69,34 @@ class Strategy(BaseModel):
     summary: ClassVar[str] = ""
     batches_samples: ClassVar[bool] = False
     """True when :meth:`solve_many` serves k samples with one engine request."""
+    prompt_sets: ClassVar[tuple[PromptSet, ...]] = ()
+    """This strategy's own templates, one part per prompt set it supports."""
+    step_builders: ClassVar[tuple[StepBuilder, ...]] = ()
+    """The kinds of step it takes (for training: rollouts and SFT rows)."""
+    registered: ClassVar[bool] = False
+    """Set by :func:`register`: the default registry serves this class."""
+
+    @classmethod
+    def prompts_for(cls, name: str) -> PromptSet:
+        """This strategy's templates in prompt set ``name`` (with the shared ones).
+
+        A strategy with templates of its own that lacks ``name`` raises an error that
+        names the set and the strategy.
+        """
+        part = next((p for p in cls.prompt_sets if p.name == name), None)
+        if part is None and cls.prompt_sets:
+            have = ", ".join(sorted(p.name for p in cls.prompt_sets))
+            raise InvalidRequestError(
+                f"strategy {cls.name!r} has no templates for prompt set {name!r} (it has: {have})",
+                param="prompt_set",
+            )
+        return common_prompts(name).merged(*(() if part is None else (part,)))
+
+    def check_prompt_set(self, name: str) -> None:
+        """Raise unless this strategy and every one nested in it support set ``name``."""
+        type(self).prompts_for(name)
+        for inner in self.inner():
+            inner.check_prompt_set(name)
 
     async def solve(self, problem: Problem, ctx: Context) -> Solution:
         raise NotImplementedError
@@ -111,9 +160,13 @@ class Strategy(BaseModel):
         return spec
 
     def __str__(self) -> str:
-        from scaffolds.spec import format_spec
-
         return format_spec(self.to_spec())
+
+
+def register(cls: S) -> S:
+    """Mark a strategy class for :func:`scaffolds.spec.default_registry` (a decorator)."""
+    cls.registered = True
+    return cls
 
 
 def keep_finished(results: list[Solution | BudgetExhaustedError]) -> list[Solution]:

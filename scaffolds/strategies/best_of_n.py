@@ -11,21 +11,47 @@ budget runs out before it, the candidates' majority answer wins.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
 from scaffolds.answers import extract_answer
-from scaffolds.context import Context, Problem
+from scaffolds.context import Context, Problem, StepPrompt
 from scaffolds.errors import BudgetExhaustedError, InvalidRequestError
-from scaffolds.strategies.base import Solution, Strategy
+from scaffolds.prompts import PromptSet, best_of_n
+from scaffolds.steps import Parent, StepBuilder
+from scaffolds.strategies.base import Solution, Strategy, register
 from scaffolds.strategies.majority import pick_by_vote
 from scaffolds.strategies.single import Single
 
 
+def judge_prompt(
+    ctx: Context, problem: Problem, state: Mapping[str, Any], /, parent: Parent = (None, None)
+) -> StepPrompt:
+    """Problem + ``state["candidates"]`` (texts) -> the judge's prompt."""
+    templates = ctx.templates(BestOfN)
+    candidates = list(state["candidates"])
+    return ctx.render(
+        templates.template("best_of_n_judge"),
+        problem,
+        values={"candidates": candidates},
+        parent=parent,
+        candidates=templates.candidates(candidates),
+        count=str(len(candidates)),
+    )
+
+
+JUDGE = StepBuilder("best_of_n_judge", "judge", ("best_of_n_judge",), build=judge_prompt, rows=None)
+"""The judge's pick (no SFT rows yet: a verdict is not graded against the gold answer)."""
+
+
+@register
 class BestOfN(Strategy):
     name: ClassVar[str] = "best_of_n"
     summary: ClassVar[str] = "Best-of-N: n candidates, an LLM judge picks the best one."
+    prompt_sets: ClassVar[tuple[PromptSet, ...]] = best_of_n.SETS
+    step_builders: ClassVar[tuple[StepBuilder, ...]] = (JUDGE,)
 
     n: int = Field(default=4, ge=1, le=256)
     judge: Literal["llm", "reward"] = "llm"
@@ -39,13 +65,7 @@ class BestOfN(Strategy):
             return await pick_by_vote(candidates, ctx, expected=self.n)
         if self.judge == "reward":
             return await self._pick_by_reward(problem, candidates, ctx)
-        prompts = ctx.prompts
-        prompt = ctx.prompt(
-            prompts.best_of_n_judge,
-            problem,
-            candidates=prompts.candidates([c.text for c in candidates]),
-            count=str(len(candidates)),
-        )
+        prompt = judge_prompt(ctx, problem, {"candidates": [c.text for c in candidates]})
         try:
             step = await ctx.generate(prompt, kind="judge", label="judge", temperature=0.0)
         except BudgetExhaustedError:

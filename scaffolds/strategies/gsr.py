@@ -13,21 +13,82 @@ call, the candidates' majority answer is returned, marked cut short.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from pydantic import Field
 
 from scaffolds.answers import extract_answer
-from scaffolds.context import Context, Problem
+from scaffolds.context import Context, Problem, StepPrompt
 from scaffolds.errors import BudgetExhaustedError
-from scaffolds.strategies.base import Solution, Strategy
+from scaffolds.prompts import PromptSet, gsr
+from scaffolds.steps import ContextLimits, Parent, RowInputs, StepBuilder, TracedStep
+from scaffolds.strategies.base import Solution, Strategy, register
 from scaffolds.strategies.majority import pick_by_vote
 from scaffolds.strategies.single import Single
 
 
+def refine_prompt(
+    ctx: Context, problem: Problem, state: Mapping[str, Any], /, parent: Parent = (None, None)
+) -> StepPrompt:
+    """Problem + ``state["candidates"]`` (texts) -> the refine step's prompt."""
+    templates = ctx.templates(GSR)
+    candidates = list(state["candidates"])
+    return ctx.render(
+        templates.template("gsr_refine"),
+        problem,
+        values={"candidates": candidates},
+        parent=parent,
+        candidates=templates.candidates(candidates),
+        count=str(len(candidates)),
+    )
+
+
+async def _draw_candidates(
+    ctx: Context, problem: Problem, known: dict[str, Any], limits: ContextLimits
+) -> dict[str, Any]:
+    if "candidates" in known:
+        return known
+    step = await ctx.generate(
+        ctx.render_problem(problem),
+        kind="generate",
+        label="candidate",
+        n=limits.samples,
+        max_tokens=limits.max_tokens,
+    )
+    return {"candidates": [c.text for c in step.completions]}
+
+
+def _refine_row(step: TracedStep, sample: int, inputs: RowInputs) -> dict[str, Any] | None:
+    """Kept when the refinement is right (``gsr_keep``: all, all_wrong, some_right)."""
+    grades = [inputs.grade(c) for c in step.fields["candidates"]]
+    right = None if None in grades else sum(bool(g) for g in grades)
+    keep = inputs.options.get("gsr_keep", "all")
+    if (keep == "all_wrong" and right != 0) or (keep == "some_right" and not right):
+        return None
+    if not inputs.grade(step.texts[sample]):
+        return None
+    return {"correct": True, "candidates_correct": right, "num_candidates": len(grades)}
+
+
+REFINE = StepBuilder(
+    "gsr_refine",
+    "refine",
+    ("gsr_refine",),
+    build=refine_prompt,
+    state=("candidates",),
+    make_state=_draw_candidates,
+    mode="gsr_refine",
+    rows=_refine_row,
+)
+
+
+@register
 class GSR(Strategy):
     name: ClassVar[str] = "gsr"
     summary: ClassVar[str] = "Generative self-refinement: n candidates, then one refine over all."
+    prompt_sets: ClassVar[tuple[PromptSet, ...]] = gsr.SETS
+    step_builders: ClassVar[tuple[StepBuilder, ...]] = (REFINE,)
 
     n: int = Field(default=4, ge=1, le=256)
     solver: Strategy = Single()
@@ -36,13 +97,9 @@ class GSR(Strategy):
         candidates = await self.solver.solve_many(
             problem, ctx.child("candidates"), self.n, label="candidate"
         )
-        prompts = ctx.prompts
-        prompt = ctx.prompt(
-            prompts.gsr_refine,
-            problem,
-            candidates=prompts.candidates([c.text for c in candidates]),
-            count=str(len(candidates)),
-        )
+        sources = {c.step_id for c in candidates}
+        parent = (sources.pop(), None) if len(sources) == 1 else (None, None)
+        prompt = refine_prompt(ctx, problem, {"candidates": [c.text for c in candidates]}, parent)
         try:
             step = await ctx.generate(
                 prompt, kind="refine", label="refine", final=True, force_answer=True

@@ -11,10 +11,11 @@ from typing import ClassVar
 from pydantic import Field
 
 from scaffolds.context import Context, Problem
-from scaffolds.strategies.base import Solution, Strategy
+from scaffolds.strategies.base import Solution, Strategy, register
 from scaffolds.strategies.single import Single
 
 
+@register
 class Majority(Strategy):
     name: ClassVar[str] = "majority"
     summary: ClassVar[str] = "Self-consistency: k solutions, majority vote over their answers."

@@ -3,13 +3,9 @@
 Each sample loops: reason (at most ``reasoning_tokens``) from the problem and the
 current summary, then summarize (at most ``summary_tokens``) the problem, the previous
 summary and the latest chunk, and reason again from the new summary; ``steps``
-reasoning chunks in all. The answer is the last chunk's. Every chunk's answer is in the
-trace, which gives accuracy against tokens spent.
-
-Unlike the paper's lock-step loop, each sample advances on its own: a fast sample
-never waits for a slow one. The first chunks of k samples share one prompt, so they go
-to the engine as ONE request with ``n=k``. An inner ``solver`` (if given) writes the
-first attempt instead of the plain first reasoning step.
+reasoning chunks in all; the answer is the last chunk's. Each sample advances on its
+own (unlike the paper's lock-step loop); the first chunks of k samples go to the engine
+as ONE request with ``n=k``. An inner ``solver`` (if given) writes the first attempt.
 
 >>> RC(steps=3).max_calls()
 5
@@ -17,21 +13,91 @@ first attempt instead of the plain first reasoning step.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from pydantic import Field
 
 from scaffolds.answers import extract_answer
-from scaffolds.context import Context, Problem, gather_within_budget
-from scaffolds.engine import Completion
+from scaffolds.context import Context, Problem, Step, StepPrompt, gather_within_budget
 from scaffolds.errors import BudgetExhaustedError
-from scaffolds.strategies.base import Solution, Strategy, keep_finished
+from scaffolds.prompts import PromptSet, rc
+from scaffolds.steps import ContextLimits, Parent, RowInputs, StepBuilder, TracedStep
+from scaffolds.strategies.base import Solution, Strategy, keep_finished, register
 
 
+def reasoning_prompt(
+    ctx: Context, problem: Problem, state: Mapping[str, Any], /, parent: Parent = (None, None)
+) -> StepPrompt:
+    """Problem (+ ``state["summary"]``, if any) -> a reasoning chunk's prompt."""
+    templates = ctx.templates(RC)
+    if "summary" not in state:
+        return ctx.render(templates.template("rc_reasoning_start"), problem, parent=parent)
+    template = templates.template("rc_reasoning_continue")
+    return ctx.render(template, problem, parent=parent, summary=state["summary"])
+
+
+def summary_prompt(
+    ctx: Context, problem: Problem, state: Mapping[str, Any], /, parent: Parent = (None, None)
+) -> StepPrompt:
+    """Problem + ``state["summary"]`` (or none yet) + ``state["attempt"]`` -> a summary's prompt."""
+    templates = ctx.templates(RC)
+    summary = state.get("summary", templates.text("rc_no_summary"))
+    template = templates.template("rc_summary")
+    return ctx.render(template, problem, parent=parent, summary=summary, attempt=state["attempt"])
+
+
+async def _first_summary(
+    ctx: Context, problem: Problem, known: dict[str, Any], limits: ContextLimits
+) -> dict[str, Any]:
+    if "summary" in known:
+        return known
+    chunk = await ctx.generate(
+        reasoning_prompt(ctx, problem, {}), kind="reasoning", label="reasoning 1",
+        max_tokens=limits.max_tokens,
+    )  # fmt: skip
+    attempt = Solution(chunk.first.text, None, chunk.step_id, chunk.first.reasoning)
+    made = await ctx.generate(
+        summary_prompt(ctx, problem, {"attempt": summarizable(attempt)}, attempt.source),
+        kind="summary", label="summary 1", max_tokens=limits.summary_tokens or limits.max_tokens,
+    )  # fmt: skip
+    return {"summary": made.first.text}
+
+
+def _reasoning_row(step: TracedStep, sample: int, inputs: RowInputs) -> dict[str, Any] | None:
+    if not inputs.grade(step.texts[sample]):
+        return None
+    summary = step.fields.get("summary", inputs.prompts.text("rc_no_summary"))
+    return {"correct": True, "has_summary": bool(summary)}
+
+
+def _summary_row(step: TracedStep, sample: int, inputs: RowInputs) -> dict[str, Any] | None:
+    """Kept when the chunk reasoned from it is right (``rc_summaries="all"``: always)."""
+    after = [s for s in inputs.view.children(step.step_id, sample) if s.kind == "reasoning"]
+    grades = [inputs.grade(chunk) for chunk in after[0].texts] if after else [None]
+    correct = None if None in grades else any(grades)
+    if inputs.options.get("rc_summaries", "next_correct") != "all" and not correct:
+        return None
+    return {"correct": correct}
+
+
+REASONING = StepBuilder(
+    "rc_reasoning", "reasoning", ("rc_reasoning_start", "rc_reasoning_continue"),
+    reasoning_prompt, ("summary",), _first_summary, "rc_continue", _reasoning_row,
+)  # fmt: skip
+SUMMARY = StepBuilder(
+    "rc_summary", "summary", ("rc_summary",), summary_prompt, ("summary", "attempt"),
+    rows=_summary_row,
+)  # fmt: skip
+
+
+@register
 class RC(Strategy):
     name: ClassVar[str] = "rc"
     summary: ClassVar[str] = "Reasoning Cache: reason, summarize, continue from the summary."
     batches_samples: ClassVar[bool] = True
+    prompt_sets: ClassVar[tuple[PromptSet, ...]] = rc.SETS
+    step_builders: ClassVar[tuple[StepBuilder, ...]] = (REASONING, SUMMARY)
 
     steps: int = Field(default=4, ge=1, le=64)
     reasoning_tokens: int = Field(default=16384, ge=1)
@@ -45,7 +111,14 @@ class RC(Strategy):
     async def solve_many(
         self, problem: Problem, ctx: Context, k: int, label: str = "sample"
     ) -> list[Solution]:
-        first = await self._first_attempts(problem, ctx, k)
+        if self.solver is not None:
+            first = await self.solver.solve_many(problem, ctx.child("first attempt"), k)
+        else:
+            step = await ctx.generate(
+                reasoning_prompt(ctx, problem, {}), kind="reasoning", label="reasoning 1", n=k,
+                max_tokens=self.reasoning_tokens, final=self.steps == 1, force_answer=True,
+            )  # fmt: skip
+            first = [_as_solution(step, i) for i in range(len(step.completions))]
         if k == 1:
             return [await self._continue(problem, ctx, first[0])]
         results = await gather_within_budget(
@@ -56,52 +129,24 @@ class RC(Strategy):
         )
         return keep_finished(results)
 
-    async def _first_attempts(self, problem: Problem, ctx: Context, k: int) -> list[Solution]:
-        if self.solver is not None:
-            return await self.solver.solve_many(problem, ctx.child("first attempt"), k)
-        step = await ctx.generate(
-            ctx.prompt(ctx.prompts.rc_reasoning_start, problem),
-            kind="reasoning",
-            label="reasoning 1",
-            n=k,
-            max_tokens=self.reasoning_tokens,
-            final=self.steps == 1,
-            force_answer=True,
-        )
-        return [_as_solution(c, step.step_id, step.cut_short) for c in step.completions]
-
     async def _continue(self, problem: Problem, ctx: Context, attempt: Solution) -> Solution:
-        prompts = ctx.prompts
-        summary = prompts.rc_no_summary
+        state: dict[str, str] = {}
         for turn in range(2, self.steps + 1):
             try:
-                summary_step = await ctx.generate(
-                    ctx.prompt(
-                        prompts.rc_summary,
-                        problem,
-                        summary=summary,
-                        attempt=summarizable(attempt),
-                    ),
-                    kind="summary",
-                    label=f"summary {turn - 1}",
-                    max_tokens=self.summary_tokens,
-                )
-                summary = summary_step.first.text
+                made = await ctx.generate(
+                    summary_prompt(ctx, problem, {**state, "attempt": summarizable(attempt)},
+                                   attempt.source),
+                    kind="summary", label=f"summary {turn - 1}", max_tokens=self.summary_tokens,
+                )  # fmt: skip
+                state = {"summary": made.first.text}
                 step = await ctx.generate(
-                    ctx.prompt(
-                        prompts.rc_reasoning_continue,
-                        problem,
-                        summary=summary,
-                    ),
-                    kind="reasoning",
-                    label=f"reasoning {turn}",
-                    max_tokens=self.reasoning_tokens,
-                    final=turn == self.steps,
-                    force_answer=True,
-                )
+                    reasoning_prompt(ctx, problem, state, (made.step_id, 0)),
+                    kind="reasoning", label=f"reasoning {turn}", max_tokens=self.reasoning_tokens,
+                    final=turn == self.steps, force_answer=True,
+                )  # fmt: skip
             except BudgetExhaustedError:
                 return attempt.marked_cut_short()
-            attempt = _as_solution(step.first, step.step_id, step.cut_short)
+            attempt = _as_solution(step, 0)
         return attempt
 
     def max_calls(self) -> int:
@@ -127,11 +172,13 @@ def summarizable(attempt: Solution) -> str:
     return head if sep else attempt.text
 
 
-def _as_solution(completion: Completion, step_id: str, cut_short: bool) -> Solution:
+def _as_solution(step: Step, sample: int) -> Solution:
+    completion = step.completions[sample]
     return Solution(
         completion.text,
         extract_answer(completion.text),
-        step_id=step_id,
+        step_id=step.step_id,
         reasoning=completion.reasoning,
-        cut_short=cut_short,
+        cut_short=step.cut_short,
+        sample=sample,
     )

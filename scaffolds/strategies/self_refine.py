@@ -10,48 +10,105 @@ says the solution is correct, otherwise rewrite it with the feedback; at most
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from pydantic import Field
 
 from scaffolds.answers import extract_answer
-from scaffolds.context import Context, Problem
+from scaffolds.context import Context, Problem, StepPrompt
 from scaffolds.errors import BudgetExhaustedError
-from scaffolds.strategies.base import Solution, Strategy
+from scaffolds.prompts import PromptSet, self_refine
+from scaffolds.steps import ContextLimits, Parent, RowInputs, StepBuilder, TracedStep
+from scaffolds.strategies.base import Solution, Strategy, register
 from scaffolds.strategies.single import Single
 
 
+def feedback_prompt(
+    ctx: Context, problem: Problem, state: Mapping[str, Any], /, parent: Parent = (None, None)
+) -> StepPrompt:
+    """Problem + ``state["solution"]`` -> the feedback step's prompt."""
+    template = ctx.templates(SelfRefine).template("self_refine_feedback")
+    return ctx.render(template, problem, parent=parent, solution=state["solution"])
+
+
+def refine_prompt(
+    ctx: Context, problem: Problem, state: Mapping[str, Any], /, parent: Parent = (None, None)
+) -> StepPrompt:
+    """Problem + ``state["solution"]`` + ``state["feedback"]`` -> the refine step's prompt."""
+    template = ctx.templates(SelfRefine).template("self_refine_refine")
+    solution, feedback = state["solution"], state["feedback"]
+    return ctx.render(template, problem, parent=parent, solution=solution, feedback=feedback)
+
+
+async def _solution_and_feedback(
+    ctx: Context, problem: Problem, known: dict[str, Any], limits: ContextLimits
+) -> dict[str, Any]:
+    state, limit = dict(known), limits.max_tokens
+    if "solution" not in state:
+        first = await ctx.generate(
+            ctx.render_problem(problem), kind="generate", label="answer", max_tokens=limit
+        )
+        state["solution"] = first.first.text
+    if "feedback" not in state:
+        prompt = feedback_prompt(ctx, problem, state)
+        said = await ctx.generate(prompt, kind="feedback", label="feedback 1", max_tokens=limit)
+        state["feedback"] = said.first.text
+    return {"solution": state["solution"], "feedback": state["feedback"]}
+
+
+def _feedback_row(step: TracedStep, sample: int, inputs: RowInputs) -> dict[str, Any] | None:
+    """Kept when its verdict (correct or not) is right."""
+    truth = inputs.grade(step.fields["solution"])
+    marker = inputs.prompts.text("self_refine_correct_marker")
+    if truth is None or says_correct(step.texts[sample], marker) != truth:
+        return None
+    return {"correct": True, "solution_correct": truth}
+
+
+def _refine_row(step: TracedStep, sample: int, inputs: RowInputs) -> dict[str, Any] | None:
+    if not inputs.grade(step.texts[sample]):
+        return None
+    return {"correct": True, "previous_correct": inputs.grade(step.fields["solution"])}
+
+
+FEEDBACK = StepBuilder(
+    "self_refine_feedback", "feedback", ("self_refine_feedback",), feedback_prompt, ("solution",),
+    rows=_feedback_row,
+)  # fmt: skip
+REFINE = StepBuilder(
+    "self_refine_refine", "refine", ("self_refine_refine",), refine_prompt,
+    ("solution", "feedback"), _solution_and_feedback, "self_refine_refine", _refine_row,
+)  # fmt: skip
+
+
+@register
 class SelfRefine(Strategy):
     name: ClassVar[str] = "self_refine"
     summary: ClassVar[str] = "Self-Refine: solve, get feedback, refine until judged correct."
+    prompt_sets: ClassVar[tuple[PromptSet, ...]] = self_refine.SETS
+    step_builders: ClassVar[tuple[StepBuilder, ...]] = (FEEDBACK, REFINE)
 
     max_rounds: int = Field(default=3, ge=1, le=32)
     solver: Strategy = Single()
 
     async def solve(self, problem: Problem, ctx: Context) -> Solution:
         current = await self.solver.solve(problem, ctx.child("initial solution"))
-        prompts = ctx.prompts
+        marker = ctx.templates(SelfRefine).text("self_refine_correct_marker")
         for round_no in range(1, self.max_rounds + 1):
             try:
+                state = {"solution": current.text}
                 feedback = await ctx.generate(
-                    ctx.prompt(
-                        prompts.self_refine_feedback,
-                        problem,
-                        solution=current.text,
-                    ),
+                    feedback_prompt(ctx, problem, state, current.source),
                     kind="feedback",
                     label=f"feedback {round_no}",
                 )
                 verdict = feedback.first.text
-                if says_correct(verdict, prompts.self_refine_correct_marker):
+                if says_correct(verdict, marker):
                     return current
+                state["feedback"] = verdict
                 step = await ctx.generate(
-                    ctx.prompt(
-                        prompts.self_refine_refine,
-                        problem,
-                        solution=current.text,
-                        feedback=verdict,
-                    ),
+                    refine_prompt(ctx, problem, state, (feedback.step_id, 0)),
                     kind="refine",
                     label=f"refine {round_no}",
                     force_answer=True,

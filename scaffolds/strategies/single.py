@@ -9,21 +9,62 @@ several samples through ``single`` shares the prompt's prefill.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
 from scaffolds.answers import extract_answer
-from scaffolds.context import Context, Problem
-from scaffolds.strategies.base import Solution, Strategy
+from scaffolds.context import Context, Problem, StepPrompt
+from scaffolds.steps import ContextLimits, RowInputs, StepBuilder, TracedStep
+from scaffolds.strategies.base import Solution, Strategy, register
 
 
+def solve_prompt(
+    ctx: Context,
+    problem: Problem,
+    state: Mapping[str, Any],
+    /,
+    parent: tuple[str | None, int | None] = (None, None),
+) -> StepPrompt:
+    """The problem as asked, or in the solve template when ``state["prompt"]`` is "solve"."""
+    if state.get("prompt") == "solve":
+        return ctx.render(ctx.prompts.template("solve"), problem, parent=parent)
+    return ctx.render_problem(problem)
+
+
+async def _no_state(
+    ctx: Context, problem: Problem, known: dict[str, Any], limits: ContextLimits
+) -> dict[str, Any]:
+    return {}
+
+
+def _asks_the_problem(step: TracedStep, inputs: RowInputs) -> bool:
+    return step.kind in ("generate", "candidate", "solve") and (
+        step.fields.get("problem") == inputs.problem
+    )
+
+
+DIRECT = StepBuilder(
+    "direct",
+    "generate",
+    (None, "solve"),
+    build=solve_prompt,
+    make_state=_no_state,
+    mode="direct",
+    accepts=_asks_the_problem,
+)
+"""A solution of the problem as asked: kept when correct."""
+
+
+@register
 class Single(Strategy):
     name: ClassVar[str] = "single"
     summary: ClassVar[str] = (
         "One sample: the caller's prompt, passed through (or the solve template)."
     )
     batches_samples: ClassVar[bool] = True
+    step_builders: ClassVar[tuple[StepBuilder, ...]] = (DIRECT,)
 
     prompt: Literal["raw", "solve"] = "raw"
     """``raw`` sends the problem as given; ``solve`` wraps it in the solve template."""
@@ -37,10 +78,7 @@ class Single(Strategy):
     async def solve_many(
         self, problem: Problem, ctx: Context, k: int, label: str = "sample"
     ) -> list[Solution]:
-        if self.prompt == "raw":
-            prompt = ctx.problem_prompt(problem)
-        else:
-            prompt = ctx.prompt(ctx.prompts.solve, problem)
+        prompt = solve_prompt(ctx, problem, {"prompt": self.prompt})
         step = await ctx.generate(
             prompt,
             kind="generate",
@@ -57,8 +95,9 @@ class Single(Strategy):
                 step_id=step.step_id,
                 reasoning=c.reasoning,
                 cut_short=step.cut_short,
+                sample=i,
             )
-            for c in step.completions
+            for i, c in enumerate(step.completions)
         ]
 
     def max_calls(self) -> int:

@@ -14,7 +14,7 @@ from scaffolds.errors import (
     EngineUnavailableError,
     InvalidRequestError,
 )
-from scaffolds.prompts import get_prompt_set
+from scaffolds.spec import get_prompt_set
 from scaffolds.trace import StepDelta, StepFinished, StepStarted, TraceRecorder
 
 
@@ -88,7 +88,7 @@ async def test_problem_prompt_passes_chat_and_text_through() -> None:
     text_ctx = Context.root(MockEngine(lambda r: ""), chat=False)
     assert text_ctx.problem_prompt(Problem.from_text("1+1=")) == "1+1="
     rendered = chat_ctx.prompt(
-        get_prompt_set("default").gsr_refine, chat_problem, candidates="C", count="1"
+        get_prompt_set("default").template("gsr_refine"), chat_problem, candidates="C", count="1"
     )
     assert isinstance(rendered, tuple) and rendered[0] == Message("system", "S")
     assert rendered[-1].content.startswith("### Problem\nU")

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from scaffolds.prompts import PROMPT_SETS, PromptSet, get_prompt_set
+from scaffolds.prompts import PROMPT_SET_NAMES, PromptSet
 from scaffolds.prompts.template import Template
+from scaffolds.spec import get_prompt_set
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 SAMPLE_FIELDS = {
@@ -32,15 +33,15 @@ SAMPLE_FIELDS = {
 
 def render_all(prompt_set: PromptSet) -> str:
     parts = []
-    for name, template in sorted(prompt_set.templates().items()):
+    for name, template in sorted(prompt_set.templates.items()):
         parts.append(f"===== {name} ({template.name}) =====\n{template.render(**SAMPLE_FIELDS)}")
     parts.append(f"===== candidates(['a', 'b']) =====\n{prompt_set.candidates(['a', 'b'])}")
-    parts.append(f"===== rc_no_summary =====\n{prompt_set.rc_no_summary}")
-    parts.append(f"===== self_refine_correct_marker =====\n{prompt_set.self_refine_correct_marker}")
+    for key in ("rc_no_summary", "self_refine_correct_marker"):
+        parts.append(f"===== {key} =====\n{prompt_set.text(key)}")
     return "\n\n".join(parts) + "\n"
 
 
-@pytest.mark.parametrize("name", sorted(PROMPT_SETS))
+@pytest.mark.parametrize("name", PROMPT_SET_NAMES)
 def test_prompt_set_matches_its_snapshot(name: str) -> None:
     rendered = render_all(get_prompt_set(name))
     path = SNAPSHOTS / f"prompts_{name}.txt"
@@ -51,22 +52,23 @@ def test_prompt_set_matches_its_snapshot(name: str) -> None:
 
 
 def test_every_set_defines_the_same_steps_with_known_fields() -> None:
-    names = {frozenset(s.templates()) for s in PROMPT_SETS.values()}
-    assert len(names) == 1
-    for prompt_set in PROMPT_SETS.values():
-        for template in prompt_set.templates().values():
+    sets = [get_prompt_set(name) for name in PROMPT_SET_NAMES]
+    assert len({frozenset(s.templates) for s in sets}) == 1
+    assert len({frozenset(s.texts) for s in sets}) == 1
+    for prompt_set in sets:
+        for template in prompt_set.templates.values():
             assert template.fields <= set(SAMPLE_FIELDS), template.name
 
 
 def test_default_templates_put_the_problem_first_where_prefix_caching_matters() -> None:
     default = get_prompt_set("default")
     for template in (
-        default.rc_reasoning_start,
-        default.rc_reasoning_continue,
-        default.rc_summary,
-        default.gsr_refine,
-        default.self_refine_feedback,
-        default.self_refine_refine,
+        default.template("rc_reasoning_start"),
+        default.template("rc_reasoning_continue"),
+        default.template("rc_summary"),
+        default.template("gsr_refine"),
+        default.template("self_refine_feedback"),
+        default.template("self_refine_refine"),
     ):
         assert template.render(**SAMPLE_FIELDS).startswith("### Problem\n<PROBLEM>"), template.name
 
@@ -74,12 +76,12 @@ def test_default_templates_put_the_problem_first_where_prefix_caching_matters() 
 def test_solution_templates_ask_for_a_boxed_answer() -> None:
     default = get_prompt_set("default")
     for template in (
-        default.solve,
-        default.rc_reasoning_start,
-        default.rc_reasoning_continue,
-        default.gsr_refine,
-        default.self_refine_refine,
-        default.abstraction_solve,
+        default.template("solve"),
+        default.template("rc_reasoning_start"),
+        default.template("rc_reasoning_continue"),
+        default.template("gsr_refine"),
+        default.template("self_refine_refine"),
+        default.template("abstraction_solve"),
     ):
         assert "\\boxed{}" in template.text, template.name
 

@@ -10,20 +10,12 @@ import pytest
 from scaffolds.context import Problem
 from scaffolds.engine import GenerateRequest, Message
 from scaffolds.engines.mock import MockEngine
-from scaffolds.prompts import get_prompt_set
 from scaffolds.run import run_scaffold
+from scaffolds.spec import get_prompt_set
 from scaffolds.strategies import GSR, RC, Abstraction, SelfRefine, Strategy
-from scaffolds.trace import StepStarted
-from training.data import (
-    build_rows,
-    direct_rows,
-    gsr_rows,
-    mix_rows,
-    rc_rows,
-    sft_columns,
-    split_candidates,
-)
-from training.traces import TraceRecord, template_fields
+from scaffolds.trace import TRACE_SCHEMA, StepStarted
+from training.data import Row, build_rows, mix_rows, sft_columns
+from training.traces import TraceRecord
 
 PROBLEM = "What is 3+4?"
 DEFAULT = get_prompt_set("default")
@@ -73,6 +65,18 @@ def record_of(
     )
 
 
+def gsr_rows(record: TraceRecord, keep: str = "all") -> list[Row]:
+    return build_rows(record, kinds=["gsr_refine"], gsr_keep=keep)
+
+
+def direct_rows(record: TraceRecord) -> list[Row]:
+    return build_rows(record, kinds=["direct"])
+
+
+def rc_rows(record: TraceRecord, summaries: str = "next_correct") -> list[Row]:
+    return build_rows(record, kinds=["rc_reasoning", "rc_summary"], rc_summaries=summaries)
+
+
 def started(record: TraceRecord, step_id: str) -> StepStarted:
     return next(e for e in record.events if isinstance(e, StepStarted) and e.step_id == step_id)
 
@@ -84,7 +88,7 @@ def test_gsr_rows_take_the_trace_prompt_and_match_the_template() -> None:
     assert row["completion"] == "Merged them: \\boxed{7}"
     assert row["candidates_correct"] == 0 and row["num_candidates"] == 3  # all wrong, kept
     assert row["prompt"] == started(record, row["step_id"]).prompt
-    rendered = DEFAULT.gsr_refine.render(
+    rendered = DEFAULT.template("gsr_refine").render(
         problem=PROBLEM, candidates=DEFAULT.candidates(["\\boxed{8}"] * 3), count="3"
     )
     assert row["prompt"] == rendered
@@ -130,7 +134,7 @@ def test_chat_rows_are_conversational_with_history() -> None:
     history = (Message("system", "Be brief."),)
     record = record_of(GSR(n=2), chat=True, history=history)
     [row] = gsr_rows(record)
-    text = DEFAULT.gsr_refine.render(
+    text = DEFAULT.template("gsr_refine").render(
         problem=PROBLEM, candidates=DEFAULT.candidates(["\\boxed{8}"] * 2), count="2"
     )
     assert row["prompt"] == [
@@ -150,13 +154,13 @@ def test_rc_rows_reasoning_and_summaries() -> None:
     for row in rows:
         assert row["prompt"] == started(record, row["step_id"]).prompt
     reasoning = next(r for r in rows if r["kind"] == "rc_reasoning")
-    assert reasoning["prompt"] == DEFAULT.rc_reasoning_continue.render(
+    assert reasoning["prompt"] == DEFAULT.template("rc_reasoning_continue").render(
         problem=PROBLEM, summary="I added 3 and 4."
     )
     assert reasoning["has_summary"] is True
     summary = next(r for r in rows if r["kind"] == "rc_summary")
-    assert summary["prompt"] == DEFAULT.rc_summary.render(
-        problem=PROBLEM, summary=DEFAULT.rc_no_summary, attempt="\\boxed{8}"
+    assert summary["prompt"] == DEFAULT.template("rc_summary").render(
+        problem=PROBLEM, summary=DEFAULT.text("rc_no_summary"), attempt="\\boxed{8}"
     )
     assert summary["completion"] == "I added 3 and 4." and summary["correct"] is True
 
@@ -181,7 +185,7 @@ def test_self_refine_rows() -> None:
     ]
     assert rows[0]["solution_correct"] is False and rows[2]["solution_correct"] is True
     assert rows[1]["previous_correct"] is False
-    assert rows[1]["prompt"] == DEFAULT.self_refine_refine.render(
+    assert rows[1]["prompt"] == DEFAULT.template("self_refine_refine").render(
         problem=PROBLEM, solution="\\boxed{8}", feedback="wrong sum\nVERDICT: INCORRECT"
     )
 
@@ -199,9 +203,9 @@ def test_abstraction_rows() -> None:
     propose = [r for r in rows if r["kind"] == "abstraction_propose"]
     solve = [r for r in rows if r["kind"] == "abstraction_solve"]
     assert len(propose) == 2 and all(r["accuracy"] == 1.0 for r in propose)
-    assert propose[0]["prompt"] == DEFAULT.abstraction_propose.render(problem=PROBLEM)
+    assert propose[0]["prompt"] == DEFAULT.template("abstraction_propose").render(problem=PROBLEM)
     assert len(solve) == 4
-    assert solve[0]["prompt"] == DEFAULT.abstraction_solve.render(
+    assert solve[0]["prompt"] == DEFAULT.template("abstraction_solve").render(
         abstraction="Add the ones digits first.", problem=PROBLEM
     )
 
@@ -228,17 +232,28 @@ def test_rows_without_a_gold_answer_are_not_kept() -> None:
         build_rows(record_of(GSR(n=2)), kinds=["nope"])
 
 
-def test_split_candidates_and_template_fields() -> None:
-    block = DEFAULT.candidates(["x", "x\n\n#### Candidate 2\ny"])
-    assert split_candidates(DEFAULT, block, ["x", "y", "x\n\n#### Candidate 2\ny"]) == [
-        "x",
-        "x\n\n#### Candidate 2\ny",
-    ]
-    assert split_candidates(DEFAULT, block, ["z"]) is None
-    assert split_candidates(DEFAULT, "", ["z"]) is None
-    fields = template_fields(
-        DEFAULT.gsr_refine,
-        DEFAULT.gsr_refine.render(problem="P $5", candidates="C", count="1"),
-        {"problem": "P $5"},
-    )
-    assert fields == {"candidates": "C", "count": "1"}
+def test_steps_record_their_provenance() -> None:
+    history = (Message("system", "Be brief."),)
+    record = record_of(GSR(n=2), chat=True, history=history)
+    [candidates, refine] = [started(record, s.step_id) for s in record.steps()]
+    assert candidates.template is None and candidates.fields == {"problem": PROBLEM}
+    assert refine.template == "gsr_refine"
+    assert refine.fields == {"problem": PROBLEM, "candidates": ["\\boxed{8}"] * 2, "count": "2"}
+    assert refine.parent_step == candidates.step_id and refine.sample is None
+    assert refine.messages is not None and refine.messages[0] == history[0].to_openai()
+    assert refine.messages[-1]["content"].startswith("### Problem\nWhat is 3+4?")
+
+
+def test_saved_traces_carry_their_schema_version() -> None:
+    record = record_of(GSR(n=2))
+    saved = json.loads(json.dumps(record.to_json()))
+    assert saved["schema"] == TRACE_SCHEMA
+    assert TraceRecord.from_json(saved) == record
+    old = {**saved, "schema": 1}
+    del old["schema"]
+    loaded = TraceRecord.from_json(old)
+    assert loaded.schema == 1 and len(loaded.steps()) == 2
+    with pytest.raises(ValueError, match="schema version 1, which records no step provenance"):
+        build_rows(loaded)
+    with pytest.raises(ValueError, match="schema version 7; this Ponder reads versions 1 to"):
+        TraceRecord.from_json({**saved, "schema": 7})

@@ -11,7 +11,7 @@ import pytest
 
 from scaffolds.engine import GenerateRequest, Message
 from scaffolds.engines.mock import MockEngine
-from scaffolds.prompts import get_prompt_set
+from scaffolds.spec import get_prompt_set
 from training.rollouts import (
     RolloutSettings,
     ScaffoldRollout,
@@ -46,21 +46,21 @@ def run(row: dict[str, Any], engine: MockEngine, prompt_set: str = "default") ->
         ({"mode": "direct"}, "P?"),
         (
             {"mode": "gsr_refine", "candidates": ["a", "b"]},
-            DEFAULT.gsr_refine.render(
+            DEFAULT.template("gsr_refine").render(
                 problem="P?", candidates=DEFAULT.candidates(["a", "b"]), count="2"
             ),
         ),
         (
             {"mode": "rc_continue", "summary": "S"},
-            DEFAULT.rc_reasoning_continue.render(problem="P?", summary="S"),
+            DEFAULT.template("rc_reasoning_continue").render(problem="P?", summary="S"),
         ),
         (
             {"mode": "self_refine_refine", "solution": "x", "feedback": "y"},
-            DEFAULT.self_refine_refine.render(problem="P?", solution="x", feedback="y"),
+            DEFAULT.template("self_refine_refine").render(problem="P?", solution="x", feedback="y"),
         ),
         (
             {"mode": "abstraction_solve", "abstraction": "N"},
-            DEFAULT.abstraction_solve.render(abstraction="N", problem="P?"),
+            DEFAULT.template("abstraction_solve").render(abstraction="N", problem="P?"),
         ),
     ],
 )
@@ -85,7 +85,7 @@ def test_policy_made_contexts_are_traced_and_shared() -> None:
     engine = MockEngine(scripted)
     group = run({"prompt": "P?", "mode": "rc_continue"}, engine)
     assert group.plan.context == {"summary": "my summary"}
-    assert group.plan.prompt == DEFAULT.rc_reasoning_continue.render(
+    assert group.plan.prompt == DEFAULT.template("rc_reasoning_continue").render(
         problem="P?", summary="my summary"
     )
     assert [r.params.n for r in engine.requests] == [1, 1, 4]
@@ -105,7 +105,9 @@ def test_chat_rows_and_unknown_modes() -> None:
     group = run({"prompt": messages, "mode": "rc_continue", "summary": "S"}, engine)
     assert group.plan.prompt == (
         Message("system", "sys"),
-        Message("user", DEFAULT.rc_reasoning_continue.render(problem="P?", summary="S")),
+        Message(
+            "user", DEFAULT.template("rc_reasoning_continue").render(problem="P?", summary="S")
+        ),
     )
     with pytest.raises(ValueError, match="unknown rollout mode"):
         run({"prompt": "P?", "mode": "nope"}, engine)
@@ -159,7 +161,7 @@ def test_scaffold_rollout_returns_sampled_ids_and_their_logprobs(
     out = rollout(prompts, fake_trainer(model, tokenizer, rows))
     assert model.training  # restored after sampling
     assert len(out["completion_ids"]) == 6
-    refine_prompt = COMPACT.gsr_refine.render(
+    refine_prompt = COMPACT.template("gsr_refine").render(
         problem="12+30=", candidates=COMPACT.candidates(["41", "43"]), count="2"
     )
     assert (

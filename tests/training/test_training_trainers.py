@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from scaffolds.prompts import get_prompt_set
+from scaffolds.spec import get_prompt_set
 
 pytest.importorskip("trl")
 
@@ -115,6 +115,6 @@ def test_grpo_two_steps_with_scaffold_rollout(tiny_model_dir: Path, tmp_path: Pa
                 assert candidates == row["candidates"] and len(starts) == 1
             else:  # made by the policy in one call of n=2, then refined
                 assert len(starts) == 2 and starts[0]["n"] == 2
-            assert sampled["prompt"] == compact.gsr_refine.render(
+            assert sampled["prompt"] == compact.template("gsr_refine").render(
                 problem=row["prompt"], candidates=compact.candidates(candidates), count="2"
             )

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from scaffolds.prompts import get_prompt_set
+from scaffolds.spec import get_prompt_set
 from training import verl_loop
 from training.verl_loop import LoopSettings, PlanCache, compute_score, run_scaffold_step
 
@@ -81,7 +81,7 @@ def test_a_group_shares_one_planned_context(tokenizer: Any) -> None:
     assert [c["max_tokens"] for c in server.calls] == [16, 16, 32, 32, 32]
     assert all(c["logprobs"] is True and c["temperature"] == 1.0 for c in server.calls)
     assert len(plans) == 0  # forgotten once the group used it
-    refine = DEFAULT.gsr_refine.render(
+    refine = DEFAULT.template("gsr_refine").render(
         problem="What is 3+4?", candidates=DEFAULT.candidates(["8", "8"]), count="2"
     )
     expected_prompt = tokenizer.apply_chat_template(
@@ -109,7 +109,9 @@ def test_stored_context_and_no_reward(tokenizer: Any) -> None:
         run_scaffold_step(server, tokenizer, {}, row, settings=LoopSettings(reward="none"))
     )
     assert len(server.calls) == 1
-    text = DEFAULT.rc_reasoning_continue.render(problem="What is 3+4?", summary="I added 3 and 4.")
+    text = DEFAULT.template("rc_reasoning_continue").render(
+        problem="What is 3+4?", summary="I added 3 and 4."
+    )
     assert text in tokenizer.decode(out["prompt_ids"])
     assert out["reward_score"] is None
     with pytest.raises(ValueError, match="unknown rollout mode"):

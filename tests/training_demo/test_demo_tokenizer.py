@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from scaffolds.prompts import get_prompt_set
+from scaffolds.spec import get_prompt_set
 
 pytest.importorskip("transformers")
 
@@ -23,13 +23,13 @@ def _compact_prompts() -> list[str]:
         "summary": "936",
         "attempt": "926",
         "solution": "936",
-        "feedback": prompts.self_refine_correct_marker,
+        "feedback": prompts.text("self_refine_correct_marker"),
         "abstraction": "9+9=18",
         "count": "3",
         "index": "1",
         "text": "936",
     }
-    return [template.render(**fields) for template in prompts.templates().values()]
+    return [template.render(**fields) for template in prompts.templates.values()]
 
 
 def test_tokenizer_round_trips_every_compact_prompt() -> None:

@@ -16,7 +16,7 @@ import pytest
 from scaffolds import SamplingParams, solve
 from scaffolds.engine import GenerateRequest
 from scaffolds.engines.mock import MockEngine
-from scaffolds.prompts import get_prompt_set
+from scaffolds.spec import get_prompt_set
 from training.demo.listsum_task import (
     READ_PER_CHUNK,
     ListSumProblem,
@@ -100,14 +100,16 @@ def test_rc_rows_are_rendered_by_the_compact_templates() -> None:
     reasoning = [r for r in rows if r["kind"] == "rc_reasoning"]
     summaries = [r for r in rows if r["kind"] == "rc_summary"]
     assert [r["completion"] for r in reasoning] == chunks
-    assert reasoning[0]["prompt"] == COMPACT.rc_reasoning_start.render(problem=item.problem)
+    assert reasoning[0]["prompt"] == COMPACT.template("rc_reasoning_start").render(
+        problem=item.problem
+    )
     for row, state in zip(reasoning[1:], states[1:], strict=True):
-        assert row["prompt"] == COMPACT.rc_reasoning_continue.render(
+        assert row["prompt"] == COMPACT.template("rc_reasoning_continue").render(
             problem=item.problem, summary=state
         )
-    previous = [COMPACT.rc_no_summary, *states[1:]]
+    previous = [COMPACT.text("rc_no_summary"), *states[1:]]
     for row, before, chunk in zip(summaries, previous, chunks, strict=False):
-        assert row["prompt"] == COMPACT.rc_summary.render(
+        assert row["prompt"] == COMPACT.template("rc_summary").render(
             problem=item.problem, summary=before, attempt=chunk
         )
         assert row["completion"] == state_of_chunk(chunk)
@@ -119,7 +121,7 @@ def test_rc_rows_are_rendered_by_the_compact_templates() -> None:
 def test_direct_rows_use_the_solve_template() -> None:
     item = ListSumProblem.parse("a9b9=")
     row = direct_row(item)
-    assert row["prompt"] == COMPACT.solve.render(problem="a9b9=")
+    assert row["prompt"] == COMPACT.template("solve").render(problem="a9b9=")
     assert row["completion"] == "8"
     assert row_tokens(row) == len("a9b9=") + 1 + 1
 

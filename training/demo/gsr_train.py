@@ -46,14 +46,13 @@ MAX_NEW_TOKENS = 8
 
 def refine_rows(items: Sequence[AdditionProblem], candidates: Sequence[Sequence[str]]) -> list[Row]:
     """(problem + candidates) -> correct answer, the prompt from the compact ``gsr_refine``."""
-    from scaffolds.prompts import get_prompt_set
+    from scaffolds.steps import render_step
+    from scaffolds.strategies.gsr import REFINE
 
-    prompts = get_prompt_set("compact")
     rows = []
     for item, cands in zip(items, candidates, strict=True):
-        prompt = prompts.gsr_refine.render(
-            problem=item.problem, candidates=prompts.candidates(list(cands)), count=str(len(cands))
-        )
+        state = {"candidates": list(cands)}
+        prompt = render_step(REFINE, item.problem, state, prompts="compact").prompt
         rows.append(
             {
                 "prompt": prompt,
@@ -71,9 +70,10 @@ def refine_rows(items: Sequence[AdditionProblem], candidates: Sequence[Sequence[
 
 def direct_row(item: AdditionProblem) -> Row:
     """The problem as the compact ``solve`` template asks it -> its answer."""
-    from scaffolds.prompts import get_prompt_set
+    from scaffolds.steps import render_step
+    from scaffolds.strategies.single import DIRECT
 
-    prompt = get_prompt_set("compact").solve.render(problem=item.problem)
+    prompt = render_step(DIRECT, item.problem, {"prompt": "solve"}, prompts="compact").prompt
     return {"prompt": prompt, "completion": item.answer, "kind": "direct", "id": item.id}
 
 

@@ -62,19 +62,17 @@ ARMS = ("rc", "direct")
 
 
 def oracle_reply(prompt: str) -> str:
-    """The correct reply to a compact ``rc`` prompt (start, continue or summary)."""
-    from scaffolds.prompts import get_prompt_set
-    from training.traces import template_fields
-
-    prompts = get_prompt_set("compact")
+    """The correct reply to a compact ``rc`` prompt, read as the model reads it: the
+    problem, then nothing (start), ``|summary>`` (continue) or ``|summary|attempt#``
+    (summarize)."""
     item = ListSumProblem.parse(prompt)
-    known = {"problem": item.problem}
-    if (fields := template_fields(prompts.rc_summary, prompt, known)) is not None:
-        return state_of_chunk(fields["attempt"])
-    if (fields := template_fields(prompts.rc_reasoning_continue, prompt, known)) is not None:
-        return item.chunk(fields["summary"])
-    if template_fields(prompts.rc_reasoning_start, prompt, known) is not None:
+    rest = prompt.removeprefix(item.problem)
+    if not rest:
         return item.chunk(item.start_state)
+    if rest.startswith("|") and rest.endswith("#") and rest.count("|") == 2:
+        return state_of_chunk(rest[1:-1].split("|")[1])
+    if rest.startswith("|") and rest.endswith(">") and rest.count("|") == 1:
+        return item.chunk(rest[1:-1])
     raise ValueError(f"not a compact rc prompt: {prompt!r}")
 
 
@@ -129,9 +127,10 @@ def rows_of_records(records: Sequence[Any]) -> list[Row]:
 
 def direct_row(item: ListSumProblem) -> Row:
     """The problem as the compact ``solve`` template asks it -> its answer."""
-    from scaffolds.prompts import get_prompt_set
+    from scaffolds.steps import render_step
+    from scaffolds.strategies.single import DIRECT
 
-    prompt = get_prompt_set("compact").solve.render(problem=item.problem)
+    prompt = render_step(DIRECT, item.problem, {"prompt": "solve"}, prompts="compact").prompt
     return {"prompt": prompt, "completion": item.answer, "kind": "direct", "id": item.id}
 
 
