@@ -108,6 +108,10 @@ class TraceView:
                 steps.append(TracedStep(start, event, order))
         self.steps = sorted(steps, key=lambda s: s.order)
 
+    def get(self, step_id: str | None) -> TracedStep | None:
+        """The step ``step_id`` (None if it is not a finished step of this trace)."""
+        return next((s for s in self.steps if s.step_id == step_id), None)
+
     def children(self, step_id: str, sample: int | None) -> list[TracedStep]:
         """Steps that continue sample ``sample`` of ``step_id``, in order."""
         return [

@@ -69,13 +69,21 @@ def _note_row(step: TracedStep, sample: int, inputs: RowInputs) -> dict[str, Any
     return {"correct": True, "accuracy": accuracy}
 
 
+def _reads_a_note(step: TracedStep, inputs: RowInputs) -> bool:
+    """A pass-through solve of a conditioned problem, or one in the solve template."""
+    parent = inputs.view.get(step.started.parent_step)
+    return step.template == "abstraction_solve" or (
+        parent is not None and parent.template == "abstraction_propose"
+    )
+
+
 PROPOSE = StepBuilder(
     "abstraction_propose", "abstraction", ("abstraction_propose",), propose_prompt,
     rows=_note_row,
 )  # fmt: skip
 SOLVE = StepBuilder(
-    "abstraction_solve", "generate", ("abstraction_solve",), solve_prompt, ("abstraction",),
-    _one_note, "abstraction_solve",
+    "abstraction_solve", "generate", ("abstraction_solve", "solve"), solve_prompt,
+    ("abstraction",), _one_note, "abstraction_solve", accepts=_reads_a_note,
 )  # fmt: skip
 
 
