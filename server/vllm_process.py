@@ -7,8 +7,8 @@ start it through :func:`running_vllm`.
 
 Example (needs the vLLM venv)::
 
-    with running_vllm(vllm_python(), Path("training/demo/model"), log_path=Path("vllm.log"),
-                      served_name="addition") as server:
+    with running_vllm(vllm_python(), model_path("ponder-addition"),
+                      log_path=Path("vllm.log"), served_name="addition") as server:
         print(server.base_url, server.metric("vllm:generation_tokens_total"))
 """
 

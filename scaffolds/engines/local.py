@@ -46,13 +46,13 @@ the whole call is done, not token by token.
 torch and transformers are imported lazily, on the worker thread, when the model is
 first needed (``pip install torch transformers``).
 
->>> engine = LocalEngine("training/demo/model", max_batch=16)
+>>> engine = LocalEngine("scaffolds/models/ponder-addition", max_batch=16)
 >>> engine.model_dir.name, engine.max_batch, engine.logprobs, engine.loaded
 ('model', 16, 'raw', False)
 
 Typical use::
 
-    engine = LocalEngine("training/demo/model")
+    engine = LocalEngine("scaffolds/models/ponder-addition")
     result = await engine.generate(
         GenerateRequest(chat("347+589="), SamplingParams(n=8, temperature=1.0, max_tokens=8))
     )

@@ -23,17 +23,18 @@ Semantics match vLLM's OpenAI server, which this engine stands in for:
 - ``extra`` keys that are vLLM ``SamplingParams`` fields (``top_k``, ``min_tokens``,
   ``ignore_eos``, ...) pass through; others are ignored.
 
->>> engine = InProcessVLLMEngine("training/demo/model", engine_args={"max_model_len": 256})
+>>> model = "scaffolds/models/ponder-addition"
+>>> engine = InProcessVLLMEngine(model, engine_args={"max_model_len": 256})
 >>> engine.model, engine.started
-('training/demo/model', False)
+('scaffolds/models/ponder-addition', False)
 
 Typical use (where vLLM is installed)::
 
-    engine = InProcessVLLMEngine("training/demo/model", engine_args={"dtype": "bfloat16"})
+    engine = InProcessVLLMEngine(model_path("ponder-addition"), engine_args={"dtype": "bfloat16"})
     result = await engine.generate(GenerateRequest(chat("347+589="), SamplingParams(n=8)))
     await engine.aclose()
 
-or ``ponder train data --engine vllm:training/demo/model ...``.
+or ``ponder train data --engine vllm:scaffolds/models/ponder-addition ...``.
 """
 
 from __future__ import annotations

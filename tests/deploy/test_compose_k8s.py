@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from scaffolds.engines.mock import MockEngine
+from scaffolds.models import model_path
 from server.app import create_app
 from server.settings import Settings
 from server.vllm_process import ROOT
@@ -167,7 +168,7 @@ def test_cpu_profile_mounts_the_shipped_model() -> None:
     model_in_container = flag_value(engine["command"], "--model")
     mounts = {v.split(":")[1]: v.split(":")[0] for v in engine["volumes"]}
     source = (DOCKER_DIR / mounts[model_in_container]).resolve()
-    assert source == ROOT / "training" / "demo" / "model"
+    assert source == model_path("ponder-addition")
     assert (source / "config.json").is_file() and (source / "model.safetensors").is_file()
 
 

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from scaffolds.models import model_path
+
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED_MODEL = ROOT / "training" / "demo" / "model"
+SHIPPED_MODEL = model_path("ponder-addition")
 
 
 @pytest.fixture(scope="session")
@@ -45,7 +47,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def shipped_model_dir() -> Path:
-    """The trained addition model committed under ``training/demo/model``."""
+    """The trained addition model committed under ``scaffolds/models/ponder-addition``."""
     if not (SHIPPED_MODEL / "config.json").exists():
         pytest.fail(f"the shipped model is missing: {SHIPPED_MODEL}")
     return SHIPPED_MODEL

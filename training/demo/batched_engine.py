@@ -18,7 +18,7 @@ prompts, ``n``, ``temperature``, ``max_tokens``, ``seed``; ``stop``, ``top_p``,
 Greedy answers match LocalEngine's up to floating-point ties (the padded batch sums in
 another order); ``tests/training_demo/test_rc_listsum.py`` checks them on the tiny model.
 
->>> engine = BatchedEngine("training/demo/model", max_batch=256)
+>>> engine = BatchedEngine("scaffolds/models/ponder-addition", max_batch=256)
 >>> engine.max_batch, engine.loaded
 (256, False)
 """

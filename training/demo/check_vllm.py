@@ -9,7 +9,7 @@ appends the numbers to the model's ``TRAINED_WITH.md``.
 
 Run from the repository root::
 
-    python -m training.demo.check_vllm --model training/demo/model --count 200 --record
+    python -m training.demo.check_vllm --model scaffolds/models/ponder-addition --count 200 --record
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from scaffolds.models import model_path
 from server.vllm_process import running_vllm
 from training.demo.task import problems
 
@@ -123,7 +124,7 @@ def vllm_version() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="Measure the addition model under vLLM-CPU.")
-    parser.add_argument("--model", type=Path, default=ROOT / "training" / "demo" / "model")
+    parser.add_argument("--model", type=Path, default=model_path("ponder-addition"))
     parser.add_argument("--python", type=Path, default=default_python())
     parser.add_argument("--count", type=int, default=200)
     parser.add_argument("--log", type=Path, default=Path("/tmp/vllm-demo-check.log"))

@@ -10,7 +10,8 @@ anything, so the shipped model is deliberately mediocre (about 0.6, not 1.0).
 
 Run (about 5-10 minutes on one busy CPU thread)::
 
-    python -m training.demo.train --out training/demo/model --seed 0 --target-accuracy 0.6
+    python -m training.demo.train --out scaffolds/models/ponder-addition --seed 0 \\
+        --target-accuracy 0.6
 
 The output directory gets safetensors weights, ``config.json``, the tokenizer files,
 ``generation_config.json`` and ``TRAINED_WITH.md`` (command, seed, steps, wall time,

