@@ -41,7 +41,7 @@ sampling distribution, the model's training mode restored after), and returns
 from __future__ import annotations
 
 import json
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -167,7 +167,7 @@ async def plan_step(
     if builder is None or builder.build is None:
         raise ValueError(f"unknown rollout mode {mode!r} (known: {', '.join(modes)})")
     known = {
-        key: list(value) if isinstance(value, list | tuple) else value
+        key: value if isinstance(value, str) or not isinstance(value, Iterable) else list(value)
         for key in builder.state
         if (value := _stored(row, key)) is not None
     }

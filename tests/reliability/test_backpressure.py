@@ -1,7 +1,9 @@
 """Overload: a burst past the limits gets 200s and 429s only, and /health stays fast.
 
-The /health bound (p95 under 0.5 s) is a liveness bound, not a benchmark: a saturated
-server must still answer its orchestrator's probes.
+The /health bound (p95 under 5 s) is a liveness bound, not a benchmark: a saturated
+server must still answer its orchestrator's probes. A probe stuck behind the held runs
+would never be answered; an idle machine answers in about 5 ms saturated and 50 ms
+flooded (90 ms with two CPU hogs beside it), so 5 s holds on a machine 10x slower.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from tests.reliability.conftest import (
 )
 
 RUNNING, QUEUED, BURST = 4, 4, 40
-HEALTH_P95_S = 0.5
+HEALTH_P95_S = 5.0
 
 
 def p95(samples: list[float]) -> float:
@@ -35,7 +37,7 @@ def p95(samples: list[float]) -> float:
 async def health_latencies(url: str, count: int, pause: float = 0.02) -> list[float]:
     """``count`` sequential /health probes on their own connection."""
     out = []
-    async with httpx.AsyncClient(base_url=url, timeout=10) as probe:
+    async with httpx.AsyncClient(base_url=url, timeout=60) as probe:  # p95 is the bound
         for _ in range(count):
             started = time.perf_counter()
             response = await probe.get("/health")
@@ -67,10 +69,10 @@ async def test_a_burst_gets_only_200s_and_429s_and_health_stays_fast(
 
             burst = [asyncio.create_task(one(i)) for i in range(BURST)]
             assert await eventually(
-                lambda: sum(t.done() for t in burst) == BURST - RUNNING - QUEUED
+                lambda: sum(t.done() for t in burst) == BURST - RUNNING - QUEUED, within=60
             )
             assert limiter.admitted == RUNNING + QUEUED
-            assert await fake.wait_for(lambda s: s.open_calls == RUNNING)
+            assert await fake.wait_for(lambda s: s.open_calls == RUNNING, within=60)
             held = await health_latencies(url, 40)
             metrics = (await c.get("/metrics")).text
             fake.config.hold = False

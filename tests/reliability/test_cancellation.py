@@ -4,8 +4,9 @@
 answers. The clients give up together, at least 0.5 s after sending and once every
 request's first engine call is open (on a loaded 2-core machine, 200 requests take
 longer than 0.5 s to reach the engine, and a give-up before that would test nothing).
-One second after they hang up no engine call may be open and no run slot held, and a
-new request must complete normally.
+Soon after they hang up no engine call may be open and no run slot held, and a new
+request must complete normally. "Soon" is a liveness bound, not a benchmark: 10 s,
+where an idle machine takes about 0.25 s and one with two CPU hogs beside it 0.35 s.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from tests.server.conftest import build_app
 
 REQUESTS = 200
 GIVE_UP_S = 0.5
-CLOSED_WITHIN_S = 1.0
+CLOSED_WITHIN_S = 10.0
 SCAFFOLDS = ("gsr(n=2)", "rc(steps=2)", "majority(k=3)", "self_refine(max_rounds=1)")
 
 
@@ -86,12 +87,12 @@ async def test_clients_that_give_up_leave_no_engine_call_open(fake: FakeEngineHa
             await asyncio.gather(*clients)
             left_at = time.monotonic()
 
-            closed = await fake.wait_for(lambda s: s.open_calls == 0, within=10)
+            closed = await fake.wait_for(lambda s: s.open_calls == 0, within=60)
             took = time.monotonic() - left_at
             assert all_open, f"only {open_when_left} of {REQUESTS} engine calls ever opened"
-            assert closed, f"{fake.state.open_calls} engine calls still open 10 s later"
+            assert closed, f"{fake.state.open_calls} engine calls still open 60 s later"
             assert took <= CLOSED_WITHIN_S, f"engine calls closed {took:.2f} s after"
-            assert await eventually(lambda: limiter.admitted == 0)  # every slot given back
+            assert await eventually(lambda: limiter.admitted == 0, within=60)  # slots given back
             await asyncio.sleep(0.3)  # and nothing opens late for a client that is gone
             assert fake.state.open_calls == 0
 
@@ -116,7 +117,7 @@ async def test_a_slow_stream_stops_when_its_reader_leaves(fake: FakeEngineHandle
                     received += 1
                     if received > 10:
                         break
-            assert await fake.wait_for(lambda s: s.open_calls == 0, within=5)
+            assert await fake.wait_for(lambda s: s.open_calls == 0, within=60)
     assert fake.state.cancelled == 1 and fake.state.completed == 0
 
 

@@ -186,17 +186,25 @@ async def test_an_engine_that_hangs_is_a_504_and_its_call_is_closed(
 async def test_retries_never_outlive_the_requests_deadline(
     fake: FakeEngineHandle, stream: bool
 ) -> None:
-    fake.config.fail_next(503, times=10, retry_after="20")  # "come back in 20 s"
+    # The deadline must not pass before the first call goes out: a first request pays
+    # Ponder's one-off costs (about 0.4 s idle, seconds on a loaded machine), so one
+    # request is answered first, and the deadline (3 s) is hundreds of times what a
+    # warm first call takes (about 5 ms). The backoff the engine asks for (20 s, the
+    # engine client's cap) stays far past the deadline, and the bound on ``took`` leaves
+    # 12 s for a slow machine to answer once the deadline has cut the wait.
     with serving_ponder(ponder_settings(fake, engine_max_retries=3)) as (url, _):
+        assert_answered(await post(url, chat(stream=stream)), stream)
+        calls_before = fake.state.calls
+        fake.config.fail_next(503, times=10, retry_after="20")  # "come back in 20 s"
         started = time.monotonic()
-        response = await post(url, chat(budget={"timeout_s": 1}, stream=stream))
+        response = await post(url, chat(budget={"timeout_s": 3}, stream=stream))
         took = time.monotonic() - started
-        assert await fake.wait_for(lambda s: s.open_calls == 0)
+        assert await fake.wait_for(lambda s: s.open_calls == 0, within=60)
     chunks = parse_sse(response.text) if stream else None
     error = chunks[-2]["error"] if chunks else assert_openai_error(response, 504)
     assert error["code"] == "deadline_exceeded", error
-    assert took < 15, took  # cut at the 1 s deadline, not after the 20 s backoff
-    assert fake.state.calls == 1
+    assert took < 15, took  # cut at the 3 s deadline, not after the 20 s backoff
+    assert fake.state.calls == calls_before + 1  # the first try only: no retry went out
 
 
 class EmptyStream:

@@ -243,7 +243,9 @@ def test_engine_failure_503_and_stream_error_chunk(fake: FakeEngineHandle, ponde
 
 
 def test_overload_is_429_with_retry_after(fake: FakeEngineHandle) -> None:
-    fake.config.latency_per_token = 0.2
+    # The first request holds the only run slot until released, however slowly the
+    # second one arrives (a 1 s answer could end before it, and it would get a 200).
+    fake.config.hold = True
     with running_ponder(settings_for(fake, max_concurrent_runs=1, queue_size=0)) as url:
         client = sdk(url)
         results: list[Any] = []
@@ -253,27 +255,38 @@ def test_overload_is_429_with_retry_after(fake: FakeEngineHandle) -> None:
             )
         )
         worker.start()
-        assert wait_until(lambda: fake.state.open_calls == 1)
+        assert wait_until(lambda: fake.state.open_calls == 1, within=60)
         with pytest.raises(openai.RateLimitError) as info:
             client.chat.completions.create(model=MODEL, messages=messages())
         assert info.value.response.headers["retry-after"] == "1"
-        worker.join(timeout=20)
+        fake.config.hold = False
+        worker.join(timeout=60)
         assert results and results[0].choices[0].message.content
         metrics = httpx.get(f"{url}/metrics").text
     assert 'ponder_rejected_requests_total{reason="server_busy"} 1.0' in metrics
 
 
-def test_disconnect_cancels_engine_calls_non_streaming(fake: FakeEngineHandle, ponder: str) -> None:
+async def test_disconnect_cancels_engine_calls_non_streaming(
+    fake: FakeEngineHandle, ponder: str
+) -> None:
     fake.config.hang = True
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(
-            f"{ponder}/v1/chat/completions",
-            json={"model": MODEL, "messages": messages(), "scaffold": "gsr(n=3)"},
-            headers={"Authorization": f"Bearer {KEY}"},
-            timeout=httpx.Timeout(30, read=1.0),
-        )
-    assert wait_until(lambda: fake.state.cancelled >= 1 and fake.state.open_calls == 0)
-    metrics = httpx.get(f"{ponder}/metrics").text
+    body = {"model": MODEL, "messages": messages(), "scaffold": "gsr(n=3)"}
+    headers = {"Authorization": f"Bearer {KEY}"}
+    async with httpx.AsyncClient(base_url=ponder, headers=headers, timeout=60) as client:
+        request = asyncio.create_task(client.post("/v1/chat/completions", json=body))
+        # Hang up once the engine call is open, not after a fixed time: a client gone
+        # before its call reached the engine would test nothing (and see no cancel).
+        assert await fake.wait_for(lambda s: s.open_calls >= 1, within=60)
+        request.cancel()  # closes the connection unanswered
+        with pytest.raises(asyncio.CancelledError):
+            await request
+    assert await fake.wait_for(lambda s: s.cancelled >= 1 and s.open_calls == 0, within=60)
+    async with httpx.AsyncClient(base_url=ponder, timeout=60) as probe:
+        for _ in range(600):  # the run's slot is given back just after (bounded: 60 s)
+            metrics = (await probe.get("/metrics")).text
+            if "ponder_runs_in_flight 0.0" in metrics:
+                break
+            await asyncio.sleep(0.1)
     assert "ponder_client_disconnects_total 1.0" in metrics
     assert "ponder_runs_in_flight 0.0" in metrics
 
@@ -287,7 +300,7 @@ def test_disconnect_cancels_engine_calls_streaming(fake: FakeEngineHandle, ponde
         for i, _ in enumerate(stream):
             if i >= 3:
                 break
-    assert wait_until(lambda: fake.state.cancelled >= 1 and fake.state.open_calls == 0)
+    assert wait_until(lambda: fake.state.cancelled >= 1 and fake.state.open_calls == 0, 60)
     assert fake.state.completed == 0
 
 

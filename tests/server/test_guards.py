@@ -18,6 +18,12 @@ from server.metrics import Metrics
 from tests.server.conftest import chat_body, parse_sse
 
 
+async def hangs(request: GenerateRequest) -> str:
+    """A handler that never answers: only a cancel or a deadline ends its call."""
+    await asyncio.Event().wait()
+    raise AssertionError("unreachable")
+
+
 class DownEngine:
     def __init__(self) -> None:
         self.calls = 0
@@ -54,9 +60,13 @@ async def test_metered_engine_counts_outcomes() -> None:
     assert isinstance(items[0], EngineDelta)
     with pytest.raises(EngineUnavailableError):
         await MeteredEngine(DownEngine(), metrics, "m").generate(GenerateRequest("x"))
-    slow = MeteredEngine(MockEngine(lambda r: "x", delay=10), metrics, "m")
-    task = asyncio.create_task(slow.generate(GenerateRequest("x")))
-    await asyncio.sleep(0.05)
+    hanging = MockEngine(hangs)
+    task = asyncio.create_task(MeteredEngine(hanging, metrics, "m").generate(GenerateRequest("x")))
+    for _ in range(6000):  # until the call is in flight (bounded: 60 s)
+        if hanging.in_flight:
+            break
+        await asyncio.sleep(0.01)
+    assert hanging.in_flight == 1
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -156,11 +166,7 @@ async def test_body_limit(make_client: Any) -> None:
 
 
 async def test_stream_of_deadline_error(make_client: Any) -> None:
-    async def slow(request: GenerateRequest) -> str:
-        await asyncio.sleep(10)
-        return "late"
-
-    async with make_client(slow) as (client, engine):
+    async with make_client(hangs) as (client, engine):
         r = await client.post(
             "/v1/chat/completions", json=chat_body(stream=True, budget={"timeout_s": 0.05})
         )

@@ -319,11 +319,11 @@ async def test_engine_errors_map_to_statuses(
 
 
 async def test_deadline_is_504(make_client: Any) -> None:
-    async def slow(request: GenerateRequest) -> str:
-        await asyncio.sleep(10)
-        return "late"
+    async def hangs(request: GenerateRequest) -> str:
+        await asyncio.Event().wait()  # never answers: only the deadline can end the call
+        raise AssertionError("unreachable")
 
-    async with make_client(slow) as (client, _):
+    async with make_client(hangs) as (client, _):
         r = await client.post("/v1/chat/completions", json=chat_body(budget={"timeout_s": 0.05}))
     assert r.status_code == 504
     assert r.json()["error"]["code"] == "deadline_exceeded"
