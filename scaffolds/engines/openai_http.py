@@ -25,7 +25,6 @@ import itertools
 import json
 import logging
 import math
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -49,16 +48,7 @@ from scaffolds.engine import (
     StreamItem,
     Usage,
 )
-from scaffolds.engines.dialects import (
-    Dialect,
-    abort_rids,
-    error_message,
-    health_route,
-    max_tokens_key,
-    reported_error,
-    request_fields,
-    sglang_abort,
-)
+from scaffolds.engines.dialects import Dialect, error_message, get_dialect, reported_error
 from scaffolds.errors import (
     EngineError,
     EngineRejectedError,
@@ -112,12 +102,13 @@ class OpenAIEngine:
 
     ``base_url`` ends in ``/v1``. ``api_key`` is the engine's own key, sent as a bearer
     token only when set. ``max_retries`` counts retries after the first attempt. The
-    ``dialect`` picks server-specific fields and routes (see
-    :mod:`scaffolds.engines.dialects`): with ``"vllm"``, logprob requests also ask for
-    token ids; with ``"sglang"``, each call carries a ``rid`` and a cancelled call is
-    aborted with ``POST /abort_request`` (best effort); with ``"openai"``, chat requests
-    send ``max_completion_tokens``. A client passed in is used as is and not closed by
-    :meth:`aclose`; otherwise the engine creates and owns one on first use.
+    ``dialect`` (a registered name or a :class:`~scaffolds.engines.dialects.Dialect`)
+    decides every server-specific field and route: with ``"vllm"``, logprob requests
+    also ask for token ids; with ``"sglang"``, each call carries a ``rid`` and a
+    cancelled call is aborted with ``POST /abort_request`` (best effort); with
+    ``"openai"``, chat requests send ``max_completion_tokens``. A client passed in is
+    used as is and not closed by :meth:`aclose`; otherwise the engine creates and owns
+    one on first use.
 
     Per-sample ``completion_tokens``: exact when token ids (or logprobs) came back;
     otherwise the call's total is split evenly over the samples whose count is unknown,
@@ -136,7 +127,7 @@ class OpenAIEngine:
         max_retries: int = 3,
         backoff_base: float = 0.5,
         backoff_max: float = 20.0,
-        dialect: Dialect = "vllm",
+        dialect: str | Dialect = "vllm",
         pool_shards: int = POOL_SHARDS,
     ) -> None:
         if max_retries < 0:
@@ -147,7 +138,7 @@ class OpenAIEngine:
         self.base_url = base_url.rstrip("/")
         self.root_url = self.base_url.removesuffix("/v1")
         self.model = model
-        self.dialect: Dialect = dialect
+        self.dialect: Dialect = get_dialect(dialect)
         self.max_retries = max_retries
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
@@ -270,7 +261,7 @@ class OpenAIEngine:
 
         vLLM and SGLang: ``GET {root}/health``; OpenAI: ``GET {base_url}/models``.
         """
-        at_root, path = health_route(self.dialect)
+        at_root, path = self.dialect.health_route()
         try:
             response = await self.client.get(
                 (self.root_url if at_root else self.base_url) + path,
@@ -293,13 +284,12 @@ class OpenAIEngine:
         return [str(i) for i in ids]
 
     def _abort_later(self, body: dict[str, Any]) -> None:
-        """SGLang: abort the call's ``rid`` in the background (best effort, never raises)."""
-        rid = body.get("rid")
-        if self.dialect != "sglang" or not isinstance(rid, str):
+        """Abort the call in the background where the dialect can (best effort, never raises)."""
+        rids = self.dialect.abort_ids(body)
+        if not rids:
             return
-        rids = abort_rids(rid, int(body.get("n") or 1))
         timeout = httpx.Timeout(self._timeout.connect or 5.0)
-        abort = sglang_abort(self.client, self.root_url, rids, self._headers(), timeout)
+        abort = self.dialect.abort(self.client, self.root_url, rids, self._headers(), timeout)
         try:
             task = asyncio.get_running_loop().create_task(abort)
         except RuntimeError:  # no running loop: nothing to abort with
@@ -324,16 +314,16 @@ class OpenAIEngine:
             body["messages"] = [m.to_openai() for m in request.prompt]
         body["n"] = params.n
         if params.max_tokens is not None:
-            body[max_tokens_key(self.dialect, chat=chat)] = params.max_tokens
+            body[self.dialect.max_tokens_key(chat=chat)] = params.max_tokens
         for name in ("temperature", "top_p", "seed"):
             value = getattr(params, name)
             if value is not None:
                 body[name] = value
         if params.stop:
             body["stop"] = list(params.stop)
-        body |= request_fields(self.dialect, chat=chat, logprobs=params.logprobs)
-        if self.dialect == "sglang":
-            body["rid"] = f"ponder-{uuid.uuid4().hex}"
+        body |= self.dialect.request_fields(chat=chat, logprobs=params.logprobs)
+        if (rid := self.dialect.request_id()) is not None:
+            body["rid"] = rid
         if stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
