@@ -34,7 +34,7 @@ from pydantic_core import PydanticUndefined
 from server.model_config import Flag
 from server.settings import ENV_PREFIX, Settings
 
-__all__ = ["SettingOption", "serve", "serve_app", "setting_options"]
+__all__ = ["SettingOption", "env_name", "serve", "serve_app", "setting_options"]
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,8 @@ class SettingOption:
 
     @property
     def env(self) -> str:
-        return f"{ENV_PREFIX}{self.field.upper()}"
+        """The environment variable pydantic-settings reads the field from."""
+        return env_name(self.field)
 
     def parameter(self) -> inspect.Parameter:
         """The keyword parameter typer reads this option from."""
@@ -64,6 +65,11 @@ class SettingOption:
             default=None,
             annotation=Annotated[kind | None, option],
         )
+
+
+def env_name(field: str) -> str:
+    """``PONDER_<FIELD>``: the variable a settings field is read from."""
+    return f"{ENV_PREFIX}{field.upper()}"
 
 
 def _flag(info: FieldInfo) -> Flag:
@@ -104,7 +110,7 @@ def setting_options() -> list[SettingOption]:
             metavar=flag.metavar,
             repeat=flag.repeat,
             kind=_kind(info.annotation),
-            help=f"{description}{_default_text(info)} [env: {ENV_PREFIX}{name.upper()}]",
+            help=f"{description}{_default_text(info)} [env: {env_name(name)}]",
         )
         options.append(option)
     return options

@@ -216,7 +216,7 @@ def get_dialect(dialect: str | Dialect) -> Dialect:
     >>> get_dialect("tgi")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: unknown dialect 'tgi' (known: openai, ...)
+    ValueError: unknown dialect 'tgi' (known: ...)
     """
     if isinstance(dialect, Dialect):
         return dialect
