@@ -27,10 +27,45 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from scaffolds.engine import Engine, GenerateRequest, GenerateResult, StreamItem
+from scaffolds.engines.factory import EngineOptions, engine_from_url
 from server.replicas import ReplicaEngine, engine_health
 
 if TYPE_CHECKING:
     from server.metrics import Metrics
+    from server.model_config import ModelConfig
+    from server.settings import Settings
+
+
+def model_engine(config: ModelConfig, settings: Settings) -> Engine:
+    """One served model's engine: each of its URLs through
+    :func:`~scaffolds.engines.factory.engine_from_url`, behind a :class:`ReplicaEngine`
+    when there are several.
+
+    >>> from server.settings import Settings
+    >>> settings = Settings(model="m", engines=("http://a/v1", "http://b/v1"))
+    >>> model_engine(settings.served_models()[0], settings)
+    ReplicaEngine(['http://a/v1', 'http://b/v1'])
+    """
+    key = config.engine_api_key.get_secret_value() if config.engine_api_key else None
+    options = EngineOptions(
+        model=config.served_engine_model,
+        api_key=key,
+        dialect=config.dialect,
+        connect_timeout=settings.engine_connect_timeout_s,
+        read_timeout=settings.engine_read_timeout_s,
+        max_retries=settings.engine_max_retries,
+        pool_shards=settings.engine_pool_shards,
+    )
+    replicas = [engine_from_url(url, options) for url in config.engines]
+    if len(replicas) == 1:
+        return replicas[0]
+    return ReplicaEngine(
+        replicas,
+        failure_threshold=settings.engine_breaker_threshold,
+        cooldown_s=settings.engine_breaker_cooldown_s,
+        health_interval_s=settings.engine_health_interval_s,
+        load_factor=settings.engine_load_factor,
+    )
 
 
 class MeteredEngine:
@@ -132,5 +167,6 @@ __all__ = [
     "engine_aclose",
     "engine_health",
     "engine_start",
+    "model_engine",
     "replica_status",
 ]

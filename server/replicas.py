@@ -48,118 +48,20 @@ import logging
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from scaffolds.engine import Engine, GenerateRequest, GenerateResult, StreamItem
 from scaffolds.errors import (
-    EngineError,
     EngineRejectedError,
     EngineUnavailableError,
 )
+from server.breaker import BreakerState, CircuitBreaker
+from server.replica import Lease, Replica, is_replica_fault
 
 if TYPE_CHECKING:
     from server.metrics import Metrics
 
 log = logging.getLogger("ponder.replicas")
-
-BreakerState = Literal["closed", "open", "half_open"]
-_BREAKER_CODE: dict[BreakerState, int] = {"closed": 0, "half_open": 1, "open": 2}
-
-
-def is_replica_fault(exc: BaseException) -> bool:
-    """Whether an error says something about the replica's health (not the request's).
-
-    >>> is_replica_fault(EngineUnavailableError("down")), is_replica_fault(
-    ...     EngineRejectedError("bad request", status=400))
-    (True, False)
-    """
-    return isinstance(exc, EngineError) and not isinstance(exc, EngineRejectedError)
-
-
-@dataclass
-class Replica:
-    """One replica and what the router knows about it."""
-
-    index: int
-    name: str
-    engine: Engine
-    outstanding: int = 0
-    healthy: bool = True
-    """The last active health check passed (True until one fails)."""
-    breaker: BreakerState = "closed"
-    failures: int = 0
-    """Consecutive replica-fault failures."""
-    opened_at: float = 0.0
-    probing: bool = False
-    """A half-open probe call is in flight."""
-    calls: int = 0
-    last_error: str | None = None
-    leases: set[_Lease] = field(default_factory=set, repr=False)
-    """The calls in flight on this replica."""
-
-    @property
-    def up(self) -> bool:
-        return self.healthy and self.breaker == "closed"
-
-    def up_value(self) -> float:
-        return float(self.up)
-
-    def outstanding_value(self) -> float:
-        return float(self.outstanding)
-
-    def breaker_value(self) -> float:
-        return float(_BREAKER_CODE[self.breaker])
-
-    def describe(self, now: float, cooldown_s: float) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "replica": self.name,
-            "up": self.up,
-            "healthy": self.healthy,
-            "breaker": self.breaker,
-            "outstanding": self.outstanding,
-            "consecutive_failures": self.failures,
-            "calls": self.calls,
-        }
-        if self.breaker == "open":
-            out["retry_in_s"] = round(max(0.0, self.opened_at + cooldown_s - now), 2)
-        if self.last_error:
-            out["last_error"] = self.last_error
-        return out
-
-
-@dataclass(eq=False)
-class _Lease:
-    """One call on one replica: releases its slot (and probe) exactly once.
-
-    ``silent`` is the task awaiting the call's first output; while it runs, the health
-    poll may cancel it (``evicted``) to move the call to another replica.
-    """
-
-    replica: Replica
-    probe: bool
-    router: ReplicaEngine
-    done: bool = False
-    silent: asyncio.Future[Any] | None = None
-    evicted: bool = False
-
-    def evict(self) -> None:
-        if self.silent is not None and not self.silent.done():
-            self.evicted = True
-            self.silent.cancel()
-
-    def finish(self, outcome: Literal["ok", "fail", "neutral"], error: str = "") -> None:
-        if self.done:
-            return
-        self.done = True
-        self.replica.leases.discard(self)
-        self.replica.outstanding -= 1
-        if self.probe:
-            self.replica.probing = False
-        if outcome == "ok":
-            self.router._succeeded(self.replica)
-        elif outcome == "fail":
-            self.router._failed(self.replica, error)
 
 
 class ReplicaEngine:
@@ -183,8 +85,6 @@ class ReplicaEngine:
     ):
         if not replicas:
             raise ValueError("ReplicaEngine needs at least one replica")
-        if failure_threshold < 1:
-            raise ValueError(f"failure_threshold must be >= 1 (got {failure_threshold})")
         if load_factor < 1.0:
             raise ValueError(f"load_factor must be >= 1 (got {load_factor})")
         if names is None:
@@ -195,7 +95,14 @@ class ReplicaEngine:
         if len(names) != len(replicas) or len(set(names)) != len(names):
             raise ValueError("replica names must be unique, one per replica")
         self.replicas = tuple(
-            Replica(i, name, engine)
+            Replica(
+                i,
+                name,
+                engine,
+                CircuitBreaker(
+                    name, threshold=failure_threshold, cooldown_s=cooldown_s, clock=clock
+                ),
+            )
             for i, (name, engine) in enumerate(zip(names, replicas, strict=True))
         )
         self.failure_threshold = failure_threshold
@@ -212,21 +119,11 @@ class ReplicaEngine:
         return f"ReplicaEngine({[r.name for r in self.replicas]!r})"
 
     # -- choosing a replica ------------------------------------------------------------
-    def _admits(self, replica: Replica, now: float) -> bool:
-        """Whether ``replica`` may take a call now (moving an open breaker to half-open)."""
-        if not replica.healthy:
-            return False
-        if replica.breaker == "open" and now - replica.opened_at >= self.cooldown_s:
-            replica.breaker = "half_open"
-            log.info("replica %s: breaker half-open, letting one probe through", replica.name)
-        if replica.breaker == "half_open":
-            return not replica.probing
-        return replica.breaker == "closed"
-
     def available(self, exclude: frozenset[int] = frozenset()) -> list[Replica]:
-        """The replicas that may take a call now."""
-        now = self.clock()
-        return [r for r in self.replicas if r.index not in exclude and self._admits(r, now)]
+        """The replicas that may take a call now (healthy, and their breaker admits)."""
+        return [
+            r for r in self.replicas if r.index not in exclude and r.healthy and r.breaker.admits()
+        ]
 
     def pick(self, request: GenerateRequest, exclude: frozenset[int] = frozenset()) -> Replica:
         """The replica for ``request`` (see the module docstring); raises when none is up."""
@@ -247,27 +144,16 @@ class ReplicaEngine:
         rotated = candidates[start:] + candidates[:start]
         return min(rotated, key=lambda r: r.outstanding)
 
-    def _lease(self, replica: Replica) -> _Lease:
-        probe = replica.breaker == "half_open"
-        if probe:
-            replica.probing = True
-        replica.outstanding += 1
-        replica.calls += 1
-        lease = _Lease(replica, probe, self)
-        replica.leases.add(lease)
-        return lease
-
     def _unavailable(self, exclude: frozenset[int]) -> EngineUnavailableError:
-        now = self.clock()
         states = []
         for r in self.replicas:
             if r.index in exclude:
                 why = "failed this call"
             elif not r.healthy:
                 why = "failed its health check"
-            elif r.breaker == "open":
-                left = max(0.0, r.opened_at + self.cooldown_s - now)
-                why = f"circuit open after {r.failures} consecutive failures, retry in {left:.1f}s"
+            elif r.breaker.state == "open":
+                left, failures = r.breaker.retry_in_s(), r.breaker.failures
+                why = f"circuit open after {failures} consecutive failures, retry in {left:.1f}s"
             else:
                 why = "a probe call is in flight"
             states.append(f"{r.name} ({why})")
@@ -275,35 +161,13 @@ class ReplicaEngine:
         return EngineUnavailableError(f"no engine replica{model} is available: {'; '.join(states)}")
 
     # -- outcomes ----------------------------------------------------------------------
-    def _succeeded(self, replica: Replica) -> None:
-        if replica.breaker != "closed":
-            log.info("replica %s: call succeeded, breaker closed", replica.name)
-        replica.breaker = "closed"
-        replica.failures = 0
-
-    def _failed(self, replica: Replica, error: str) -> None:
-        replica.failures += 1
-        replica.last_error = error[:300]
-        trips = replica.breaker == "half_open" or (
-            replica.breaker == "closed" and replica.failures >= self.failure_threshold
-        )
-        if trips:
-            replica.breaker = "open"
-            replica.opened_at = self.clock()
-            log.warning(
-                "replica %s: breaker open after %d consecutive failures (%s)",
-                replica.name,
-                replica.failures,
-                replica.last_error,
-            )
-
     def _retried(self) -> None:
         if self._metrics is not None:
             self._metrics.replica_retries.labels(model=self._model).inc()
 
     # -- Engine protocol ---------------------------------------------------------------
     def _settle_failure(
-        self, lease: _Lease, exc: BaseException, tried: frozenset[int], produced: bool
+        self, lease: Lease, exc: BaseException, tried: frozenset[int], produced: bool
     ) -> BaseException | None:
         """Record a failed call; return the error to raise, or None to try another replica."""
         if lease.evicted and isinstance(exc, asyncio.CancelledError) and not _cancelling():
@@ -323,7 +187,7 @@ class ReplicaEngine:
     async def generate(self, request: GenerateRequest) -> GenerateResult:
         tried: frozenset[int] = frozenset()
         while True:
-            lease = self._lease(self.pick(request, tried))
+            lease = self.pick(request, tried).lease()
             tried |= {lease.replica.index}
             # In a task of its own, so the health poll can pull it off a silent replica.
             call = asyncio.ensure_future(lease.replica.engine.generate(request))
@@ -343,7 +207,7 @@ class ReplicaEngine:
     async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamItem]:
         tried: frozenset[int] = frozenset()
         while True:
-            lease = self._lease(self.pick(request, tried))
+            lease = self.pick(request, tried).lease()
             tried |= {lease.replica.index}
             produced = False
             iterator = lease.replica.engine.stream(request)
@@ -392,8 +256,8 @@ class ReplicaEngine:
             if not ok:  # calls still waiting on it for a first answer move elsewhere
                 for lease in list(replica.leases):
                     lease.evict()
-            if ok and replica.breaker == "open":
-                replica.opened_at = self.clock() - self.cooldown_s  # probe on the next call
+            if ok:
+                replica.breaker.end_cooldown()  # an open breaker probes on the next call
 
     async def health(self) -> bool:
         """True when some replica passes a health check now and its breaker lets calls in.
@@ -402,11 +266,7 @@ class ReplicaEngine:
         the poll.
         """
         results = await asyncio.gather(*(engine_health(r.engine) for r in self.replicas))
-        now = self.clock()
-        return any(
-            ok and (r.breaker != "open" or now - r.opened_at >= self.cooldown_s)
-            for r, ok in zip(self.replicas, results, strict=True)
-        )
+        return any(ok and r.breaker.cooled() for r, ok in zip(self.replicas, results, strict=True))
 
     async def _poll(self) -> None:
         while True:
@@ -439,8 +299,7 @@ class ReplicaEngine:
     # -- state and metrics -------------------------------------------------------------
     def status(self) -> list[dict[str, Any]]:
         """Each replica's state, for ``/ready``."""
-        now = self.clock()
-        return [r.describe(now, self.cooldown_s) for r in self.replicas]
+        return [r.describe() for r in self.replicas]
 
     def bind_metrics(self, metrics: Metrics, model: str) -> None:
         """Export per-replica gauges (read at scrape time) under the ``model`` label."""

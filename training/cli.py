@@ -66,7 +66,9 @@ ProgressOpt = Annotated[bool, typer.Option(help="show progress bars")]
 def data(
     run_dir: Annotated[Path, typer.Argument(help="run directory (rerun to resume)")],
     dataset: Annotated[Path, typer.Option(help="JSONL of id/problem/answer")],
-    engine: Annotated[str, typer.Option(help="http(s)://HOST/v1, hf:PATH or vllm:PATH")],
+    engine: Annotated[
+        str, typer.Option(help="http(s)://HOST/v1, local:DIR (or hf:DIR) or vllm:DIR")
+    ],
     scaffold: Annotated[str, typer.Option("--scaffold", "-s", help="scaffold spec")] = "gsr",
     model: Annotated[str | None, typer.Option(help="model name an HTTP engine serves")] = None,
     api_key: Annotated[str | None, typer.Option(envvar="PONDER_ENGINE_API_KEY")] = None,
@@ -91,15 +93,16 @@ def data(
     rc_summaries: Annotated[str, typer.Option(help="next_correct | all")] = "next_correct",
     min_accuracy: Annotated[float, typer.Option(help="abstraction notes kept at")] = 0.5,
     grade_workers: Annotated[int, typer.Option(min=1)] = 2,
-    threads: Annotated[int | None, typer.Option(help="torch threads (hf: engine)")] = None,
+    threads: Annotated[int | None, typer.Option(help="torch threads (local: engine)")] = None,
     progress: ProgressOpt = True,
 ) -> None:
     """Run a scaffold over DATASET into RUN_DIR and build its SFT datasets."""
     from scaffolds.context import Budget
     from scaffolds.engine import SamplingParams
+    from scaffolds.engines.factory import EngineOptions, engine_from_url, engine_scheme
     from scaffolds.errors import PonderError
     from training.collect import load_problems
-    from training.pipeline import make_data, make_engine
+    from training.pipeline import make_data
     from training.runs import RunConflictError, RunDir
 
     if gsr_keep not in ("all", "all_wrong", "some_right"):
@@ -108,7 +111,9 @@ def data(
         raise _fail("--rc-summaries must be next_correct or all")
     try:
         problems = load_problems(dataset, limit=limit)
-        chosen, chat_default = make_engine(engine, model=model, api_key=api_key, threads=threads)
+        scheme = engine_scheme(engine)
+        options = EngineOptions(model=model, api_key=api_key, threads=threads, load=True)
+        chosen = engine_from_url(engine, options)
         params = SamplingParams(
             max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed
         )
@@ -123,10 +128,10 @@ def data(
                     scaffold=scaffold,
                     samples=samples,
                     prompt_set=prompt_set,
-                    chat=chat_default if chat is None else chat,
+                    chat=scheme.chat if chat is None else chat,
                     params=params,
                     budget=budget,
-                    concurrency=1 if engine.startswith("hf:") else concurrency,
+                    concurrency=concurrency if scheme.parallel else 1,
                     kinds=_split(kinds),
                     sft_kinds=_split(sft_kinds),
                     direct_ratio=direct_ratio,

@@ -1,4 +1,6 @@
-"""The ``ponder train data`` pipeline, engines by name, and verl dataset rows.
+"""The ``ponder train data`` pipeline and verl dataset rows.
+
+Engines come from :func:`scaffolds.engines.factory.engine_from_url` (``--engine URL``).
 
 :func:`make_data` runs a scaffold over problems into a run directory (resuming: solved
 problems are skipped), grades every traced text in math-verify's process pool, builds
@@ -32,38 +34,7 @@ from training.data import build_rows, mix_rows, row_kinds, sft_columns
 from training.rollouts import context_columns
 from training.runs import RunDir, progress_bar
 
-__all__ = ["DataReport", "make_data", "make_engine", "verl_rows"]
-
-
-def make_engine(
-    spec: str, *, model: str | None = None, api_key: str | None = None, threads: int | None = None
-) -> tuple[Engine, bool]:
-    """An engine by name, and whether it talks chat by default.
-
-    ``http(s)://host/v1`` is an OpenAI-compatible server (vLLM, SGLang, Ponder itself)
-    serving ``model``; ``hf:PATH`` is a local transformers checkpoint, run in process
-    (:class:`~scaffolds.engines.local.LocalEngine`, loaded here: a bad path fails now);
-    ``vllm:PATH`` runs the checkpoint in vLLM's async engine in this process
-    (:class:`~scaffolds.engines.vllm_inprocess.InProcessVLLMEngine`; needs vLLM installed
-    here, for large offline batches).
-    """
-    if spec.startswith("vllm:"):
-        from scaffolds.engines.vllm_inprocess import InProcessVLLMEngine
-
-        return InProcessVLLMEngine(spec.removeprefix("vllm:")), False
-    if spec.startswith("hf:"):
-        from scaffolds.engines.local import LocalEngine
-
-        local = LocalEngine(spec[3:], threads=threads)
-        local.load()
-        return local, False
-    if spec.startswith(("http://", "https://")):
-        if not model:
-            raise ValueError("an HTTP engine needs --model")
-        from scaffolds.engines.openai_http import OpenAIEngine
-
-        return OpenAIEngine(spec, model, api_key=api_key), True
-    raise ValueError(f"unknown engine {spec!r}: use http(s)://HOST/v1, hf:PATH or vllm:PATH")
+__all__ = ["DataReport", "make_data", "verl_rows"]
 
 
 @dataclass

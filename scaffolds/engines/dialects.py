@@ -1,7 +1,16 @@
 """What differs between OpenAI-compatible servers: vLLM, SGLang and OpenAI itself.
 
-:class:`~scaffolds.engines.openai_http.OpenAIEngine` speaks one protocol; this module
-holds the few places where the servers disagree, so the engine stays dialect-neutral.
+:class:`~scaffolds.engines.openai_http.OpenAIEngine` speaks one protocol and asks its
+:class:`Dialect` wherever servers disagree, so the engine has no branch on a server's
+name. A dialect is one class: subclass :class:`Dialect` with a ``name`` and override
+what differs; :func:`get_dialect` finds it by that name (settings validate against
+:func:`dialect_names`), and a later class of the same name replaces an earlier one.
+
+>>> class Quiet(OpenAIDialect, name="quiet"):
+...     def health_route(self) -> tuple[bool, str]:
+...         return (True, "/ping")
+>>> get_dialect("quiet").health_route(), "quiet" in dialect_names()
+((True, '/ping'), True)
 
 Request fields
     * vLLM: logprob requests also ask for ``return_tokens_as_token_ids`` (so the tokens
@@ -32,45 +41,196 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Literal
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
 
 import httpx
-
-Dialect = Literal["vllm", "sglang", "openai"]
 
 _SNIPPET = 500
 
 logger = logging.getLogger("scaffolds.engines.openai_http")
 
 
-def request_fields(dialect: Dialect, *, chat: bool, logprobs: bool) -> dict[str, Any]:
-    """Dialect-specific request fields (before the caller's ``extra``, which wins).
+class Dialect:
+    """How one kind of server departs from OpenAI's API (this base: not at all).
 
-    >>> request_fields("vllm", chat=False, logprobs=True)
-    {'logprobs': 0, 'return_tokens_as_token_ids': True}
-    >>> request_fields("sglang", chat=True, logprobs=False)
-    {'separate_reasoning': True}
+    Subclasses register themselves by the ``name`` given in their class statement
+    (``class Mine(Dialect, name="mine")``); a subclass without one is a helper, not a
+    dialect. Dialects hold no state, so one instance serves every call.
     """
-    fields: dict[str, Any] = {}
-    if logprobs:
-        if chat:
-            fields |= {"logprobs": True, "top_logprobs": 0}
+
+    __slots__ = ()
+    name: ClassVar[str] = ""
+
+    def __init_subclass__(cls, *, name: str | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if name is not None:
+            if not name or not name.isidentifier():
+                raise ValueError(f"a dialect name must be an identifier (got {name!r})")
+            cls.name = name
+            cls._registered = True
         else:
-            fields["logprobs"] = 0 if dialect == "vllm" else 1
-        if dialect == "vllm":
+            cls._registered = False
+
+    _registered: ClassVar[bool] = False
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    def request_fields(self, *, chat: bool, logprobs: bool) -> dict[str, Any]:
+        """Fields added to every request body (before the caller's ``extra``, which wins)."""
+        if not logprobs:
+            return {}
+        return {"logprobs": True, "top_logprobs": 0} if chat else {"logprobs": 1}
+
+    def max_tokens_key(self, *, chat: bool) -> str:
+        """The body field that carries ``max_tokens``."""
+        return "max_tokens"
+
+    def health_route(self) -> tuple[bool, str]:
+        """``(at_root, path)`` of the health check: ``/health`` at the root by default."""
+        return (True, "/health")
+
+    def request_id(self) -> str | None:
+        """A fresh id to send as ``rid`` with each call (None: send none)."""
+        return None
+
+    def abort_ids(self, body: Mapping[str, Any]) -> list[str]:
+        """The ids to abort when the call of ``body`` is cancelled (none: no abort)."""
+        return []
+
+    async def abort(
+        self,
+        client: httpx.AsyncClient,
+        root_url: str,
+        rids: list[str],
+        headers: dict[str, str],
+        http_timeout: httpx.Timeout,
+    ) -> None:
+        """Tell the server to stop the calls ``rids`` (best effort, never raises)."""
+
+
+class OpenAIDialect(Dialect, name="openai"):
+    """OpenAI itself: ``max_completion_tokens`` on chat, health is ``GET /v1/models``.
+
+    >>> OpenAIDialect().max_tokens_key(chat=True), OpenAIDialect().health_route()
+    ('max_completion_tokens', (False, '/models'))
+    """
+
+    __slots__ = ()
+
+    def max_tokens_key(self, *, chat: bool) -> str:
+        return "max_completion_tokens" if chat else "max_tokens"
+
+    def health_route(self) -> tuple[bool, str]:
+        return (False, "/models")
+
+
+class VLLMDialect(Dialect, name="vllm"):
+    """vLLM: token ids with logprobs, and ``logprobs: 0`` (the sampled token) on text.
+
+    >>> VLLMDialect().request_fields(chat=False, logprobs=True)
+    {'logprobs': 0, 'return_tokens_as_token_ids': True}
+    """
+
+    __slots__ = ()
+
+    def request_fields(self, *, chat: bool, logprobs: bool) -> dict[str, Any]:
+        fields = super().request_fields(chat=chat, logprobs=logprobs)
+        if logprobs:
+            if not chat:
+                fields["logprobs"] = 0
             fields["return_tokens_as_token_ids"] = True
-    if dialect == "sglang" and chat:
-        fields["separate_reasoning"] = True
-    return fields
+        return fields
 
 
-def max_tokens_key(dialect: Dialect, *, chat: bool) -> str:
-    return "max_completion_tokens" if chat and dialect == "openai" else "max_tokens"
+class SGLangDialect(Dialect, name="sglang"):
+    """SGLang: a ``rid`` per call, aborted with ``POST /abort_request`` on cancel.
+
+    >>> SGLangDialect().request_fields(chat=True, logprobs=False)
+    {'separate_reasoning': True}
+    >>> SGLangDialect().abort_ids({"rid": "r", "n": 2})
+    ['r', 'r_0', 'r_1']
+    """
+
+    __slots__ = ()
+
+    def request_fields(self, *, chat: bool, logprobs: bool) -> dict[str, Any]:
+        fields = super().request_fields(chat=chat, logprobs=logprobs)
+        return fields | {"separate_reasoning": True} if chat else fields
+
+    def request_id(self) -> str | None:
+        return f"ponder-{uuid.uuid4().hex}"
+
+    def abort_ids(self, body: Mapping[str, Any]) -> list[str]:
+        rid = body.get("rid")
+        return abort_rids(rid, int(body.get("n") or 1)) if isinstance(rid, str) else []
+
+    async def abort(
+        self,
+        client: httpx.AsyncClient,
+        root_url: str,
+        rids: list[str],
+        headers: dict[str, str],
+        http_timeout: httpx.Timeout,
+    ) -> None:
+        """``POST {root_url}/abort_request`` for each id; gives up at the first failure."""
+        for rid in rids:
+            try:
+                url = f"{root_url}/abort_request"
+                await client.post(url, json={"rid": rid}, headers=headers, timeout=http_timeout)
+            except httpx.HTTPError as exc:
+                logger.info("engine %s: could not abort %s (%r)", root_url, rid, exc)
+                return
 
 
-def health_route(dialect: Dialect) -> tuple[bool, str]:
-    """``(at_root, path)`` of the health check: ``/health`` at the root, or ``/v1/models``."""
-    return (False, "/models") if dialect == "openai" else (True, "/health")
+def _dialect_classes() -> Iterator[type[Dialect]]:
+    """Every registered dialect class, in definition order (subclasses walked depth first)."""
+    stack = list(reversed(Dialect.__subclasses__()))
+    while stack:
+        cls = stack.pop()
+        if cls._registered:
+            yield cls
+        stack.extend(reversed(cls.__subclasses__()))
+
+
+def _dialects() -> dict[str, type[Dialect]]:
+    return {cls.name: cls for cls in _dialect_classes()}
+
+
+def dialect_names() -> tuple[str, ...]:
+    """The registered dialect names, sorted.
+
+    >>> {"openai", "sglang", "vllm"} <= set(dialect_names())
+    True
+    """
+    return tuple(sorted(_dialects()))
+
+
+def get_dialect(dialect: str | Dialect) -> Dialect:
+    """The dialect registered as ``dialect`` (a :class:`Dialect` passes through).
+
+    >>> get_dialect("sglang")
+    SGLangDialect()
+    >>> get_dialect("tgi")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown dialect 'tgi' (known: ...)
+    """
+    if isinstance(dialect, Dialect):
+        return dialect
+    found = _dialects().get(dialect)
+    if found is None:
+        raise ValueError(f"unknown dialect {dialect!r} (known: {', '.join(dialect_names())})")
+    return found()
+
+
+def check_dialect_name(name: str) -> str:
+    """``name`` if a dialect is registered under it, else a ValueError naming the known ones
+    (what settings use as a validator)."""
+    get_dialect(name)
+    return name
 
 
 def abort_rids(rid: str, n: int) -> list[str]:
@@ -83,23 +243,6 @@ def abort_rids(rid: str, n: int) -> list[str]:
     (['r'], ['r', 'r_0', 'r_1'])
     """
     return [rid] if n <= 1 else [rid, *(f"{rid}_{i}" for i in range(n))]
-
-
-async def sglang_abort(
-    client: httpx.AsyncClient,
-    root_url: str,
-    rids: list[str],
-    headers: dict[str, str],
-    http_timeout: httpx.Timeout,
-) -> None:
-    """``POST {root_url}/abort_request`` for each id; gives up quietly at the first failure."""
-    for rid in rids:
-        try:
-            url = f"{root_url}/abort_request"
-            await client.post(url, json={"rid": rid}, headers=headers, timeout=http_timeout)
-        except httpx.HTTPError as exc:
-            logger.info("engine %s: could not abort %s (%r)", root_url, rid, exc)
-            return
 
 
 def reported_error(data: dict[str, Any]) -> tuple[str, int | None] | None:
@@ -157,11 +300,13 @@ def _code(value: Any) -> int | None:
 
 __all__ = [
     "Dialect",
+    "OpenAIDialect",
+    "SGLangDialect",
+    "VLLMDialect",
     "abort_rids",
+    "check_dialect_name",
+    "dialect_names",
     "error_message",
-    "health_route",
-    "max_tokens_key",
+    "get_dialect",
     "reported_error",
-    "request_fields",
-    "sglang_abort",
 ]

@@ -75,7 +75,6 @@ def running_playground(
             "api_keys": (KEY,),
             "aliases": {"gsr3": "gsr(n=3)", "rc2": "rc(steps=2, reasoning_tokens=60)"},
             "engine_max_retries": 0,
-            "disconnect_poll_s": 0.05,
             **settings,
         }
         with serving_in_thread(create_app(Settings(**fields))) as url:

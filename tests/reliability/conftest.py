@@ -38,7 +38,6 @@ def ponder_settings(*engines: FakeEngineHandle | str, **overrides: Any) -> Setti
         "engine_model": "fake-model",
         "api_keys": (KEY,),
         "engine_max_retries": 3,
-        "disconnect_poll_s": 0.05,
         "engine_health_interval_s": 0,
         **overrides,
     }

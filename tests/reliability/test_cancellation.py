@@ -63,10 +63,8 @@ async def send_then_hang_up(url: str, i: int, leave: asyncio.Event) -> None:
 
 
 async def test_clients_that_give_up_leave_no_engine_call_open(fake: FakeEngineHandle) -> None:
-    # The default disconnect poll (0.25 s): the property must hold as shipped.
-    settings = ponder_settings(
-        fake, max_concurrent_runs=REQUESTS, queue_size=REQUESTS, disconnect_poll_s=0.25
-    )
+    # The disconnect is the ASGI message itself, as shipped: no poll interval to tune.
+    settings = ponder_settings(fake, max_concurrent_runs=REQUESTS, queue_size=REQUESTS)
     with serving_ponder(settings) as (url, app):
         limiter = app.state.serving.limiter
         async with client(url) as c:

@@ -37,7 +37,6 @@ def settings_for(fake: FakeEngineHandle, **extra: Any) -> Settings:
         "api_keys": (KEY,),
         "aliases": {"gsr2": "gsr(n=2)", "rc2": "rc(steps=2, reasoning_tokens=40)"},
         "engine_max_retries": 0,
-        "disconnect_poll_s": 0.05,
         **extra,
     }
     return Settings(**fields)

@@ -177,14 +177,12 @@ async def run_condition(
 
 
 def make_engine(spec: str, model_dir: Path, served_name: str) -> Any:
-    """``local`` -> LocalEngine(model_dir) on one thread; a URL -> OpenAIEngine."""
-    if spec == "local":
-        from scaffolds.engines.local import LocalEngine
+    """``local`` -> ``local:model_dir`` on one thread; else an engine URL (see
+    :func:`scaffolds.engines.factory.engine_from_url`) serving ``served_name``."""
+    from scaffolds.engines.factory import EngineOptions, engine_from_url
 
-        return LocalEngine(model_dir, threads=1)
-    from scaffolds.engines.openai_http import OpenAIEngine
-
-    return OpenAIEngine(spec, served_name)
+    url = f"local:{model_dir}" if spec == "local" else spec
+    return engine_from_url(url, EngineOptions(model=served_name, threads=1))
 
 
 async def evaluate_model(

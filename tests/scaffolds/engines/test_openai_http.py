@@ -22,7 +22,8 @@ from scaffolds.engine import (
     StreamItem,
     chat,
 )
-from scaffolds.engines.openai_http import OpenAIEngine, _parse_retry_after
+from scaffolds.engines.openai_http import OpenAIEngine
+from scaffolds.engines.openai_parse import parse_retry_after as _parse_retry_after
 from scaffolds.errors import (
     EngineError,
     EngineRejectedError,

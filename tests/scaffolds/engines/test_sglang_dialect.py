@@ -108,7 +108,7 @@ async def test_usage_without_or_with_cache_details(
     final = items[-1]
     assert isinstance(final, GenerateResult) and final.usage.cached_tokens == 2
     # A usage object without the details key at all (older SGLang) counts no cache hits.
-    usage = engine._parse_usage({"prompt_tokens": 7, "completion_tokens": 3})
+    usage = engine.parser.usage({"prompt_tokens": 7, "completion_tokens": 3})
     assert (usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens) == (7, 3, 0)
 
 

@@ -1,0 +1,245 @@
+"""Reading OpenAI-compatible responses: JSON bodies and stream chunks to results.
+
+:class:`ResponseParser` folds a response (or each chunk of a stream) into one
+:class:`Choice` accumulator per sample and builds the
+:class:`~scaffolds.engine.GenerateResult`; anything malformed is an
+:class:`~scaffolds.errors.EngineError` that names the engine. It reads every server's
+shapes (see :mod:`scaffolds.engines.dialects`), so it needs no dialect.
+
+>>> parser = ResponseParser("http://e/v1")
+>>> accs: dict[int, Choice] = {}
+>>> parser.absorb({"choices": [{"index": 0, "text": "4", "finish_reason": "stop"}]}, accs, None)
+[EngineDelta(index=0, text='4', reasoning='')]
+>>> parser.result(1, accs, parser.usage({"completion_tokens": 1}), None).completions[0].text
+'4'
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from scaffolds.engine import Completion, EngineDelta, GenerateResult, Usage
+from scaffolds.engines.dialects import reported_error
+from scaffolds.errors import EngineError, EngineRejectedError
+
+__all__ = ["Choice", "ResponseParser", "is_int", "parse_retry_after", "retry_status"]
+
+_SNIPPET = 500
+_TOKEN_ID_PREFIX = "token_id:"
+
+
+def retry_status(status: int) -> bool:
+    """Whether an HTTP status is worth retrying (408, 429, 5xx)."""
+    return status in (408, 429) or status >= 500
+
+
+class ResponseParser:
+    """Parses the responses of the engine at ``base_url`` (named in its errors)."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+
+    def malformed(self, what: str) -> EngineError:
+        return EngineError(f"malformed response from engine {self.base_url}: {what}")
+
+    def decode(self, raw: bytes | str) -> Any:
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+            raise self.malformed(f"invalid JSON ({exc}): {text[:_SNIPPET]!r}") from exc
+
+    def absorb(self, data: Any, accs: dict[int, Choice], part_key: str | None) -> list[EngineDelta]:
+        """Fold a response (or one stream chunk) into ``accs``; return its new pieces."""
+        if not isinstance(data, dict):
+            raise self.malformed("expected a JSON object")
+        if (report := reported_error(data)) is not None:
+            message, code = report
+            text = f"engine {self.base_url} reported an error: {message}"
+            if code is not None and 400 <= code < 500 and not retry_status(code):
+                raise EngineRejectedError(text, status=code)  # the request's fault
+            raise EngineError(text, status=code)
+        choices = data.get("choices") or []
+        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+            raise self.malformed("'choices' is not a list of objects")
+        deltas = []
+        for choice in choices:
+            index = self.index(choice)
+            text, reasoning = accs.setdefault(index, Choice()).absorb(choice, part_key, self)
+            if text or reasoning:
+                deltas.append(EngineDelta(index, text=text, reasoning=reasoning))
+        return deltas
+
+    def index(self, choice: dict[str, Any]) -> int:
+        index = choice.get("index", 0)
+        if not is_int(index) or index < 0:
+            raise self.malformed(f"bad choice index {index!r}")
+        return int(index)
+
+    def usage(self, raw: Any) -> Usage:
+        if raw is None:
+            return Usage(calls=1)
+        if not isinstance(raw, dict):
+            raise self.malformed("'usage' is not an object")
+        details = raw.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        return Usage(
+            prompt_tokens=self.count(raw.get("prompt_tokens")),
+            completion_tokens=self.count(raw.get("completion_tokens")),
+            cached_tokens=self.count(cached),
+            calls=1,
+        )
+
+    def count(self, value: Any) -> int:
+        if value is not None and (not is_int(value) or value < 0):
+            raise self.malformed(f"bad token count {value!r}")
+        return int(value or 0)
+
+    def int_list(self, value: Any, what: str) -> list[int] | None:
+        if value is not None and (not isinstance(value, list) or not all(map(is_int, value))):
+            raise self.malformed(f"'{what}' is not a list of integers")
+        return value
+
+    def prompt_ids(self, data: dict[str, Any]) -> tuple[int, ...] | None:
+        ids = self.int_list(data.get("prompt_token_ids"), "prompt_token_ids")
+        choices = data.get("choices")
+        if ids is None and choices and isinstance(choices[0], dict):
+            ids = self.int_list(choices[0].get("prompt_token_ids"), "prompt_token_ids")
+        return tuple(ids) if ids is not None else None
+
+    def result(
+        self,
+        n: int,
+        accs: dict[int, Choice],
+        usage: Usage,
+        prompt_ids: tuple[int, ...] | None,
+    ) -> GenerateResult:
+        """The call's result from its gathered choices: exactly ``0..n-1``, and per-sample
+        token counts that add up to the reported usage."""
+        if sorted(accs) != list(range(n)):
+            raise self.malformed(f"expected choices 0..{n - 1}, got indices {sorted(accs)}")
+        ordered = [accs[i] for i in range(n)]
+        known = [a.known_count() for a in ordered]
+        unknown = [i for i, k in enumerate(known) if k is None]
+        if unknown:
+            rest = max(0, usage.completion_tokens - sum(k for k in known if k is not None))
+            share, extra = divmod(rest, len(unknown))
+            for rank, i in enumerate(unknown):
+                known[i] = share + (1 if rank < extra else 0)
+        completions = tuple(a.completion(k or 0) for a, k in zip(ordered, known, strict=True))
+        return GenerateResult(completions, usage, prompt_ids)
+
+
+@dataclass
+class Choice:
+    """One sample's pieces, gathered from a response or from stream chunks."""
+
+    text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    finish_reason: str | None = None
+    tokens: list[str] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    saw_logprobs: bool = False
+    token_ids: list[int] | None = None
+
+    def absorb(
+        self, choice: dict[str, Any], part_key: str | None, parser: ResponseParser
+    ) -> tuple[str, str]:
+        """Add one choice object (chat: its ``message``/``delta``); return the new text."""
+        part = choice.get(part_key) if part_key else choice
+        if part is None:
+            part = {}
+        if not isinstance(part, dict):
+            raise parser.malformed(f"'{part_key}' is not an object")
+        text = part.get("content") if part_key else part.get("text")
+        reasoning = part.get("reasoning_content") or part.get("reasoning")
+        for name, value in (("content", text), ("reasoning", reasoning)):
+            if value is not None and not isinstance(value, str):
+                raise parser.malformed(f"choice {name} is not a string")
+        text, reasoning = text or "", reasoning or ""
+        self.text.append(text)
+        self.reasoning.append(reasoning)
+        finish = choice.get("finish_reason")
+        if isinstance(finish, str):
+            self.finish_reason = finish
+        ids = parser.int_list(choice.get("token_ids"), "token_ids")
+        if ids is not None:
+            self.token_ids = (self.token_ids or []) + ids
+        lp = choice.get("logprobs")
+        if isinstance(lp, dict):
+            self._absorb_logprobs(lp, parser)
+        return text, reasoning
+
+    def _absorb_logprobs(self, lp: dict[str, Any], parser: ResponseParser) -> None:
+        self.saw_logprobs = True
+        if "content" in lp:  # chat: a list of {token, logprob, ...}
+            entries = lp.get("content") or []
+            if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+                raise parser.malformed("'logprobs.content' is not a list of objects")
+            pairs = [(e.get("token"), e.get("logprob")) for e in entries]
+        else:  # completions: parallel lists
+            tokens, values = lp.get("tokens") or [], lp.get("token_logprobs") or []
+            if not isinstance(tokens, list) or not isinstance(values, list):
+                raise parser.malformed("'logprobs.tokens' is not a list")
+            pairs = list(zip(tokens, values, strict=False))
+        for token, value in pairs:
+            if not isinstance(token, str) or not (value is None or isinstance(value, int | float)):
+                raise parser.malformed("a logprob entry has a bad token or value")
+            self.tokens.append(token)
+            # None (no logprob for this position) becomes NaN rather than a made-up number.
+            self.logprobs.append(float("nan") if value is None else float(value))
+
+    def _ids(self) -> list[int] | None:
+        if self.token_ids is not None:
+            return self.token_ids
+        if self.saw_logprobs and all(t.startswith(_TOKEN_ID_PREFIX) for t in self.tokens):
+            try:
+                return [int(t[len(_TOKEN_ID_PREFIX) :]) for t in self.tokens]
+            except ValueError:
+                return None
+        return None
+
+    def known_count(self) -> int | None:
+        ids = self._ids()
+        if ids is not None:
+            return len(ids)
+        return len(self.logprobs) if self.saw_logprobs else None
+
+    def completion(self, completion_tokens: int) -> Completion:
+        ids = self._ids()
+        reasoning = "".join(self.reasoning)
+        return Completion(
+            text="".join(self.text),
+            finish_reason=self.finish_reason,
+            reasoning=reasoning or None,
+            completion_tokens=completion_tokens,
+            token_ids=tuple(ids) if ids is not None else None,
+            logprobs=tuple(self.logprobs) if self.saw_logprobs else None,
+        )
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
