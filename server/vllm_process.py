@@ -49,13 +49,17 @@ class VLLMServer:
     model: str
     process: subprocess.Popen[bytes] | None = None
 
-    def metric(self, name: str) -> float:
-        """Sum of a Prometheus metric's samples (all label sets) from vLLM's /metrics."""
+    def metric(self, name: str, **labels: str) -> float:
+        """Sum of a Prometheus metric's samples from vLLM's /metrics: every label set, or
+        those with each of ``labels``."""
         text = httpx.get(self.base_url.removesuffix("/v1") + "/metrics", timeout=10).text
+        wanted = [f'{key}="{value}"' for key, value in labels.items()]
         total = 0.0
         for line in text.splitlines():
             if line.startswith(name + "{") or line.startswith(name + " "):
-                total += float(line.rsplit(" ", 1)[1])
+                label_text = line[len(name) :].partition("}")[0]
+                if all(pair in label_text for pair in wanted):
+                    total += float(line.rsplit(" ", 1)[1])
         return total
 
 
