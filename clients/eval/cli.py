@@ -226,6 +226,19 @@ def make_addition(
     err.print(f"wrote {rows} problems to {out}")
 
 
+@eval_app.command("make-arithmetic")
+def make_arithmetic(
+    out: Annotated[Path, typer.Option(help="JSONL file to write")],
+    count: Annotated[int, typer.Option(min=1)] = 200,
+    seed: Annotated[int, typer.Option()] = 0,
+) -> None:
+    """Write COUNT short English arithmetic questions (``What is 7 + 15?`` -> ``22``)."""
+    from clients.eval.synthetic import arithmetic_problems, write_rows
+
+    rows = write_rows(out, arithmetic_problems(count, seed=seed))
+    err.print(f"wrote {rows} problems to {out}")
+
+
 @eval_app.command()
 def report(
     out: Annotated[Path, typer.Argument(help="an eval output folder")],

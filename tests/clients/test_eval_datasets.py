@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from clients.eval.cli import eval_app
 from clients.eval.datasets import load_problems
 from clients.eval.grading import MathGrader
-from clients.eval.synthetic import addition_problems
+from clients.eval.synthetic import addition_problems, arithmetic_problems
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "problems.jsonl"
@@ -114,3 +114,20 @@ def test_make_addition_command(tmp_path: Path) -> None:
         assert 100 <= int(a) <= 999 and 100 <= int(b) <= 999
         assert int(row["answer"]) == int(a) + int(b)
     assert addition_problems(20, seed=8) != rows
+
+
+def test_make_arithmetic_command(tmp_path: Path) -> None:
+    out = tmp_path / "arith.jsonl"
+    result = CliRunner().invoke(
+        eval_app, ["make-arithmetic", "--count", "300", "--seed", "7", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows == arithmetic_problems(300, seed=7) != arithmetic_problems(300, seed=8)
+    assert len({r["id"] for r in rows}) == 300
+    for row in rows:
+        expression = row["problem"].removeprefix("What is ").split("?")[0]
+        assert set(expression) <= set("0123456789 +-*()")
+        assert eval(expression) == int(row["answer"])  # the text means what the answer says
+    ops = [sum(c in "+-*" for c in r["problem"]) for r in rows]
+    assert {1, 2} <= set(ops)
