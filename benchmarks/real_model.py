@@ -23,13 +23,10 @@ import json
 import math
 import subprocess
 import sys
-import time
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 from clients.eval.datasets import load_problems
 from clients.eval.grading import MathGrader
@@ -38,8 +35,7 @@ from clients.eval.results import read_results
 from clients.eval.runner import EvalConfig
 from clients.eval.synthetic import arithmetic_problems, write_rows
 from scaffolds.models.prepare import prepare_model
-from scaffolds.processes import owned_process
-from server.vllm_process import free_port, running_vllm, vllm_python
+from server.vllm_process import free_port, running_vllm, serving_process, vllm_python
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "smollm2-135m-instruct"
@@ -136,19 +132,8 @@ def ponder_over(engine_url: str, log: Path, max_tokens: int) -> Iterator[str]:
         "--prompts", "default", "--port", str(port), "--default-max-tokens", str(max_tokens),
         "--max-concurrent-runs", "32", "--log-text", "--log-level", "warning",
     ]  # fmt: skip
-    with log.open("wb") as out, owned_process(command, cwd=ROOT, stdout=out, stderr=out) as proc:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 300
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"ponder serve exited; see {log}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"ponder serve not healthy; see {log}")
-            time.sleep(0.5)
-        yield f"{url}/v1"
+    with serving_process(command, port=port, log_path=log, start_timeout=300):
+        yield f"http://127.0.0.1:{port}/v1"
 
 
 def run_set(name: str, dataset: Path, url: str, args: argparse.Namespace, limit: int) -> list[str]:

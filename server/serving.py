@@ -71,10 +71,7 @@ class Serving:
         metrics: Metrics | None = None,
         engines: Mapping[str, Engine] | None = None,
     ) -> Serving:
-        """Build engines (or use ``engines`` by model name) and validate every scaffold.
-
-        A bad default scaffold or alias raises :class:`SpecError` naming it.
-        """
+        """Serving over :meth:`ServedModels.build` (which raises on a bad scaffold)."""
         metrics = metrics or Metrics()
         served = ServedModels.build(settings, metrics=metrics, engines=engines)
         limiter = RunLimiter(settings.max_concurrent_runs, settings.queue_size, metrics)

@@ -14,10 +14,10 @@ from collections.abc import Callable
 import pytest
 
 from scaffolds import Budget, solve
-from scaffolds.engine import GenerateRequest, SamplingParams, Usage, chat
+from scaffolds.engine import GenerateRequest, SamplingParams, chat
 from scaffolds.engines import OpenAIEngine
 from scaffolds.trace import StepFinished, StepStarted
-from tests.engines.vllm_server import VLLMServer
+from tests.engines.vllm_server import VLLMServer, assert_accounts_every_token
 
 pytestmark = pytest.mark.vllm
 
@@ -107,11 +107,7 @@ async def test_every_scaffold_accounts_every_vllm_token(vllm_server: VLLMServer,
         result = await solve(
             spec, "What is 3+5?", engine, params=SamplingParams(max_tokens=24, temperature=1.0)
         )
-    finished = [e for e in result.events if isinstance(e, StepFinished)]
-    assert result.usage.calls == len(finished) >= 1
-    assert sum((e.usage for e in finished), start=Usage()) == result.usage
-    grown = vllm_server.metric("vllm:generation_tokens_total") - before
-    assert grown == result.usage.completion_tokens
+    assert_accounts_every_token(vllm_server, result, before)
     assert len(result.solutions) == 1
 
 

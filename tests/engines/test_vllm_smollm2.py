@@ -13,11 +13,16 @@ from collections.abc import Iterator
 import pytest
 
 from scaffolds import solve
-from scaffolds.engine import SamplingParams, Usage
+from scaffolds.engine import SamplingParams
 from scaffolds.engines import OpenAIEngine
 from scaffolds.models.prepare import prepare_model
-from scaffolds.trace import StepFinished
-from tests.engines.vllm_server import CACHE, VLLMServer, running_vllm, vllm_python_or_skip
+from tests.engines.vllm_server import (
+    CACHE,
+    VLLMServer,
+    assert_accounts_every_token,
+    running_vllm,
+    vllm_python_or_skip,
+)
 
 pytestmark = pytest.mark.vllm
 
@@ -71,9 +76,5 @@ async def test_every_scaffold_runs_and_accounts_every_token(
         result = await solve(
             spec, "What is 7 + 5?", engine, params=SamplingParams(max_tokens=48, temperature=0.7)
         )
-    finished = [e for e in result.events if isinstance(e, StepFinished)]
-    assert result.usage.calls == len(finished) >= 1
-    assert sum((e.usage for e in finished), start=Usage()) == result.usage
-    grown = smollm2_server.metric("vllm:generation_tokens_total") - before
-    assert grown == result.usage.completion_tokens
+    assert_accounts_every_token(smollm2_server, result, before)
     assert result.solutions and result.solutions[0].text.strip()

@@ -15,13 +15,18 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from server.vllm_process import ROOT, VLLMServer, free_port, running_vllm, vllm_python
+
+if TYPE_CHECKING:
+    from scaffolds.run import RunResult
 
 __all__ = [
     "MODEL_NAME",
     "ROOT",
     "VLLMServer",
+    "assert_accounts_every_token",
     "build_tiny_model",
     "free_port",
     "running_tiny_vllm",
@@ -56,6 +61,19 @@ def build_tiny_model(python: Path, target: Path) -> Path:
             env={**os.environ, "HF_HUB_OFFLINE": "1"},
         )
     return target
+
+
+def assert_accounts_every_token(server: VLLMServer, result: RunResult, before: float) -> None:
+    """Every engine call of ``result`` is a finished step, their usage adds up to the run's,
+    and the run's generated tokens are what vLLM counted since ``before``."""
+    from scaffolds.engine import Usage  # not at import: vLLM's venv runs this module too
+    from scaffolds.trace import StepFinished
+
+    finished = [e for e in result.events if isinstance(e, StepFinished)]
+    assert result.usage.calls == len(finished) >= 1
+    assert sum((e.usage for e in finished), start=Usage()) == result.usage
+    grown = server.metric("vllm:generation_tokens_total") - before
+    assert grown == result.usage.completion_tokens
 
 
 @contextmanager
