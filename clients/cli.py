@@ -1,4 +1,4 @@
-"""The ``ponder`` command: ``ponder serve``, ``ponder eval`` and ``ponder train``.
+"""The ``ponder`` command: ``ponder serve``, ``ponder eval``, ``ponder train`` and ``ponder models``.
 
 This module is small on purpose: each subcommand's app is imported only when that
 subcommand runs (or its help is asked for), so ``ponder --help`` imports neither the
@@ -7,7 +7,7 @@ subcommands from :data:`SUBCOMMANDS` without loading them. A new subcommand is o
 there: its name, ``module:attribute`` of its typer app, and a one-line summary.
 
 >>> sorted(SUBCOMMANDS)
-['eval', 'serve', 'train']
+['eval', 'models', 'serve', 'train']
 
 Example::
 

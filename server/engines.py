@@ -55,6 +55,7 @@ def model_engine(config: ModelConfig, settings: Settings) -> Engine:
         read_timeout=settings.engine_read_timeout_s,
         max_retries=settings.engine_max_retries,
         pool_shards=settings.engine_pool_shards,
+        max_model_len=config.max_model_len,
     )
     replicas = [engine_from_url(url, options) for url in config.engines]
     if len(replicas) == 1:

@@ -96,6 +96,11 @@ class Dialect:
         """A fresh id to send as ``rid`` with each call (None: send none)."""
         return None
 
+    def tokenize_route(self) -> tuple[bool, str] | None:
+        """``(at_root, path)`` of a route that counts a request's prompt tokens (vLLM's
+        ``/tokenize``), or None when the server has none."""
+        return None
+
     def abort_ids(self, body: Mapping[str, Any]) -> list[str]:
         """The ids to abort when the call of ``body`` is cancelled (none: no abort)."""
         return []
@@ -128,13 +133,17 @@ class OpenAIDialect(Dialect, name="openai"):
 
 
 class VLLMDialect(Dialect, name="vllm"):
-    """vLLM: token ids with logprobs, and ``logprobs: 0`` (the sampled token) on text.
+    """vLLM: token ids with logprobs, and ``logprobs: 0`` (the sampled token) on text;
+    prompt tokens counted by ``POST /tokenize``.
 
     >>> VLLMDialect().request_fields(chat=False, logprobs=True)
     {'logprobs': 0, 'return_tokens_as_token_ids': True}
     """
 
     __slots__ = ()
+
+    def tokenize_route(self) -> tuple[bool, str] | None:
+        return (True, "/tokenize")
 
     def request_fields(self, *, chat: bool, logprobs: bool) -> dict[str, Any]:
         fields = super().request_fields(chat=chat, logprobs=logprobs)

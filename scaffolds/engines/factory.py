@@ -62,6 +62,7 @@ class EngineOptions:
     read_timeout: float = 600.0
     max_retries: int = 3
     pool_shards: int = 8
+    max_model_len: int | None = None
     threads: int | None = None
     load: bool = False
 
@@ -80,6 +81,7 @@ def _http(url: str, options: EngineOptions) -> Engine:
         max_retries=options.max_retries,
         dialect=options.dialect,
         pool_shards=options.pool_shards,
+        max_model_len=options.max_model_len,
     )
 
 

@@ -41,7 +41,9 @@ from scaffolds.engine import (
     StreamItem,
     Usage,
 )
+from scaffolds.engines.context_fit import no_room
 from scaffolds.engines.dialects import Dialect, error_message, get_dialect
+from scaffolds.engines.openai_context import ContextWindow
 from scaffolds.engines.openai_parse import Choice, ResponseParser, parse_retry_after, retry_status
 from scaffolds.errors import (
     EngineError,
@@ -94,7 +96,10 @@ class OpenAIEngine:
     decides every server-specific field and route: with ``"vllm"``, logprob requests
     also ask for token ids; with ``"sglang"``, each call carries a ``rid`` and a
     cancelled call is aborted with ``POST /abort_request`` (best effort); with
-    ``"openai"``, chat requests send ``max_completion_tokens``. A client passed in is
+    ``"openai"``, chat requests send ``max_completion_tokens``. Each call's
+    ``max_tokens`` is lowered to what the model's context leaves after the prompt
+    (:class:`~scaffolds.engines.openai_context.ContextWindow`: ``max_model_len``, else what
+    the server reports). A client passed in is
     used as is and not closed by :meth:`aclose`; otherwise the engine creates and owns
     one on first use.
 
@@ -117,6 +122,7 @@ class OpenAIEngine:
         backoff_max: float = 20.0,
         dialect: str | Dialect = "vllm",
         pool_shards: int = POOL_SHARDS,
+        max_model_len: int | None = None,
     ) -> None:
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0 (got {max_retries})")
@@ -133,12 +139,14 @@ class OpenAIEngine:
         self.backoff_max = backoff_max
         self.read_timeout = read_timeout
         self._api_key = api_key
+        self.connect_timeout = connect_timeout
         self._timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
         self._client = client
         self._pool: list[httpx.AsyncClient] = []
         self._turn = itertools.count()
         self._backoff = wait_random_exponential(multiplier=backoff_base, max=backoff_max)
         self._aborts: set[asyncio.Task[None]] = set()
+        self._context = ContextWindow(self, max_model_len)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -186,7 +194,10 @@ class OpenAIEngine:
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
         """Sample ``request.params.n`` completions in one HTTP call."""
-        path, body = self._build_body(request, stream=False)
+        fitted = await self._context.fit(request)
+        if fitted is None:
+            return no_room(request.params.n)
+        path, body = self._build_body(fitted, stream=False)
         try:
             data = await self._request_json("POST", path, body)
         except (asyncio.CancelledError, EngineTimeoutError):
@@ -204,7 +215,11 @@ class OpenAIEngine:
         consumer closes the HTTP response, so the server sees the client go away; use
         ``contextlib.aclosing`` when breaking out of the loop early.
         """
-        path, body = self._build_body(request, stream=True)
+        fitted = await self._context.fit(request)
+        if fitted is None:
+            yield no_room(request.params.n)
+            return
+        path, body = self._build_body(fitted, stream=True)
         part_key = "delta" if request.is_chat else None
         try:
             response = await self._open("POST", path, body)
@@ -254,7 +269,7 @@ class OpenAIEngine:
         try:
             response = await self.client.get(
                 (self.root_url if at_root else self.base_url) + path,
-                headers=self._headers(),
+                headers=self.auth_headers(),
                 timeout=httpx.Timeout(self._timeout.connect or 5.0),
             )
         except httpx.HTTPError:
@@ -278,7 +293,7 @@ class OpenAIEngine:
         if not rids:
             return
         timeout = httpx.Timeout(self._timeout.connect or 5.0)
-        abort = self.dialect.abort(self.client, self.root_url, rids, self._headers(), timeout)
+        abort = self.dialect.abort(self.client, self.root_url, rids, self.auth_headers(), timeout)
         try:
             task = asyncio.get_running_loop().create_task(abort)
         except RuntimeError:  # no running loop: nothing to abort with
@@ -289,7 +304,7 @@ class OpenAIEngine:
 
     # -- requests and retries --------------------------------------------------------
 
-    def _headers(self) -> dict[str, str]:
+    def auth_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
 
     def _build_body(self, request: GenerateRequest, *, stream: bool) -> tuple[str, dict[str, Any]]:
@@ -351,7 +366,7 @@ class OpenAIEngine:
     async def _attempt(self, method: str, url: str, body: dict[str, Any] | None) -> httpx.Response:
         client = self.client
         request = client.build_request(
-            method, url, json=body, headers=self._headers(), timeout=self._timeout
+            method, url, json=body, headers=self.auth_headers(), timeout=self._timeout
         )
         response = await client.send(request, stream=True)
         if response.is_success:

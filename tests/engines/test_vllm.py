@@ -165,3 +165,32 @@ async def test_cancelling_a_call_aborts_the_generation_in_vllm(vllm_server: VLLM
         with pytest.raises(asyncio.CancelledError):
             await task
         assert await _eventually(lambda: vllm_server.metric("vllm:num_requests_running") == 0)
+
+
+@pytest.mark.parametrize(
+    "spec", ["single", "majority", "best_of_n", "self_refine", "rc", "abstraction", "gsr"]
+)
+async def test_every_scaffold_with_its_defaults_fits_a_short_context(
+    vllm_server: VLLMServer, spec: str
+) -> None:
+    # rc's default reasoning chunk (16,384 tokens) alone exceeds this engine's 2,048-token
+    # context; each call is clamped to what its prompt leaves, so nothing is refused.
+    # Stop strings keep the random model's texts short; vLLM checks max_tokens anyway.
+    async with _engine(vllm_server) as engine:
+        result = await solve(
+            spec, "What is 3+5?", engine, params=SamplingParams(temperature=1.0, stop=("e", "a"))
+        )
+    assert result.solutions
+    finished = [e for e in result.events if isinstance(e, StepFinished)]
+    assert finished and all(e.error is None for e in finished)
+
+
+async def test_a_prompt_longer_than_the_context_ends_cut_short(vllm_server: VLLMServer) -> None:
+    async with _engine(vllm_server) as engine:
+        result = await solve(
+            "single", LONG_PROBLEM * 6, engine, params=SamplingParams(max_tokens=64)
+        )
+    [solution] = result.solutions
+    [step] = [e for e in result.events if isinstance(e, StepFinished)]
+    assert solution.text == "" and step.finish_reasons == ("length",) and step.error is None
+    assert result.usage.calls == 0  # nothing was sent: it could not fit

@@ -73,8 +73,9 @@ async def test_a_new_dialect_shapes_requests_and_routes() -> None:
     engine = OpenAIEngine(URL, "m", client=client, dialect="cache_prompt_test", max_retries=0)
     result = await engine.generate(GenerateRequest(chat("2+2?")))
     assert result.completions[0].text == "4"
-    assert json.loads(seen[0].content)["cache_prompt"] is True
-    assert await engine.health() and seen[1].url.path == "/ping"
+    [call] = [r for r in seen if r.url.path.endswith("/chat/completions")]
+    assert json.loads(call.content)["cache_prompt"] is True
+    assert await engine.health() and seen[-1].url.path == "/ping"
     await client.aclose()
 
 
