@@ -1,4 +1,4 @@
-"""The ``ponder`` command: ``ponder serve``, ``ponder eval``, ``ponder train`` and ``ponder models``.
+"""The ``ponder`` command: ``serve``, ``eval``, ``train`` and ``models``.
 
 This module is small on purpose: each subcommand's app is imported only when that
 subcommand runs (or its help is asked for), so ``ponder --help`` imports neither the
