@@ -136,11 +136,9 @@ def serve(**given: Any) -> None:
             settings, say=lambda m: typer.echo(f"ponder serve: {m}", err=True)
         ) as settings:
             if embedded:
-                typer.echo(
-                    "ponder serve: aliases: "
-                    + ", ".join(f"{settings.model}+{a}" for a in settings.aliases),
-                    err=True,
-                )
+                for config in settings.served_models():
+                    aliases = ", ".join(config.alias_specs())
+                    typer.echo(f"ponder serve: {config.name} aliases: {aliases}", err=True)
             run_server(settings)
     except ValidationError as err:
         typer.echo(f"ponder serve: invalid settings:\n{setting_errors(err)}", err=True)

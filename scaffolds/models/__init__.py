@@ -74,6 +74,9 @@ class KnownModel:
     check_source: Callable[[], str | None] | None = None
     """None when the source is there, else what to install to get it."""
     max_model_len: int = 2048
+    """The context to serve it with."""
+    default_max_tokens: int | None = None
+    """max_tokens per call when a request sets none (served defaults)."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,8 @@ def _registry() -> Mapping[str, KnownModel]:
             aliases={"maj8": "majority(k=8)", "gsr4": "gsr(n=4)", "best4": "best_of_n(n=4)"},
             shipped=SHIPPED / "ponder-addition",
             source="shipped in the ponder package",
-            max_model_len=256,
+            max_model_len=2048,
+            default_max_tokens=8,
         ),
         smollm2.MODEL,
     )

