@@ -30,9 +30,9 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from scaffolds.engines.vllm_server import running_vllm, vllm_python
 from scaffolds.models import model_path
 from server.settings import Settings
-from server.vllm_process import running_vllm, vllm_python
 
 log = logging.getLogger(__name__)
 

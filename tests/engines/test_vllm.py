@@ -16,8 +16,8 @@ import pytest
 from scaffolds import Budget, solve
 from scaffolds.engine import GenerateRequest, SamplingParams, Usage, chat
 from scaffolds.engines import OpenAIEngine
+from scaffolds.engines.vllm_server import VLLMServer
 from scaffolds.trace import StepFinished, StepStarted
-from tests.engines.vllm_server import VLLMServer
 
 pytestmark = pytest.mark.vllm
 

@@ -15,9 +15,10 @@ import pytest
 from scaffolds import solve
 from scaffolds.engine import SamplingParams, Usage
 from scaffolds.engines import OpenAIEngine
+from scaffolds.engines.vllm_server import VLLMServer, running_vllm
 from scaffolds.models.prepare import prepare_model
 from scaffolds.trace import StepFinished
-from tests.engines.vllm_server import CACHE, VLLMServer, running_vllm, vllm_python_or_skip
+from testing.vllm import CACHE, vllm_python_or_skip
 
 pytestmark = pytest.mark.vllm
 
