@@ -33,10 +33,10 @@ from scaffolds.engine import (
     GenerateResult,
     Message,
     Prompt,
+    RewardModel,
     SamplingParams,
     Usage,
 )
-from scaffolds.engines.reward import RewardModel
 from scaffolds.errors import (
     BudgetExhaustedError,
     DeadlineExceededError,

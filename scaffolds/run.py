@@ -18,8 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from scaffolds.context import Budget, Context, Problem, Voter, gather_within_budget
-from scaffolds.engine import Engine, SamplingParams, Usage
-from scaffolds.engines.reward import RewardModel
+from scaffolds.engine import Engine, RewardModel, SamplingParams, Usage
 from scaffolds.errors import BudgetExhaustedError, DeadlineExceededError
 from scaffolds.prompts import PromptSet
 from scaffolds.strategies.base import Solution, Strategy
