@@ -89,7 +89,7 @@ class TemplateOwner(Protocol):
 
 
 class Voter(Protocol):
-    """Picks the winning answer of a vote (e.g. :class:`scaffolds.answers.AnswerChecker`,
+    """Picks the winning answer of a vote (e.g. :class:`scaffolds.answer_pool.AnswerChecker`,
     which runs math-verify in a process pool with a time limit)."""
 
     async def vote(self, answers: Sequence[str | None]) -> int | None: ...

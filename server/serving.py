@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from scaffolds.answers import AnswerChecker
+from scaffolds.answer_pool import AnswerChecker
 from scaffolds.context import Budget, Problem
 from scaffolds.engine import Engine, SamplingParams, messages_from_openai
 from scaffolds.engines.local import LocalEngine
