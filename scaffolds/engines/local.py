@@ -48,7 +48,7 @@ first needed (``pip install torch transformers``).
 
 >>> engine = LocalEngine("scaffolds/models/ponder-addition", max_batch=16)
 >>> engine.model_dir.name, engine.max_batch, engine.logprobs, engine.loaded
-('model', 16, 'raw', False)
+('ponder-addition', 16, 'raw', False)
 
 Typical use::
 
