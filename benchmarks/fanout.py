@@ -30,9 +30,9 @@ import httpx
 import openai
 
 from benchmarks.proxy_overhead import Target, ensure_venv, free_port, process, version
-from server.fake_engine import FakeEngineConfig, running_fake_engine
 from server.settings import Settings
-from tests.server.conftest import running_ponder
+from testing.fake_engine import FakeEngineConfig, running_fake_engine
+from testing.ponder import running_ponder
 
 MESSAGES = [{"role": "user", "content": "What is 6*7?"}]
 

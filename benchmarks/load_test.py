@@ -39,7 +39,7 @@ from benchmarks.proxy_overhead import (
 # The fake engine as in proxy_overhead, but answering the n samples a scaffold asks for.
 ENGINE_CODE = """
 import sys, uvicorn
-from server.fake_engine import FakeEngineConfig, FakeEngineState, create_app
+from testing.fake_engine import FakeEngineConfig, FakeEngineState, create_app
 reply = lambda body: ["The answer is \\\\boxed{42}."] * int(body.get("n") or 1)
 config = FakeEngineConfig(model=sys.argv[2], respond=reply, cached_tokens=0)
 app = create_app(config, FakeEngineState())

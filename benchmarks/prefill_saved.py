@@ -119,7 +119,8 @@ def engine_url(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
     if args.engine:
         yield args.engine, args.model
         return
-    from tests.engines.vllm_server import running_tiny_vllm, vllm_python
+    from scaffolds.engines.vllm_server import vllm_python
+    from testing.vllm import running_tiny_vllm
 
     python = vllm_python()
     if python is None:

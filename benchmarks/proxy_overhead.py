@@ -51,7 +51,7 @@ BODY = {
 # as little CPU as it can on these shared cores.
 ENGINE_CODE = """
 import sys, uvicorn
-from server.fake_engine import FakeEngineConfig, FakeEngineState, create_app
+from testing.fake_engine import FakeEngineConfig, FakeEngineState, create_app
 reply = lambda body: ["The answer is 42."]
 config = FakeEngineConfig(model=sys.argv[2], respond=reply, cached_tokens=0)
 app = create_app(config, FakeEngineState())

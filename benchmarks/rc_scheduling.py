@@ -21,7 +21,7 @@ import time
 import zlib
 from collections.abc import AsyncIterator
 
-from scaffolds.context import Context, Problem, gather
+from scaffolds.context import Context, Problem
 from scaffolds.engine import (
     Completion,
     GenerateRequest,
@@ -30,10 +30,11 @@ from scaffolds.engine import (
     Usage,
     stream_from_generate,
 )
+from scaffolds.fanout import gather
 from scaffolds.run import run_scaffold
 from scaffolds.strategies.base import Solution
 from scaffolds.strategies.majority import Majority
-from scaffolds.strategies.rc import RC, summarizable
+from scaffolds.strategies.rc import RC
 
 
 class SimulatedEngine:
@@ -101,7 +102,7 @@ async def lock_step(engine: SimulatedEngine, rc: RC, problems: list[Problem], k:
                         prompts.template("rc_summary"),
                         p,
                         summary=summaries[i][j],
-                        attempt=summarizable(attempts[i][j]),
+                        attempt=attempts[i][j].thinking,
                     ),
                     kind="summary",
                     label="summary",

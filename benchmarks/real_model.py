@@ -34,8 +34,8 @@ from clients.eval.pipeline import evaluate
 from clients.eval.results import read_results
 from clients.eval.runner import EvalConfig
 from clients.eval.synthetic import arithmetic_problems, write_rows
+from scaffolds.engines.vllm_server import free_port, running_vllm, serving_process, vllm_python
 from scaffolds.models.prepare import prepare_model
-from server.vllm_process import free_port, running_vllm, serving_process, vllm_python
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "smollm2-135m-instruct"

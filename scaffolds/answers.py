@@ -2,8 +2,9 @@ r"""Final-answer extraction, normalization, equivalence and voting.
 
 Extraction and normalization are cheap string work. Equivalence falls back to
 math-verify (imported lazily), whose parser can hang on pathological LaTeX; servers
-should go through :class:`AnswerChecker`, which runs it in a process pool under a time
-limit.
+should go through :class:`scaffolds.answer_pool.AnswerChecker`, which runs it in a
+process pool under a time limit (and, when that fails, calls these functions with
+``verify=False``: normalized strings only).
 
 >>> extract_answer("so the total is \\boxed{\\frac{1}{2}}.")
 '\\frac{1}{2}'
@@ -13,26 +14,16 @@ limit.
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import logging
 import math
-import multiprocessing
-import os
 import re
 import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from typing import Any, TypeVar
-
-from scaffolds.processes import watch_parent
+from typing import Any
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])\s*")
 _FINAL_IS = re.compile(r"final\s+answer\s*(?:is|:)\s*:?\s*([^\s:].*)", re.IGNORECASE)
@@ -279,22 +270,27 @@ def _same(a: str | None, b: str | None, check: Callable[[str, str], bool] | None
     return bool(na and nb) and (na == nb or (check is not None and check(na, nb)))
 
 
-def answers_equal(a: str, b: str, *, timeout_s: float = 5.0) -> bool:
-    r"""Whether two answers are the same: equal normalized, or math-verify equivalent.
+def answers_equal(a: str, b: str, *, timeout_s: float = 5.0, verify: bool = True) -> bool:
+    r"""Whether two answers are the same: equal normalized, or (with ``verify``)
+    math-verify equivalent.
 
     Safe from any thread: off the main thread math-verify runs without its signal
-    based timeout (run it in :class:`AnswerChecker` for a hard limit).
+    based timeout (run it in :class:`~scaffolds.answer_pool.AnswerChecker` for a hard
+    limit).
 
     >>> answers_equal(r"\frac{1}{2}", "0.5"), answers_equal("2,000", "2000")
     (True, True)
     >>> answers_equal("(1, 2)", "[1, 2)")
     False
     """
-    return _same(a, b, _Verifier(timeout_s).equivalent)
+    return _same(a, b, _Verifier(timeout_s).equivalent if verify else None)
 
 
-def is_correct(gold: str, prediction_text_or_answer: str, *, timeout_s: float = 5.0) -> bool:
-    r"""Grade a prediction (a bare answer or a whole solution) against the gold answer.
+def is_correct(
+    gold: str, prediction_text_or_answer: str, *, timeout_s: float = 5.0, verify: bool = True
+) -> bool:
+    r"""Grade a prediction (a bare answer or a whole solution) against the gold answer
+    (``verify=False``: by normalized strings only).
 
     >>> is_correct("72", "She earns 9 * 8 = 72 dollars.\n#### 72")
     True
@@ -302,7 +298,7 @@ def is_correct(gold: str, prediction_text_or_answer: str, *, timeout_s: float = 
     (True, False)
     """
     gold_answer, pred_answer = _answer_of(gold), _answer_of(prediction_text_or_answer)
-    return _same(gold_answer, pred_answer, _Verifier(timeout_s).verify)
+    return _same(gold_answer, pred_answer, _Verifier(timeout_s).verify if verify else None)
 
 
 def _cluster(
@@ -327,16 +323,18 @@ def _cluster(
     return sorted(clusters, key=lambda members: (-len(members), members[0]))
 
 
-def cluster_answers(answers: Sequence[str | None], *, timeout_s: float = 5.0) -> list[list[int]]:
+def cluster_answers(
+    answers: Sequence[str | None], *, timeout_s: float = 5.0, verify: bool = True
+) -> list[list[int]]:
     r"""Indices of equivalent answers grouped, largest group first, ties by first index.
 
     None and empty answers join no group. Each answer is compared with the first member
-    of each existing group.
+    of each existing group (``verify=False``: by normalized strings only).
 
     >>> cluster_answers(["1/2", "7", None, "0.5", "7.0", r"\frac12"])
     [[0, 3, 5], [1, 4]]
     """
-    return _cluster(answers, _Verifier(timeout_s).equivalent)
+    return _cluster(answers, _Verifier(timeout_s).equivalent if verify else None)
 
 
 def majority_vote(answers: Sequence[str | None], *, timeout_s: float = 5.0) -> int | None:
@@ -347,150 +345,3 @@ def majority_vote(answers: Sequence[str | None], *, timeout_s: float = 5.0) -> i
     """
     clusters = cluster_answers(answers, timeout_s=timeout_s)
     return clusters[0][0] if clusters else None
-
-
-def _warm_up() -> int:
-    """Import math-verify in a fresh worker so the first real task is not timed on it."""
-    answers_equal("1/2", "0.5")
-    return os.getpid()
-
-
-class AnswerChecker:
-    """Answer equivalence for async code, in a spawn process pool under a time limit.
-
-    Each task gets ``timeout_s`` seconds (counted once a worker is free for it); on a
-    timeout the pool is killed and replaced, and that one task falls back to comparing
-    normalized strings. ``inline=True`` runs everything in the calling thread instead.
-
-    >>> async def demo() -> int | None:
-    ...     async with AnswerChecker(inline=True) as checker:
-    ...         return await checker.vote(["7", "0.5", "1/2"])
-    >>> asyncio.run(demo())
-    1
-    """
-
-    def __init__(
-        self,
-        *,
-        max_workers: int = 1,
-        timeout_s: float = 10.0,
-        verify_timeout_s: float = 5.0,
-        startup_timeout_s: float = 60.0,
-        inline: bool = False,
-    ) -> None:
-        if max_workers < 1:
-            raise ValueError(f"max_workers must be >= 1 (got {max_workers})")
-        if timeout_s <= 0 or startup_timeout_s <= 0:
-            raise ValueError("timeout_s and startup_timeout_s must be > 0")
-        self.max_workers = max_workers
-        self.timeout_s = timeout_s
-        self.verify_timeout_s = verify_timeout_s
-        self.startup_timeout_s = startup_timeout_s
-        self.inline = inline
-        self._pool: ProcessPoolExecutor | None = None
-        self._warm: list[Future[int]] = []
-        self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
-        self._busy = 0
-        self._closed = False
-
-    async def cluster(self, answers: Sequence[str | None]) -> list[list[int]]:
-        """:func:`cluster_answers` under the time limit."""
-        items = list(answers)
-        return await self._run(cluster_answers, (items,), lambda: _cluster(items, None))
-
-    async def vote(self, answers: Sequence[str | None]) -> int | None:
-        """:func:`majority_vote` under the time limit."""
-        clusters = await self.cluster(answers)
-        return clusters[0][0] if clusters else None
-
-    async def equal(self, a: str, b: str) -> bool:
-        """:func:`answers_equal` under the time limit."""
-        return await self._run(answers_equal, (a, b), lambda: _same(a, b, None))
-
-    async def grade(self, gold: str, pred: str) -> bool:
-        """:func:`is_correct` under the time limit."""
-        return await self._run(
-            is_correct, (gold, pred), lambda: _same(_answer_of(gold), _answer_of(pred), None)
-        )
-
-    async def _run(
-        self, fn: Callable[..., T], args: tuple[Any, ...], fallback: Callable[[], T]
-    ) -> T:
-        task = functools.partial(fn, *args, timeout_s=self.verify_timeout_s)
-        if self.inline:
-            return task()
-        if self._closed:
-            raise RuntimeError("AnswerChecker is closed")
-        name = getattr(fn, "__name__", "task")
-        async with self._semaphore():
-            for _ in range(2):
-                pool = await self._ready_pool()
-                if pool is None:
-                    break
-                try:
-                    run = asyncio.get_running_loop().run_in_executor(pool, task)
-                except (RuntimeError, BrokenProcessPool):  # recycled by another task meanwhile
-                    continue
-                self._busy += 1
-                try:
-                    return await asyncio.wait_for(run, self.timeout_s)
-                except TimeoutError:
-                    logger.warning("%s took over %.3gs; recycling the pool", name, self.timeout_s)
-                    self._recycle(pool)
-                    break
-                except BrokenProcessPool:
-                    self._recycle(pool)
-                finally:
-                    self._busy -= 1
-        logger.warning("answer pool unusable; %s falls back to comparing strings", name)
-        return fallback()
-
-    def _semaphore(self) -> asyncio.Semaphore:
-        """At most ``max_workers`` tasks in flight, so none is timed while queued."""
-        loop = asyncio.get_running_loop()
-        if self._slots is None or self._slots[0] is not loop:
-            self._slots = (loop, asyncio.Semaphore(self.max_workers))
-        return self._slots[1]
-
-    async def _ready_pool(self) -> ProcessPoolExecutor | None:
-        if self._pool is None:
-            context = multiprocessing.get_context("spawn")
-            self._pool = ProcessPoolExecutor(
-                max_workers=self.max_workers, mp_context=context, initializer=watch_parent
-            )
-            self._warm = [self._pool.submit(_warm_up) for _ in range(self.max_workers)]
-        pool, warm = self._pool, self._warm
-        pending = [f for f in warm if not f.done()]
-        if pending:
-            waiting = [asyncio.wrap_future(f) for f in pending]
-            for wrapper in waiting:  # a failure is handled below; don't log it as unretrieved
-                wrapper.add_done_callback(lambda f: f.cancelled() or f.exception())
-            await asyncio.wait(waiting, timeout=self.startup_timeout_s)
-        if all(f.done() and not f.cancelled() and f.exception() is None for f in warm):
-            return pool
-        self._recycle(pool)
-        return None
-
-    def _recycle(self, pool: ProcessPoolExecutor) -> None:
-        """Kill ``pool``'s workers (a hung one never returns) and forget the pool."""
-        if self._pool is pool:
-            self._pool, self._warm = None, []
-        processes = getattr(pool, "_processes", None) or {}
-        for process in list(processes.values()):
-            process.kill()  # a no-op for a worker that already exited
-        pool.shutdown(wait=False, cancel_futures=True)
-
-    def close(self) -> None:
-        """Shut the pool down without blocking; workers still running a task are killed."""
-        self._closed = True
-        pool, self._pool, self._warm = self._pool, None, []
-        if pool is not None and self._busy:
-            self._recycle(pool)
-        elif pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
-
-    async def __aenter__(self) -> AnswerChecker:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        self.close()

@@ -1,10 +1,11 @@
 """The run context: engine, budget, trace, prompts and structured concurrency.
 
 A :class:`Context` is handed to every strategy. It is the only way a strategy talks to
-an engine, so it can enforce the budget, account usage across every sub-call, record
-the trace and derive per-call seeds. Children made with :meth:`Context.child` share one
-run state; fan-out goes through :func:`gather` (an :class:`asyncio.TaskGroup`), so
-cancelling the run cancels every engine call under it.
+an engine, so it can enforce the budget (through the run's :class:`~scaffolds.ledger.Ledger`),
+account usage across every sub-call, record the trace and derive per-call seeds.
+Children made with :meth:`Context.child` share one run state; fan-out goes through
+:func:`scaffolds.fanout.gather` (an :class:`asyncio.TaskGroup`), so cancelling the run
+cancels every engine call under it.
 
 >>> import asyncio
 >>> from scaffolds.engines.mock import MockEngine
@@ -17,34 +18,30 @@ cancelling the run cancels every engine call under it.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import time
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from scaffolds.answers import extract_answer
+from scaffolds.calls import traced_call
 from scaffolds.engine import (
     Completion,
     Engine,
-    EngineDelta,
     GenerateRequest,
     GenerateResult,
     Message,
     Prompt,
+    RewardModel,
     SamplingParams,
     Usage,
 )
-from scaffolds.engines.reward import RewardModel
-from scaffolds.errors import (
-    BudgetExhaustedError,
-    DeadlineExceededError,
-    EngineError,
-)
+from scaffolds.fanout import gather
+from scaffolds.forcing import forced_prompt, with_forced_answer
+from scaffolds.ledger import Ledger
 from scaffolds.problem import Budget, Problem, StepPrompt
 from scaffolds.prompts import PromptSet, Template, common_prompts
-from scaffolds.trace import StepDelta, StepFinished, StepStarted, TraceRecorder
+from scaffolds.trace import StepStarted, TraceRecorder
 
 __all__ = [
     "Budget",
@@ -54,14 +51,7 @@ __all__ = [
     "StepPrompt",
     "TemplateOwner",
     "Voter",
-    "gather",
-    "gather_within_budget",
 ]
-
-T = TypeVar("T")
-
-FORCE_ANSWER_TOKENS = 48
-"""Tokens held back when the budget cuts a step, so a forced final answer still fits."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +79,7 @@ class TemplateOwner(Protocol):
 
 
 class Voter(Protocol):
-    """Picks the winning answer of a vote (e.g. :class:`scaffolds.answers.AnswerChecker`,
+    """Picks the winning answer of a vote (e.g. :class:`scaffolds.answer_pool.AnswerChecker`,
     which runs math-verify in a process pool with a time limit)."""
 
     async def vote(self, answers: Sequence[str | None]) -> int | None: ...
@@ -100,19 +90,14 @@ class _RunState:
     """Shared, mutable accounting of one run (one per root context)."""
 
     engine: Engine
-    budget: Budget
+    ledger: Ledger
     recorder: TraceRecorder
     prompts: PromptSet
     params: SamplingParams
     chat: bool
-    deadline: float | None
     voter: Voter | None = None
     affinity_key: str | None = None
     reward_model: RewardModel | None = None
-    usage: Usage = field(default_factory=Usage)
-    reserved_tokens: int = 0
-    reserved_calls: int = 0
-    cut_reason: str | None = None
     step_counter: int = 0
     child_counters: dict[str, int] = field(default_factory=dict)
 
@@ -152,16 +137,13 @@ class Context:
         affinity_key: str | None = None,
         reward_model: RewardModel | None = None,
     ) -> Context:
-        budget = budget or Budget()
-        deadline = None if budget.timeout_s is None else time.monotonic() + budget.timeout_s
         state = _RunState(
             engine=engine,
-            budget=budget,
+            ledger=Ledger.start(budget or Budget()),
             recorder=recorder or TraceRecorder(),
             prompts=common_prompts(prompts) if isinstance(prompts, str) else prompts,
             params=params or SamplingParams(),
             chat=chat,
-            deadline=deadline,
             voter=voter,
             affinity_key=affinity_key,
             reward_model=reward_model,
@@ -171,7 +153,7 @@ class Context:
     # -- accessors -------------------------------------------------------------------
     @property
     def usage(self) -> Usage:
-        return self._state.usage
+        return self._state.ledger.usage
 
     @property
     def recorder(self) -> TraceRecorder:
@@ -190,7 +172,7 @@ class Context:
 
     @property
     def budget(self) -> Budget:
-        return self._state.budget
+        return self._state.ledger.budget
 
     @property
     def reward_model(self) -> RewardModel | None:
@@ -200,7 +182,7 @@ class Context:
     @property
     def cut_reason(self) -> str | None:
         """Why the budget cut the run short, if it did."""
-        return self._state.cut_reason
+        return self._state.ledger.cut_reason
 
     def child(
         self,
@@ -307,7 +289,7 @@ class Context:
         if source.parent_step is None and self.parent is not None:
             source = StepPrompt(source.prompt, source.template, source.fields, *self.parent)
         wanted = max_tokens if max_tokens is not None else state.params.max_tokens
-        grant = self._reserve(n, wanted)
+        grant = state.ledger.reserve(n, wanted)
         try:
             step_id = self._next_step_id()
             changes: dict[str, Any] = {"n": n, "max_tokens": grant.call_tokens}
@@ -332,7 +314,7 @@ class Context:
             cut = clamped and any(c.truncated for c in completions)
             return Step(step_id, completions, cut_short=cut)
         finally:
-            self._release(n, grant)
+            state.ledger.release(n, grant)
 
     def _next_step_id(self) -> str:
         self._state.step_counter += 1
@@ -348,111 +330,31 @@ class Context:
         final: bool,
         source: StepPrompt,
     ) -> GenerateResult:
-        """Call the engine with the step's trace events around it; account its usage."""
+        """Call the engine, recording the step's provenance (see :mod:`scaffolds.calls`)."""
         state = self._state
-        state.recorder.emit(
-            StepStarted(
-                step_id=step_id,
-                parent_id=self.scope_id,
-                kind=kind,
-                label=" > ".join((*self.scope, label)),
-                n=request.params.n,
-                final=final,
-                prompt=request.prompt_text(),
-                max_tokens=request.params.max_tokens,
-                choice=self.choice,
-                template=source.template,
-                fields=None if source.fields is None else dict(source.fields),
-                messages=(
-                    None
-                    if isinstance(request.prompt, str)
-                    else tuple(m.to_openai() for m in request.prompt)
-                ),
-                parent_step=source.parent_step,
-                sample=source.sample,
-            )
+        started = StepStarted(
+            step_id=step_id,
+            parent_id=self.scope_id,
+            kind=kind,
+            label=" > ".join((*self.scope, label)),
+            n=request.params.n,
+            final=final,
+            prompt=request.prompt_text(),
+            max_tokens=request.params.max_tokens,
+            choice=self.choice,
+            template=source.template,
+            fields=None if source.fields is None else dict(source.fields),
+            messages=(
+                None
+                if isinstance(request.prompt, str)
+                else tuple(m.to_openai() for m in request.prompt)
+            ),
+            parent_step=source.parent_step,
+            sample=source.sample,
         )
-        try:
-            result = await self._call(request, step_id)
-        except BaseException as exc:
-            state.recorder.emit(
-                StepFinished(step_id, (), (), (), Usage(), error=type(exc).__name__)
-            )
-            if isinstance(exc, TimeoutError):
-                state.cut_reason = state.cut_reason or "deadline"
-                raise DeadlineExceededError() from exc
-            raise
-        state.usage = state.usage + result.usage
-        completions = result.completions
-        state.recorder.emit(
-            StepFinished(
-                step_id,
-                texts=tuple(c.text for c in completions),
-                answers=tuple(extract_answer(c.text) for c in completions),
-                finish_reasons=tuple(c.finish_reason for c in completions),
-                usage=result.usage,
-                reasonings=tuple(c.reasoning for c in completions),
-                token_ids=tuple(c.token_ids for c in completions),
-                logprobs=tuple(c.logprobs for c in completions),
-                prompt_token_ids=result.prompt_token_ids,
-                completion_tokens=tuple(c.completion_tokens for c in completions),
-            )
+        return await traced_call(
+            state.engine, request, started, recorder=state.recorder, ledger=state.ledger
         )
-        return result
-
-    async def _call(self, request: GenerateRequest, step_id: str) -> GenerateResult:
-        state = self._state
-        deadline = state.deadline
-        loop_deadline = (
-            None
-            if deadline is None
-            else asyncio.get_running_loop().time() + deadline - time.monotonic()
-        )
-        async with asyncio.timeout_at(loop_deadline):
-            if not state.recorder.live:
-                return await state.engine.generate(request)
-            result: GenerateResult | None = None
-            async for item in state.engine.stream(request):
-                if isinstance(item, EngineDelta):
-                    state.recorder.emit(StepDelta(step_id, item.index, item.text, item.reasoning))
-                else:
-                    result = item
-            if result is None:
-                raise EngineError("the engine's stream ended without a result")
-            return result
-
-    def _reserve(self, n: int, wanted: int | None) -> _Grant:
-        """Check the budget and reserve what a call of ``n`` samples may spend."""
-        state, budget = self._state, self._state.budget
-        if state.deadline is not None and time.monotonic() >= state.deadline:
-            state.cut_reason = state.cut_reason or "deadline"
-            raise DeadlineExceededError()
-        if budget.max_calls is not None and (
-            state.usage.calls + state.reserved_calls >= budget.max_calls
-        ):
-            state.cut_reason = state.cut_reason or "calls"
-            raise BudgetExhaustedError("the run's engine-call budget is spent", limit="calls")
-        grant = _Grant(wanted, 0)
-        if budget.max_tokens is not None:
-            left = budget.max_tokens - state.usage.completion_tokens - state.reserved_tokens
-            share = left // n
-            if wanted is None or share < wanted:
-                # The budget, not the caller, bounds this call: hold back room for a
-                # forced final answer in case the cut lands mid-solution.
-                held = min(FORCE_ANSWER_TOKENS, share // 4)
-                if share - held < 1:
-                    state.cut_reason = state.cut_reason or "tokens"
-                    raise BudgetExhaustedError("the run's token budget is spent", limit="tokens")
-                grant = _Grant(share - held, held)
-            state.reserved_tokens += n * grant.tokens
-        state.reserved_calls += 1
-        return grant
-
-    def _release(self, n: int, grant: _Grant) -> None:
-        state = self._state
-        state.reserved_calls -= 1
-        if state.budget.max_tokens is not None:
-            state.reserved_tokens -= n * grant.tokens
 
     async def _force_answers(
         self,
@@ -464,26 +366,18 @@ class Context:
     ) -> list[Completion]:
         """Ask each budget-truncated, answerless sample for its final answer now.
 
-        The forced answers spend the tokens that :meth:`_reserve` held back; they are
+        The forced answers spend the tokens that the ledger held back; they are
         exempt from the call cap, so that a cut never leaves a sample without an answer.
         """
 
         async def force(index: int, completion: Completion) -> Completion:
             if not completion.truncated or extract_answer(completion.text) is not None:
                 return completion
-            self._state.cut_reason = self._state.cut_reason or "tokens"
+            self._state.ledger.cut("tokens")
             cue = self.prompts.template("force_answer").render()
-            forced_prompt: Prompt
-            if isinstance(prompt, str):
-                forced_prompt = prompt + completion.text + cue
-            else:
-                forced_prompt = (
-                    *prompt,
-                    Message("assistant", completion.text),
-                    Message("user", cue.strip()),
-                )
+            forced = forced_prompt(prompt, completion, cue)
             request = GenerateRequest(
-                forced_prompt,
+                forced,
                 self._state.params.replace(n=1, max_tokens=max_tokens, seed=None),
                 affinity_key=self._state.affinity_key,
             )
@@ -493,73 +387,14 @@ class Context:
                 kind="force_answer",
                 label=f"{label} (forced answer)",
                 final=False,
-                source=StepPrompt(forced_prompt, "force_answer", {}, step_id, index),
+                source=StepPrompt(forced, "force_answer", {}, step_id, index),
             )
-            extra = result.completions[0]
-            return Completion(
-                text=completion.text + cue + extra.text,
-                finish_reason="length",
-                reasoning=completion.reasoning,
-                completion_tokens=completion.completion_tokens + extra.completion_tokens,
-                token_ids=completion.token_ids,
-                logprobs=completion.logprobs,
-            )
+            return with_forced_answer(completion, cue, result.completions[0])
 
         return list(await gather(*(force(i, c) for i, c in enumerate(completions))))
-
-
-@dataclass(frozen=True, slots=True)
-class _Grant:
-    """What :meth:`Context._reserve` granted one call, per sample."""
-
-    call_tokens: int | None
-    held: int
-    """Tokens held back for a forced final answer (0 when the budget did not bind)."""
-
-    @property
-    def tokens(self) -> int:
-        return (self.call_tokens or 0) + self.held
 
 
 def _derive_seed(seed: int, step_id: str) -> int:
     """A per-call seed: deterministic for one run shape, distinct between calls."""
     digest = hashlib.sha256(f"{seed}:{step_id}".encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
-
-
-async def gather(*aws: Awaitable[T]) -> list[T]:
-    """Run awaitables concurrently in a TaskGroup; results in order.
-
-    One failure cancels the rest, and cancelling the caller cancels all of them.
-    """
-    try:
-        async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(_as_coroutine(aw)) for aw in aws]
-    except BaseExceptionGroup as group_error:
-        # Callers handle one error at a time (and the server maps it to a status), so
-        # surface the first real failure rather than the group.
-        raise _first_leaf(group_error) from group_error
-    return [task.result() for task in tasks]
-
-
-def _first_leaf(error: BaseException) -> BaseException:
-    while isinstance(error, BaseExceptionGroup):
-        error = error.exceptions[0]
-    return error
-
-
-async def gather_within_budget(*aws: Awaitable[T]) -> list[T | BudgetExhaustedError]:
-    """Like :func:`gather`, but a branch that runs out of budget yields its error
-    instead of cancelling its siblings (so a scaffold can use what did finish)."""
-
-    async def settle(aw: Awaitable[T]) -> T | BudgetExhaustedError:
-        try:
-            return await aw
-        except BudgetExhaustedError as exc:
-            return exc
-
-    return await gather(*(settle(aw) for aw in aws))
-
-
-async def _as_coroutine(aw: Awaitable[T]) -> T:
-    return await aw

@@ -1,9 +1,10 @@
 """The Engine protocol: generate n samples for one prompt.
 
 An engine is anything with an async ``generate`` method (and optionally a streaming
-form). Every scaffold talks to engines only through this module's types, so vLLM,
-SGLang, any OpenAI-compatible server, an in-process model and the test double
-:class:`~scaffolds.engines.mock.MockEngine` are interchangeable.
+form); a :class:`RewardModel` scores candidates. Every scaffold talks to engines only
+through this module's types, so vLLM, SGLang, any OpenAI-compatible server, an
+in-process model and the test double :class:`~scaffolds.engines.mock.MockEngine` are
+interchangeable.
 
 >>> req = GenerateRequest(prompt=(Message("user", "2+2?"),), params=SamplingParams(n=4))
 >>> req.params.n, req.is_chat
@@ -209,6 +210,15 @@ class Engine(Protocol):
     async def generate(self, request: GenerateRequest) -> GenerateResult: ...
 
     def stream(self, request: GenerateRequest) -> AsyncIterator[StreamItem]: ...
+
+
+@runtime_checkable
+class RewardModel(Protocol):
+    """Scores candidates for a problem: higher is better, one float per candidate
+    (for ``best_of_n(judge="reward")``). Whoever builds a run passes one in, e.g.
+    :class:`scaffolds.engines.reward.HTTPRewardModel` over vLLM's pooling API."""
+
+    async def score(self, problem: str, candidates: Sequence[str]) -> list[float]: ...
 
 
 async def stream_from_generate(

@@ -17,10 +17,10 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scaffolds.context import Budget, Context, Problem, Voter, gather_within_budget
-from scaffolds.engine import Engine, SamplingParams, Usage
-from scaffolds.engines.reward import RewardModel
+from scaffolds.context import Budget, Context, Problem, Voter
+from scaffolds.engine import Engine, RewardModel, SamplingParams, Usage
 from scaffolds.errors import BudgetExhaustedError, DeadlineExceededError
+from scaffolds.fanout import gather_within_budget
 from scaffolds.prompts import PromptSet
 from scaffolds.strategies.base import Solution, Strategy
 from scaffolds.trace import RunFinished, TraceEvent, TraceRecorder

@@ -35,12 +35,12 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from scaffolds.engines.vllm_server import running_vllm, vllm_python
 from scaffolds.errors import PonderError
 from scaffolds.models import KnownModel, get_model, model_path, model_status
 from scaffolds.models.prepare import prepare_model
 from server.model_config import ModelConfig
 from server.settings import Settings
-from server.vllm_process import running_vllm, vllm_python
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from scaffolds.answers import AnswerChecker
+from scaffolds.answer_pool import AnswerChecker
 from scaffolds.engine import Engine
 from scaffolds.run import RunResult, run_scaffold
 from scaffolds.spec import Registry, SpecLimits

@@ -7,12 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.engines.vllm_server import (
-    MODEL_NAME,
-    VLLMServer,
-    running_tiny_vllm,
-    vllm_python_or_skip,
-)
+from scaffolds.engines.vllm_server import VLLMServer
+from testing.vllm import MODEL_NAME, running_tiny_vllm, vllm_python_or_skip
 
 pytest_plugins = ["tests.process_guard"]
 
@@ -23,7 +19,7 @@ def vllm_server() -> Iterator[VLLMServer]:
 
     Skipped where no vLLM venv exists, unless ``PONDER_REQUIRE_VLLM=1`` (CI sets it),
     which turns a missing engine into a failure. ``PONDER_VLLM_URL`` points the tests at
-    an engine that is already running (``python -m tests.engines.vllm_server``).
+    an engine that is already running (``python -m testing.vllm``).
     """
     if url := os.environ.get("PONDER_VLLM_URL"):
         yield VLLMServer(url, MODEL_NAME)

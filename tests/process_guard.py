@@ -11,6 +11,7 @@ loads it anywhere.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import time
@@ -92,13 +93,16 @@ def gone(pid: int) -> bool:
 
 
 def _dies_with_us(process: Leftover) -> bool:
-    """Our own multiprocessing resource tracker: it exits when this process does."""
-    return process.ppid == os.getpid() and "resource_tracker" in process.command
+    """A multiprocessing child of this very process (a pool worker, the resource tracker):
+    it exits when this process does -- pools are shut down at interpreter exit, and the
+    project's pool workers watch their parent (``scaffolds.processes.watch_parent``)."""
+    return process.ppid == os.getpid() and "multiprocessing" in process.command
 
 
 def leftovers(token: str, *, grace_s: float = STRAGGLER_GRACE_S) -> list[Leftover]:
     """What is still running with ``token`` once ``grace_s`` has passed (or sooner, when
-    nothing is)."""
+    nothing is), apart from children that end with this process."""
+    gc.collect()  # a pool nothing refers to any more shuts its workers down
     deadline = time.monotonic() + grace_s
     while True:
         found = [p for p in processes_with(token, exclude={os.getpid()}) if not _dies_with_us(p)]

@@ -17,11 +17,12 @@ from pathlib import Path
 import httpx
 
 from clients.eval.synthetic import write_addition
+from scaffolds.engines.vllm_server import free_port
 from scaffolds.processes import owned_process, popen_owned, stop_group
-from server.fake_engine import FakeEngineConfig, running_fake_engine
+from testing.fake_engine import FakeEngineConfig, running_fake_engine
 from tests.clients.evalkit import MODEL, adder
 from tests.process_guard import descendants_of, gone
-from tests.server.conftest import free_port, wait_until
+from tests.server.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]

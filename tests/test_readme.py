@@ -7,7 +7,7 @@ import io
 import re
 from pathlib import Path
 
-from server.fake_engine import running_fake_engine
+from testing.fake_engine import running_fake_engine
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -30,7 +30,7 @@ def test_readme_python_example_runs_against_a_real_http_engine() -> None:
 
 def test_readme_sdk_example_runs_against_ponder_on_loopback() -> None:
     from server.settings import Settings
-    from tests.server.conftest import running_ponder
+    from testing.ponder import running_ponder
 
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
     example = next(b for b in blocks if "from openai import OpenAI" in b)

@@ -5,7 +5,7 @@ trace is exactly what serving would produce) and hands every finished
 :class:`~training.traces.TraceRecord` to a sink, e.g. a run directory's
 ``traces.jsonl``; a problem that fails is reported and left out, so rerunning retries
 it. :class:`GradeBook` grades all the texts of many traces at once, in math-verify's
-process pool (:class:`scaffolds.answers.AnswerChecker`), for the dataset builders.
+process pool (:class:`scaffolds.answer_pool.AnswerChecker`), for the dataset builders.
 
 >>> import asyncio
 >>> from scaffolds.engines.mock import MockEngine
@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scaffolds.answers import AnswerChecker, is_correct
+from scaffolds.answer_pool import AnswerChecker
+from scaffolds.answers import is_correct
 from scaffolds.context import Budget, Problem
 from scaffolds.engine import Engine, Message, SamplingParams
 from scaffolds.run import run_scaffold

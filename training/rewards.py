@@ -33,7 +33,8 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
-from scaffolds.answers import AnswerChecker, extract_boxed
+from scaffolds.answer_pool import AnswerChecker
+from scaffolds.answers import extract_boxed
 
 __all__ = [
     "DEFAULT_RUBRIC",

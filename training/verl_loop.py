@@ -45,7 +45,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from scaffolds.answers import AnswerChecker, is_correct
+from scaffolds.answer_pool import AnswerChecker
+from scaffolds.answers import is_correct
 from scaffolds.context import Context
 from scaffolds.engine import (
     Completion,

@@ -1,6 +1,6 @@
 """Reward models: score candidate solutions (for ``best_of_n(judge="reward")``).
 
-:class:`RewardModel` is a one-method protocol. :class:`HTTPRewardModel` talks to vLLM's
+:class:`HTTPRewardModel` implements :class:`scaffolds.engine.RewardModel` over vLLM's
 pooling API (a reward model served with ``--runner pooling``): one request per
 candidate, the conversation ``[user: problem, assistant: candidate]``, and the score is
 the last number of the pooled output (reward models return one value per token or one
@@ -15,18 +15,11 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import httpx
 
 from scaffolds.errors import EngineError, EngineUnavailableError
-
-
-@runtime_checkable
-class RewardModel(Protocol):
-    """Scores candidates for a problem: higher is better, one float per candidate."""
-
-    async def score(self, problem: str, candidates: Sequence[str]) -> list[float]: ...
 
 
 class HTTPRewardModel:

@@ -23,12 +23,17 @@ scaffolds.errors.NotFoundError: unknown model 'nope' (known: ponder-addition, sm
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
-from scaffolds.errors import NotFoundError, PonderError
+from scaffolds.errors import NotFoundError
+from scaffolds.models.known import (
+    KnownModel,
+    ModelNotReadyError,
+    ModelPreparationError,
+    ModelStatus,
+)
 
 __all__ = [
     "KnownModel",
@@ -44,47 +49,6 @@ __all__ = [
 
 SHIPPED = Path(__file__).resolve().parent
 MARKER = "PREPARED.json"
-
-
-class ModelNotReadyError(NotFoundError):
-    """The model is known but not prepared (or its source package is missing)."""
-
-
-class ModelPreparationError(PonderError):
-    """Preparing a model failed: a bad source file, a failed conversion."""
-
-    code = "model_preparation_failed"
-
-
-@dataclass(frozen=True)
-class KnownModel:
-    """One model Ponder can serve without a download.
-
-    ``shipped`` is the folder of a model in this package; otherwise ``prepare`` builds
-    the folder (``prepare(target, say)``) and ``source`` says where it comes from.
-    """
-
-    name: str
-    description: str
-    prompts: str
-    aliases: Mapping[str, str] = field(default_factory=dict)
-    shipped: Path | None = None
-    source: str = ""
-    prepare: Callable[[Path, Callable[[str], None]], None] | None = None
-    check_source: Callable[[], str | None] | None = None
-    """None when the source is there, else what to install to get it."""
-    max_model_len: int = 2048
-    """The context to serve it with."""
-    default_max_tokens: int | None = None
-    """max_tokens per call when a request sets none (served defaults)."""
-
-
-@dataclass(frozen=True)
-class ModelStatus:
-    name: str
-    ready: bool
-    path: Path
-    detail: str
 
 
 def models_home() -> Path:

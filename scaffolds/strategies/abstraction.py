@@ -15,8 +15,9 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from scaffolds.context import Context, Problem, StepPrompt, gather_within_budget
+from scaffolds.context import Context, Problem, StepPrompt
 from scaffolds.errors import BudgetExhaustedError
+from scaffolds.fanout import gather_within_budget
 from scaffolds.prompts import PromptSet, abstraction
 from scaffolds.steps import ContextLimits, Parent, RowInputs, StepBuilder, TracedStep
 from scaffolds.strategies.base import Solution, Strategy, register

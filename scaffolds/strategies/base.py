@@ -25,8 +25,10 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from scaffolds.context import Context, Problem, gather_within_budget
+from scaffolds.answers import extract_answer
+from scaffolds.context import Context, Problem, Step
 from scaffolds.errors import BudgetExhaustedError, InvalidRequestError
+from scaffolds.fanout import gather_within_budget
 from scaffolds.grammar import format_spec
 from scaffolds.prompts import PromptSet, common_prompts
 from scaffolds.steps import StepBuilder
@@ -51,8 +53,30 @@ class Solution:
     sample: int = 0
     """Which sample of step ``step_id`` this is."""
 
+    @classmethod
+    def from_step(cls, step: Step, sample: int = 0) -> Solution:
+        """Sample ``sample`` of an engine call as a solution (its answer extracted)."""
+        completion = step.completions[sample]
+        return cls(
+            completion.text,
+            extract_answer(completion.text),
+            step_id=step.step_id,
+            reasoning=completion.reasoning,
+            cut_short=step.cut_short,
+            sample=sample,
+        )
+
     def marked_cut_short(self) -> Solution:
         return replace(self, cut_short=True)
+
+    @property
+    def thinking(self) -> str:
+        """What the model thought: the reasoning channel, else the text before
+        ``</think>``, else the whole text (what an RC summary summarizes)."""
+        if self.reasoning:
+            return self.reasoning
+        head, sep, _ = self.text.partition("</think>")
+        return head if sep else self.text
 
     @property
     def source(self) -> tuple[str | None, int | None]:
@@ -99,7 +123,12 @@ class Strategy(BaseModel):
             inner.check_prompt_set(name)
 
     async def solve(self, problem: Problem, ctx: Context) -> Solution:
-        raise NotImplementedError
+        """One solution. A strategy that batches samples (and so overrides
+        :meth:`solve_many`) gets the one solution of ``solve_many(k=1)``."""
+        if not self.batches_samples:
+            raise NotImplementedError
+        [solution] = await self.solve_many(problem, ctx, 1)
+        return solution
 
     async def solve_many(
         self, problem: Problem, ctx: Context, k: int, label: str = "sample"

@@ -18,7 +18,6 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from scaffolds.answers import extract_answer
 from scaffolds.context import Context, Problem, StepPrompt
 from scaffolds.errors import BudgetExhaustedError
 from scaffolds.prompts import PromptSet, gsr
@@ -106,14 +105,8 @@ class GSR(Strategy):
             )
         except BudgetExhaustedError:
             return await pick_by_vote(candidates, ctx, expected=self.n + 1)
-        refined = step.first
-        return Solution(
-            refined.text,
-            extract_answer(refined.text),
-            step_id=step.step_id,
-            reasoning=refined.reasoning,
-            cut_short=step.cut_short or len(candidates) < self.n,
-        )
+        refined = Solution.from_step(step)
+        return refined.marked_cut_short() if len(candidates) < self.n else refined
 
     def max_calls(self) -> int:
         return self.solver.max_calls_many(self.n) + 1

@@ -18,9 +18,9 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from scaffolds.answers import extract_answer
-from scaffolds.context import Context, Problem, Step, StepPrompt, gather_within_budget
+from scaffolds.context import Context, Problem, StepPrompt
 from scaffolds.errors import BudgetExhaustedError
+from scaffolds.fanout import gather_within_budget
 from scaffolds.prompts import PromptSet, rc
 from scaffolds.steps import ContextLimits, Parent, RowInputs, StepBuilder, TracedStep
 from scaffolds.strategies.base import Solution, Strategy, keep_finished, register
@@ -58,7 +58,7 @@ async def _first_summary(
     )  # fmt: skip
     attempt = Solution(chunk.first.text, None, chunk.step_id, chunk.first.reasoning)
     made = await ctx.generate(
-        summary_prompt(ctx, problem, {"attempt": summarizable(attempt)}, attempt.source),
+        summary_prompt(ctx, problem, {"attempt": attempt.thinking}, attempt.source),
         kind="summary", label="summary 1", max_tokens=limits.summary_tokens or limits.max_tokens,
     )  # fmt: skip
     return {"summary": made.first.text}
@@ -104,10 +104,6 @@ class RC(Strategy):
     summary_tokens: int = Field(default=2048, ge=1)
     solver: Strategy | None = None
 
-    async def solve(self, problem: Problem, ctx: Context) -> Solution:
-        [solution] = await self.solve_many(problem, ctx, 1)
-        return solution
-
     async def solve_many(
         self, problem: Problem, ctx: Context, k: int, label: str = "sample"
     ) -> list[Solution]:
@@ -118,7 +114,7 @@ class RC(Strategy):
                 reasoning_prompt(ctx, problem, {}), kind="reasoning", label="reasoning 1", n=k,
                 max_tokens=self.reasoning_tokens, final=self.steps == 1, force_answer=True,
             )  # fmt: skip
-            first = [_as_solution(step, i) for i in range(len(step.completions))]
+            first = [Solution.from_step(step, i) for i in range(len(step.completions))]
         if k == 1:
             return [await self._continue(problem, ctx, first[0])]
         results = await gather_within_budget(
@@ -134,7 +130,7 @@ class RC(Strategy):
         for turn in range(2, self.steps + 1):
             try:
                 made = await ctx.generate(
-                    summary_prompt(ctx, problem, {**state, "attempt": summarizable(attempt)},
+                    summary_prompt(ctx, problem, {**state, "attempt": attempt.thinking},
                                    attempt.source),
                     kind="summary", label=f"summary {turn - 1}", max_tokens=self.summary_tokens,
                 )  # fmt: skip
@@ -146,7 +142,7 @@ class RC(Strategy):
                 )  # fmt: skip
             except BudgetExhaustedError:
                 return attempt.marked_cut_short()
-            attempt = _as_solution(step, 0)
+            attempt = Solution.from_step(step)
         return attempt
 
     def max_calls(self) -> int:
@@ -162,23 +158,3 @@ class RC(Strategy):
     def max_samples_many(self, k: int) -> int:
         first = k if self.solver is None else self.solver.max_samples_many(k)
         return first + k * 2 * (self.steps - 1)
-
-
-def summarizable(attempt: Solution) -> str:
-    """What of a reasoning chunk gets summarized: for thinking models, the thinking."""
-    if attempt.reasoning:
-        return attempt.reasoning
-    head, sep, _ = attempt.text.partition("</think>")
-    return head if sep else attempt.text
-
-
-def _as_solution(step: Step, sample: int) -> Solution:
-    completion = step.completions[sample]
-    return Solution(
-        completion.text,
-        extract_answer(completion.text),
-        step_id=step.step_id,
-        reasoning=completion.reasoning,
-        cut_short=step.cut_short,
-        sample=sample,
-    )

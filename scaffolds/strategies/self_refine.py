@@ -15,7 +15,6 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from scaffolds.answers import extract_answer
 from scaffolds.context import Context, Problem, StepPrompt
 from scaffolds.errors import BudgetExhaustedError
 from scaffolds.prompts import PromptSet, self_refine
@@ -115,14 +114,7 @@ class SelfRefine(Strategy):
                 )
             except BudgetExhaustedError:
                 return current.marked_cut_short()
-            refined = step.first
-            current = Solution(
-                refined.text,
-                extract_answer(refined.text),
-                step_id=step.step_id,
-                reasoning=refined.reasoning,
-                cut_short=step.cut_short,
-            )
+            current = Solution.from_step(step)
         return current
 
     def max_calls(self) -> int:

@@ -14,7 +14,6 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from scaffolds.answers import extract_answer
 from scaffolds.context import Context, Problem, StepPrompt
 from scaffolds.steps import ContextLimits, RowInputs, StepBuilder, TracedStep
 from scaffolds.strategies.base import Solution, Strategy, register
@@ -71,10 +70,6 @@ class Single(Strategy):
     max_tokens: int | None = Field(default=None, ge=1)
     """Cap on this call's tokens (default: the request's ``max_tokens``)."""
 
-    async def solve(self, problem: Problem, ctx: Context) -> Solution:
-        [solution] = await self.solve_many(problem, ctx, 1)
-        return solution
-
     async def solve_many(
         self, problem: Problem, ctx: Context, k: int, label: str = "sample"
     ) -> list[Solution]:
@@ -88,17 +83,7 @@ class Single(Strategy):
             final=True,
             force_answer=True,
         )
-        return [
-            Solution(
-                c.text,
-                extract_answer(c.text),
-                step_id=step.step_id,
-                reasoning=c.reasoning,
-                cut_short=step.cut_short,
-                sample=i,
-            )
-            for i, c in enumerate(step.completions)
-        ]
+        return [Solution.from_step(step, i) for i in range(len(step.completions))]
 
     def max_calls(self) -> int:
         return 1

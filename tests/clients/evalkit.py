@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from server.app import create_app
-from server.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from server.settings import Settings
-from server.threaded import serving_in_thread
+from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
+from testing.threaded import serving_in_thread
 
 MODEL = "fake-model"
 _SUM = re.compile(r"(\d{3})\+(\d{3})=")

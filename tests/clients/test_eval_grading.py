@@ -10,7 +10,7 @@ import pytest
 from clients.eval.datasets import Problem
 from clients.eval.grading import ExactGrader, JudgeGrader, MathGrader, parse_score
 from clients.eval.report import pass_at_k, summarize
-from server.fake_engine import FakeEngineConfig, fake_engine
+from testing.fake_engine import FakeEngineConfig, fake_engine
 
 CASES = [
     ("\\frac{1}{2}", "so \\boxed{\\frac{1}{2}}", True),

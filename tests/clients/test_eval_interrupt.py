@@ -18,7 +18,7 @@ import pytest
 
 from clients.eval.synthetic import write_addition
 from scaffolds.processes import popen_owned, stop_group
-from server.fake_engine import FakeEngineHandle
+from testing.fake_engine import FakeEngineHandle
 from tests.clients.evalkit import MODEL, ponder_over_fake, read_jsonl
 from tests.process_guard import descendants_of
 from tests.server.conftest import wait_until

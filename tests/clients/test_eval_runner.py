@@ -14,7 +14,7 @@ from clients.eval.datasets import Problem, load_problems
 from clients.eval.grading import MathGrader
 from clients.eval.pipeline import evaluate
 from clients.eval.runner import EvalConfig, run_eval
-from server.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
+from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from tests.clients.evalkit import MODEL, adder, keys, ponder_over_fake, read_jsonl, write_problems
 
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from server.vllm_process import ROOT
+from scaffolds.engines.vllm_server import ROOT
 
 DOCKER_DIR = ROOT / "docker"
 DOCKERFILE = DOCKER_DIR / "Dockerfile"

@@ -18,10 +18,10 @@ import pytest
 import yaml
 
 from scaffolds.engines.mock import MockEngine
+from scaffolds.engines.vllm_server import ROOT
 from scaffolds.models import model_path
 from server.app import create_app
 from server.settings import Settings
-from server.vllm_process import ROOT
 from tests.deploy.artifacts import (
     COMPOSE_FILE,
     DOCKER_DIR,

@@ -18,7 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from server.vllm_process import ROOT, free_port, serving_process
+from scaffolds.engines.vllm_server import ROOT, free_port, serving_process
+from testing.vllm import vllm_python_or_skip
 from tests.deploy.artifacts import (
     DOCKER_DIR,
     Exposition,
@@ -27,7 +28,6 @@ from tests.deploy.artifacts import (
     service_environment,
 )
 from tests.deploy.image_run import build_image_site, image_environment, running_image_command
-from tests.engines.vllm_server import vllm_python_or_skip
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -19,8 +19,8 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from server.app import create_app
-from server.fake_engine import running_fake_engine
 from server.settings import Settings
+from testing.fake_engine import running_fake_engine
 from tests.deploy.artifacts import (
     DASHBOARD,
     DOCKER_DIR,

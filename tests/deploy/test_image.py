@@ -20,9 +20,9 @@ import httpx
 import pytest
 from packaging.requirements import Requirement
 
-from server.fake_engine import running_fake_engine
+from scaffolds.engines.vllm_server import ROOT, free_port
 from server.settings import Settings
-from server.vllm_process import ROOT, free_port
+from testing.fake_engine import running_fake_engine
 from tests.deploy.artifacts import (
     LOCK_FILE,
     final_stage,

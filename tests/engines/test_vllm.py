@@ -16,8 +16,9 @@ import pytest
 from scaffolds import Budget, solve
 from scaffolds.engine import GenerateRequest, SamplingParams, chat
 from scaffolds.engines import OpenAIEngine
+from scaffolds.engines.vllm_server import VLLMServer
 from scaffolds.trace import StepFinished, StepStarted
-from tests.engines.vllm_server import VLLMServer, assert_accounts_every_token
+from testing.vllm import assert_accounts_every_token
 
 pytestmark = pytest.mark.vllm
 

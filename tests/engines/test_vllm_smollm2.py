@@ -15,14 +15,9 @@ import pytest
 from scaffolds import solve
 from scaffolds.engine import SamplingParams
 from scaffolds.engines import OpenAIEngine
+from scaffolds.engines.vllm_server import VLLMServer, running_vllm
 from scaffolds.models.prepare import prepare_model
-from tests.engines.vllm_server import (
-    CACHE,
-    VLLMServer,
-    assert_accounts_every_token,
-    running_vllm,
-    vllm_python_or_skip,
-)
+from testing.vllm import CACHE, assert_accounts_every_token, vllm_python_or_skip
 
 pytestmark = pytest.mark.vllm
 

@@ -17,9 +17,9 @@ from typing import Any, NoReturn
 import pytest
 
 from server.app import create_app
-from server.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from server.settings import Settings
-from server.threaded import serving_in_thread
+from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
+from testing.threaded import serving_in_thread
 from tests.server.conftest import make_client as make_client  # the route tests' app client
 
 KEY = "sk-playground-test"

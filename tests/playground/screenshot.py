@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from server.fake_engine import FakeEngineConfig
+from testing.fake_engine import FakeEngineConfig
 from tests.playground.conftest import KEY, KEY_STORAGE, launched_chromium, running_playground
 
 CANDIDATES = (

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from server.fake_engine import FakeEngineHandle
+from testing.fake_engine import FakeEngineHandle
 from tests.playground.conftest import KEY, KEY_STORAGE, MODEL
 
 PROBLEM = "What is 17 * 23?"

@@ -19,9 +19,9 @@ from fastapi import FastAPI
 from starlette.types import Scope
 
 from server.app import create_app
-from server.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from server.settings import Settings
-from server.threaded import serving_in_thread
+from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
+from testing.threaded import serving_in_thread
 from tests.server.conftest import parse_sse
 
 KEY = "sk-reliability-caller-key-7f3a9c"

@@ -19,8 +19,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from server.fake_engine import Failure, FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from server.logs import JsonFormatter
+from testing.fake_engine import Failure, FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from tests.reliability.conftest import (
     ENGINE_KEY,
     KEY,

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from server.fake_engine import FakeEngineHandle
+from testing.fake_engine import FakeEngineHandle
 from tests.reliability.conftest import (
     assert_answered,
     assert_openai_error,

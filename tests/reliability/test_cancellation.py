@@ -18,7 +18,7 @@ import time
 
 from starlette.types import Message
 
-from server.fake_engine import FakeEngineHandle
+from testing.fake_engine import FakeEngineHandle
 from tests.reliability.conftest import (
     KEY,
     chat,

@@ -8,13 +8,8 @@ import random
 import httpx
 from starlette.types import Message
 
-from server.fake_engine import (
-    FakeEngineConfig,
-    FakeEngineHandle,
-    FakeEngineState,
-    _plan,
-    create_app,
-)
+from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, FakeEngineState, create_app
+from testing.fake_engine.generation import make_plan
 from tests.reliability.conftest import chat_post_scope
 
 BODY = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
@@ -47,9 +42,11 @@ async def test_held_calls_wait_until_released(fake: FakeEngineHandle) -> None:
 def test_heavy_tailed_latency_per_call_or_per_token() -> None:
     random.seed(7)
     state, body = FakeEngineState(), {**BODY, "n": 1}
-    per_call = _plan(body, True, FakeEngineConfig(latency_per_token=0.01, tail_alpha=1.5), state)
+    per_call = make_plan(
+        body, True, FakeEngineConfig(latency_per_token=0.01, tail_alpha=1.5), state
+    )
     config = FakeEngineConfig(latency_per_token=0.01, tail_alpha=1.5, tail_per_token=True)
-    per_token = _plan(body, True, config, state)
+    per_token = make_plan(body, True, config, state)
     assert len(set(per_call.step_delays)) == 1 and per_call.step_delays[0] >= 0.01
     assert len(set(per_token.step_delays)) == len(per_token.step_delays) > 1
     assert min(per_token.step_delays) >= 0.01  # Pareto draws are >= 1

@@ -20,10 +20,10 @@ from typing import Any
 
 import httpx
 
+from scaffolds.engines.vllm_server import free_port
 from scaffolds.processes import owned_process
-from server.fake_engine import FakeEngineConfig, running_fake_engine
+from testing.fake_engine import FakeEngineConfig, running_fake_engine
 from tests.reliability.conftest import chat, client, eventually, ponder_settings, serving_ponder
-from tests.server.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 COOLDOWN_S = 1.0
@@ -35,7 +35,7 @@ def engine_process(port: int) -> Iterator[subprocess.Popen[bytes]]:
 
     It starts in the background: :func:`wait_up` before relying on it.
     """
-    cmd = [sys.executable, "-m", "server.fake_engine", "--port", str(port)]
+    cmd = [sys.executable, "-m", "testing.fake_engine", "--port", str(port)]
     with owned_process(
         [*cmd, "--latency-per-token", "0.02"],
         grace_s=0,

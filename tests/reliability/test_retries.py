@@ -17,8 +17,8 @@ import pytest
 
 from scaffolds.engine import GenerateRequest, GenerateResult, StreamItem
 from server.app import create_app
-from server.fake_engine import FakeEngineHandle
 from server.settings import Settings
+from testing.fake_engine import FakeEngineHandle
 from tests.reliability.conftest import (
     ConnectionDropper,
     assert_answered,
@@ -134,7 +134,7 @@ async def test_nothing_is_retried_after_a_stream_began(fake: FakeEngineHandle, f
         fake.config.truncate_after_chunks = 3
     else:
         fake.config.fail_next(503)  # the first call fails before it begins: retried
-        from server.fake_engine import Failure
+        from testing.fake_engine import Failure
 
         fake.config.stream_error = Failure(503, message="engine overloaded mid-stream")
     with serving_ponder(ponder_settings(fake)) as (url, _):

@@ -21,10 +21,10 @@ from typing import Any
 
 import httpx
 
+from scaffolds.engines.vllm_server import free_port
 from scaffolds.processes import owned_process
-from server.fake_engine import FakeEngineHandle
+from testing.fake_engine import FakeEngineHandle
 from tests.reliability.conftest import KEY, MODEL, assert_answered, auth, chat
-from tests.server.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNNING, QUEUED = 6, 6

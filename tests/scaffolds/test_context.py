@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from scaffolds.context import FORCE_ANSWER_TOKENS, Budget, Context, Problem, gather
+from scaffolds.context import Budget, Context, Problem
 from scaffolds.engine import Message, SamplingParams
 from scaffolds.engines.mock import MockEngine
 from scaffolds.errors import (
@@ -14,6 +14,8 @@ from scaffolds.errors import (
     EngineUnavailableError,
     InvalidRequestError,
 )
+from scaffolds.fanout import gather
+from scaffolds.ledger import FORCE_ANSWER_TOKENS
 from scaffolds.spec import get_prompt_set
 from scaffolds.trace import StepDelta, StepFinished, StepStarted, TraceRecorder
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -16,7 +14,6 @@ from fastapi import FastAPI
 from scaffolds.engines.mock import Handler, MockEngine
 from server.app import create_app
 from server.settings import Settings
-from server.threaded import serving_in_thread
 
 UNUSED = "http://engine.invalid/v1"
 
@@ -90,23 +87,6 @@ def collect(chunks: list[Any]) -> dict[int, dict[str, str]]:
 async def aiter_text(response: httpx.Response) -> AsyncIterator[str]:
     async for text in response.aiter_text():
         yield text
-
-
-# -- real servers --------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextlib.contextmanager
-def running_ponder(settings: Settings) -> Iterator[str]:
-    """Serve ``create_app(settings)`` with uvicorn on a free loopback port, in a thread.
-
-    Yields the server's root URL (``http://127.0.0.1:PORT``).
-    """
-    with serving_in_thread(create_app(settings)) as url:
-        yield url
 
 
 def wait_until(predicate: Callable[[], bool], within: float = 10.0) -> bool:

@@ -19,10 +19,11 @@ import pytest
 from typer.testing import CliRunner
 
 from clients.cli import app
+from scaffolds.engines.vllm_server import free_port
 from scaffolds.processes import popen_owned, stop_group
-from server.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
+from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from tests.process_guard import children_of, gone
-from tests.server.conftest import free_port, wait_until
+from tests.server.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-cli-secret-key"
@@ -125,7 +126,7 @@ def test_serve_with_no_engine_serves_the_shipped_model_in_process() -> None:
 @pytest.mark.vllm
 @pytest.mark.timeout(2400)
 def test_serve_with_no_engine_prefers_vllm_when_its_venv_exists() -> None:
-    from tests.engines.vllm_server import vllm_python_or_skip
+    from testing.vllm import vllm_python_or_skip
 
     vllm_python_or_skip()
     answer, sentence, stderr = _serve_with_no_engine([], within=1200)
@@ -141,7 +142,7 @@ def test_serve_with_no_engine_prefers_vllm_when_its_venv_exists() -> None:
 
 @pytest.mark.vllm
 def test_sigterm_while_vllm_starts_stops_vllm_too() -> None:
-    from tests.engines.vllm_server import vllm_python_or_skip
+    from testing.vllm import vllm_python_or_skip
 
     vllm_python_or_skip()
     proc = popen_owned(

@@ -11,14 +11,15 @@ import httpx
 import openai
 import pytest
 
-from server.fake_engine import (
+from server.settings import Settings
+from testing.fake_engine import (
     FakeEngineConfig,
     FakeEngineHandle,
     default_responder,
     running_fake_engine,
 )
-from server.settings import Settings
-from tests.server.conftest import running_ponder, wait_until
+from testing.ponder import running_ponder
+from tests.server.conftest import wait_until
 
 KEY = "sk-ponder-test"
 MODEL = "fake-model"

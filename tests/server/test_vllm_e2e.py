@@ -11,9 +11,9 @@ from collections.abc import Iterator
 import openai
 import pytest
 
+from scaffolds.engines.vllm_server import VLLMServer
 from server.settings import Settings
-from tests.engines.vllm_server import VLLMServer
-from tests.server.conftest import running_ponder
+from testing.ponder import running_ponder
 
 pytestmark = pytest.mark.vllm
 

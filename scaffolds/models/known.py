@@ -1,0 +1,53 @@
+"""What a known model is (:class:`KnownModel`), its status, and the errors of getting
+one ready; the registry itself is :mod:`scaffolds.models`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from scaffolds.errors import NotFoundError, PonderError
+
+__all__ = ["KnownModel", "ModelNotReadyError", "ModelPreparationError", "ModelStatus"]
+
+
+class ModelNotReadyError(NotFoundError):
+    """The model is known but not prepared (or its source package is missing)."""
+
+
+class ModelPreparationError(PonderError):
+    """Preparing a model failed: a bad source file, a failed conversion."""
+
+    code = "model_preparation_failed"
+
+
+@dataclass(frozen=True)
+class KnownModel:
+    """One model Ponder can serve without a download.
+
+    ``shipped`` is the folder of a model in this package; otherwise ``prepare`` builds
+    the folder (``prepare(target, say)``) and ``source`` says where it comes from.
+    """
+
+    name: str
+    description: str
+    prompts: str
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    shipped: Path | None = None
+    source: str = ""
+    prepare: Callable[[Path, Callable[[str], None]], None] | None = None
+    check_source: Callable[[], str | None] | None = None
+    """None when the source is there, else what to install to get it."""
+    max_model_len: int = 2048
+    """The context to serve it with."""
+    default_max_tokens: int | None = None
+    """max_tokens per call when a request sets none (served defaults)."""
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    name: str
+    ready: bool
+    path: Path
+    detail: str

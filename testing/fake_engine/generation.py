@@ -1,0 +1,247 @@
+"""How a fake engine answers one generation call: the plan of its samples, the full
+body, and the stream (with the configured faults)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from testing.fake_engine.config import (
+    CACHE_BLOCK,
+    HOLD_POLL,
+    FakeEngineConfig,
+    FakeEngineState,
+)
+from testing.fake_engine.tokens import common_prefix, prompt_text, split_tokens, token_id
+
+
+def validate(body: Any, chat: bool) -> str | None:
+    if not isinstance(body, dict):
+        return "the request body must be a JSON object"
+    if chat:
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
+            return "'messages' must be a non-empty list of objects"
+    elif not isinstance(body.get("prompt"), str):
+        return "'prompt' must be a string"
+    for name in ("n", "max_tokens", "max_completion_tokens"):
+        value = body.get(name)
+        if value is not None and (not isinstance(value, int) or value < 1):
+            return f"'{name}' must be a positive integer"
+    return None
+
+
+@dataclass
+class Sample:
+    pieces: list[tuple[str, str]]  # (kind: "reasoning" | "content", text)
+    finish: str
+
+
+@dataclass
+class Plan:
+    chat: bool
+    body: dict[str, Any]
+    samples: list[Sample]
+    prompt_pieces: list[str]
+    cached: int
+    step_delays: list[float]
+    """Seconds before each decoding step (one step = one token of every sample)."""
+    dialect: str = "vllm"
+    id: str = field(default_factory=lambda: f"fake-{uuid.uuid4().hex[:12]}")
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def steps(self) -> int:
+        return max((len(s.pieces) for s in self.samples), default=0)
+
+    def logprobs_wanted(self) -> bool:
+        lp = self.body.get("logprobs")
+        return lp is True if self.chat else lp is not None and lp is not False
+
+    def logprobs(self, pieces: list[str]) -> dict[str, Any]:
+        """Logprobs in the chat or completions shape (``token_id:N`` tokens if asked)."""
+        as_ids = self.body.get("return_tokens_as_token_ids")
+        tokens = [f"token_id:{token_id(p)}" if as_ids else p for p in pieces]
+        values = [-(token_id(p) % 997) / 997 for p in pieces]
+        if not self.chat:
+            return {"tokens": tokens, "token_logprobs": values, "top_logprobs": None}
+        pairs = zip(tokens, values, strict=True)
+        return {"content": [{"token": t, "logprob": v, "top_logprobs": []} for t, v in pairs]}
+
+    def usage(self) -> dict[str, Any]:
+        completion = sum(len(s.pieces) for s in self.samples)
+        prompt = len(self.prompt_pieces)
+        out: dict[str, Any] = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": self.cached},
+        }
+        if self.dialect == "sglang":  # details only when something was cached
+            out["prompt_tokens_details"] = {"cached_tokens": self.cached} if self.cached else None
+            kinds = [k for s in self.samples for k, _ in s.pieces]
+            out["reasoning_tokens"] = kinds.count("reasoning")
+        return out
+
+
+def make_plan(
+    body: dict[str, Any], chat: bool, config: FakeEngineConfig, state: FakeEngineState
+) -> Plan:
+    n = int(body.get("n") or 1)
+    texts = config.respond(body)
+    if len(texts) != n:
+        raise ValueError(f"responder returned {len(texts)} texts for n={n}")
+    limit = body.get("max_completion_tokens") or body.get("max_tokens")
+    stops = body.get("stop") or []
+    stops = [stops] if isinstance(stops, str) else list(stops)
+    samples = []
+    for text in texts:
+        finish = "stop"
+        cuts = [text.find(s) for s in stops if s and s in text]
+        text = text[: min(cuts)] if cuts else text
+        pieces = [("reasoning", p) for p in split_tokens(config.reasoning or "")] if chat else []
+        if pieces and config.dialect == "sglang" and body.get("separate_reasoning") is False:
+            inline = f"<think>{config.reasoning}</think>"  # SGLang leaves it in the text
+            pieces, text = [], inline + text
+        pieces += [("content", p) for p in split_tokens(text)]
+        if limit is not None and len(pieces) > limit:
+            pieces, finish = pieces[:limit], "length"
+        samples.append(Sample(pieces, finish))
+    prompt_pieces = split_tokens(prompt_text(body))
+    if config.cached_tokens is not None:
+        cached = min(config.cached_tokens, len(prompt_pieces))
+    else:
+        common = [common_prefix(s, prompt_pieces) for s in state._seen_prompts]
+        cached = max(common, default=0) // CACHE_BLOCK * CACHE_BLOCK
+        state._seen_prompts = [*state._seen_prompts[-255:], prompt_pieces]
+    steps = max((len(s.pieces) for s in samples), default=0)
+    step, alpha = config.latency_per_token, config.tail_alpha
+    if alpha and step and config.tail_per_token:
+        delays = [step * random.paretovariate(alpha) for _ in range(steps)]
+    else:
+        delays = [step * random.paretovariate(alpha) if alpha and step else step] * steps
+    return Plan(chat, body, samples, prompt_pieces, cached, delays, config.dialect)
+
+
+def full_body(plan: Plan, config: FakeEngineConfig) -> dict[str, Any]:
+    choices = []
+    for i, sample in enumerate(plan.samples):
+        content = "".join(t for k, t in sample.pieces if k == "content")
+        reasoning = "".join(t for k, t in sample.pieces if k == "reasoning")
+        pieces = [t for _, t in sample.pieces]
+        logprobs = plan.logprobs(pieces) if plan.logprobs_wanted() else None
+        choice: dict[str, Any] = {"index": i, "finish_reason": sample.finish, "logprobs": logprobs}
+        if plan.chat:
+            message: dict[str, Any] = {"role": "assistant", "content": content}
+            if reasoning:
+                message[reasoning_field(config)] = reasoning
+            choice["message"] = message
+        else:
+            choice["text"] = content
+        if plan.body.get("return_token_ids"):
+            choice["token_ids"] = [token_id(p) for p in pieces]
+        choices.append(choice)
+    obj = "chat.completion" if plan.chat else "text_completion"
+    out = {"id": plan.id, "object": obj, "created": plan.created, "model": plan.body.get("model")}
+    out |= {"choices": choices, "usage": plan.usage()}
+    if plan.body.get("return_token_ids"):
+        out["prompt_token_ids"] = [token_id(p) for p in plan.prompt_pieces]
+    return out
+
+
+def sse(data: dict[str, Any] | str) -> str:
+    return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n"
+
+
+def reasoning_field(config: FakeEngineConfig) -> str:
+    return "reasoning_content" if config.dialect == "sglang" else config.reasoning_field
+
+
+def error_body(config: FakeEngineConfig, status: int, message: str) -> dict[str, Any]:
+    error = {"message": message, "type": "FakeEngineError", "param": None, "code": status}
+    return {"object": "error", **error} if config.dialect == "sglang" else {"error": error}
+
+
+class _DropConnection(Exception):
+    """Raised inside a stream to make the server abort the connection."""
+
+
+async def stream_body(
+    plan: Plan, config: FakeEngineConfig, state: FakeEngineState
+) -> AsyncIterator[str]:
+    state.enter()
+    outcome = "cancelled"
+    obj = "chat.completion.chunk" if plan.chat else "text_completion"
+    head = {"id": plan.id, "object": obj, "created": plan.created, "model": plan.body.get("model")}
+
+    def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
+        return sse({**head, "choices": choices, **extra})
+
+    try:
+        await _while_held(config, state)  # a disconnect cancels this generator
+        if plan.chat:
+            yield chunk(
+                [
+                    {"index": i, "delta": {"role": "assistant", "content": ""}}
+                    for i in range(len(plan.samples))
+                ]
+            )
+        if config.malformed:
+            yield "data: {this is not json\n\n"
+        if config.stream_error is not None:
+            failure = config.stream_error
+            outcome = "failed"
+            yield sse(error_body(config, failure.status, failure.message))
+            yield sse("[DONE]")
+            return
+        sent = 0
+        for step in range(plan.steps):
+            if plan.step_delays[step]:
+                await asyncio.sleep(plan.step_delays[step])
+            for i, sample in enumerate(plan.samples):
+                if step >= len(sample.pieces):
+                    continue
+                kind, piece = sample.pieces[step]
+                choice: dict[str, Any] = {"index": i, "finish_reason": None}
+                if plan.chat:
+                    key = reasoning_field(config) if kind == "reasoning" else "content"
+                    choice["delta"] = {key: piece}
+                else:
+                    choice["text"] = piece
+                if plan.logprobs_wanted():
+                    choice["logprobs"] = plan.logprobs([piece])
+                yield chunk([choice])
+                sent += 1
+                if config.drop_after_chunks is not None and sent >= config.drop_after_chunks:
+                    outcome = "dropped"
+                    raise _DropConnection("fake engine: dropping the connection mid-stream")
+                cut = config.truncate_after_chunks
+                if cut is not None and sent >= cut:
+                    outcome = "dropped"
+                    return
+        empty: dict[str, Any] = {"delta": {}} if plan.chat else {"text": ""}
+        yield chunk(
+            [{"index": i, **empty, "finish_reason": s.finish} for i, s in enumerate(plan.samples)]
+        )
+        if (plan.body.get("stream_options") or {}).get("include_usage"):
+            state.reported_usage.append(plan.usage())
+            yield chunk([], usage=plan.usage())
+        yield sse("[DONE]")
+        outcome = "completed"
+    finally:
+        state.open_calls -= 1
+        setattr(state, outcome, getattr(state, outcome) + 1)
+
+
+async def _while_held(config: FakeEngineConfig, state: FakeEngineState) -> None:
+    """Return once ``config.hold`` is off (or the server stops)."""
+    while True:
+        if not config.hold or state.stopping:
+            return
+        await asyncio.sleep(HOLD_POLL)

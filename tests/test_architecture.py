@@ -1,0 +1,199 @@
+"""The arrows between packages (ARCHITECTURE.md), read from the source.
+
+Every import of every module (module level and inside functions, read with ``ast``) is
+checked against the layering rules, and the import graph is checked for circles. A
+wrong-way arrow that is known and waiting on another change is listed in
+``KNOWN_EXCEPTIONS`` with the reason; any other one fails, and so does an exception
+that no longer happens (so the list only shrinks).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PRODUCT = ("scaffolds", "server", "clients", "training")
+CHECKED = (*PRODUCT, "testing", "benchmarks")
+CLI_ENTRY = "clients.cli"
+"""The ``ponder`` command's module: the one place allowed to reach server and training,
+inside its subcommands' functions (so ``ponder eval`` never imports FastAPI)."""
+
+FORBIDDEN: dict[str, frozenset[str]] = {
+    "scaffolds": frozenset({"server", "clients", "training", "testing", "tests", "benchmarks"}),
+    "server": frozenset({"clients", "training", "testing", "tests", "benchmarks"}),
+    "training": frozenset({"server", "clients", "testing", "tests", "benchmarks"}),
+    "clients": frozenset({"server", "training", "testing", "tests", "benchmarks"}),
+    "testing": frozenset({"clients", "training", "tests", "benchmarks"}),
+    "benchmarks": frozenset({"tests"}),
+}
+"""Package -> the top-level packages it must not import."""
+
+KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
+"""(importing module, imported module) -> why it is allowed for now."""
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    imported: str
+    line: int
+    in_function: bool
+    type_only: bool
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def source_files(packages: tuple[str, ...] = CHECKED) -> Iterator[Path]:
+    for package in packages:
+        yield from sorted((ROOT / package).rglob("*.py"))
+
+
+ALL_MODULES = {module_name(p) for p in source_files((*CHECKED, "tests"))}
+
+
+def _resolve(importer: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = importer.split(".") if is_package else importer.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imports_of(path: Path) -> list[Import]:
+    """Every import in ``path``: where it is, and what module it names (``from a import
+    b`` names ``a.b`` when that is a module of ours, else ``a``)."""
+    importer = module_name(path)
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: list[Import] = []
+
+    def visit(node: ast.AST, in_function: bool, type_only: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    found.append(Import(importer, alias.name, child.lineno, in_function, type_only))
+            elif isinstance(child, ast.ImportFrom):
+                base = _resolve(importer, path.name == "__init__.py", child)
+                for alias in child.names:
+                    full = f"{base}.{alias.name}"
+                    target = full if full in ALL_MODULES else base
+                    found.append(Import(importer, target, child.lineno, in_function, type_only))
+            else:
+                function = isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+                checking = isinstance(child, ast.If) and _is_type_checking(child)
+                visit(child, in_function or function, type_only or checking)
+
+    visit(tree, False, False)
+    return found
+
+
+ALL_IMPORTS = [i for path in source_files() for i in imports_of(path)]
+
+
+def _top(module: str) -> str:
+    return module.split(".")[0]
+
+
+def wrong_way(imp: Import) -> bool:
+    importer, imported = _top(imp.importer), _top(imp.imported)
+    if imported not in FORBIDDEN.get(importer, frozenset()):
+        return False
+    lazy_cli = imp.importer == CLI_ENTRY and imp.in_function
+    return not (lazy_cli and imported in ("server", "training"))
+
+
+def test_the_rules_see_the_packages_and_their_imports() -> None:
+    assert {_top(m) for m in ALL_MODULES} >= {*CHECKED, "tests"}
+    lazy = [i for i in ALL_IMPORTS if i.importer == "scaffolds" and i.in_function]
+    assert any(i.imported == "scaffolds.spec" for i in lazy), "function-level imports are read"
+
+
+def test_no_import_points_the_wrong_way() -> None:
+    wrong = [i for i in ALL_IMPORTS if wrong_way(i)]
+    new = [
+        f"{i.importer} (line {i.line}) imports {i.imported}"
+        + (" inside a function" if i.in_function else "")
+        for i in wrong
+        if (i.importer, i.imported) not in KNOWN_EXCEPTIONS
+    ]
+    assert not new, "wrong-way imports (see ARCHITECTURE.md):\n" + "\n".join(new)
+    stale = set(KNOWN_EXCEPTIONS) - {(i.importer, i.imported) for i in wrong}
+    assert not stale, f"known exceptions that no longer happen; drop them: {sorted(stale)}"
+
+
+def test_nothing_imports_the_tests() -> None:
+    found = [
+        f"{i.importer} (line {i.line}) imports {i.imported}"
+        for i in ALL_IMPORTS
+        if _top(i.imported) == "tests"
+    ]
+    assert not found, "\n".join(found)
+
+
+def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in edges.get(node, ()):
+            if nxt not in index:
+                connect(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            connect(node)
+    return out
+
+
+def test_circles_are_found() -> None:
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+@pytest.mark.parametrize("packages", [PRODUCT, ("testing",), ("benchmarks",)])
+def test_no_import_circle_between_modules(packages: tuple[str, ...]) -> None:
+    """Imports that run (type-only ones aside), function-level ones included: a lazy
+    import that closes a circle hides it rather than removing it."""
+    edges: dict[str, set[str]] = {}
+    for imp in ALL_IMPORTS:
+        if imp.type_only or imp.imported not in ALL_MODULES or imp.importer == imp.imported:
+            continue
+        if _top(imp.importer) in packages:
+            edges.setdefault(imp.importer, set()).add(imp.imported)
+    circles = _circles(edges)
+    assert not circles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in circles)
