@@ -71,11 +71,12 @@ class ContextWindow:
     async def fit(self, request: GenerateRequest) -> GenerateRequest | None:
         """``request`` with ``max_tokens`` lowered to the room its prompt leaves; None
         when no token fits. A call that fits any context worth serving
-        (:data:`SURELY_FITS` tokens) goes out without a look-up."""
+        (:data:`SURELY_FITS` tokens, counting an unset ``max_tokens`` as 0: servers then
+        take what the context leaves) goes out without a look-up."""
         asked = request.params.max_tokens
         bound = prompt_token_bound(request.prompt)
-        if self.configured is None and asked is not None and asked + bound <= SURELY_FITS:
-            return request
+        if self.configured is None and (asked or 0) + bound <= SURELY_FITS:
+            return request  # unset max_tokens: the server takes what the context leaves
         size = await self.size()
         if size is None or (asked is not None and asked + bound <= size):
             return request
