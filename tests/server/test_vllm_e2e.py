@@ -63,20 +63,21 @@ def test_stream_and_disconnect_stops_generation(vllm_server: VLLMServer, ponder:
             for choice in chunk.choices:
                 content += choice.delta.content or ""
     assert content and usage is not None and usage.completion_tokens <= 12
-    before = vllm_server.metric("vllm:request_success_total", finished_reason="abort")
+    before = vllm_server.metric("vllm:generation_tokens_total")
     with client.chat.completions.create(
         model="tiny", messages=[{"role": "user", "content": "count"}], stream=True,
-        max_tokens=1800, extra_body={"ignore_eos": True},
+        max_tokens=1800, n=4, extra_body={"ignore_eos": True},
     ) as stream:  # fmt: skip
         for i, _ in enumerate(stream):
             if i >= 3:
                 break
-    deadline = time.monotonic() + 60  # a bound only: the loop ends once vLLM has aborted
+    deadline = time.monotonic() + 300  # a bound only: the loop ends once vLLM has aborted
     while vllm_server.metric("vllm:num_requests_running") > 0 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert vllm_server.metric("vllm:num_requests_running") == 0
-    # The generation was aborted inside vLLM, not run to its 1800 tokens.
-    assert vllm_server.metric("vllm:request_success_total", finished_reason="abort") - before == 1
+    # The generation was aborted, not run to its 4 x 1800 tokens (four samples in one
+    # request give the abort time to land on a busy machine).
+    assert vllm_server.metric("vllm:generation_tokens_total") - before < 4 * 1800
 
 
 EVERY_SCAFFOLD = {  # engine calls for n=2 choices
