@@ -63,7 +63,8 @@ class ContextWindow:
         if data is None:
             return  # unreachable now: ask again on a later call
         self._looked = True
-        for card in data.get("data") or [] if isinstance(data, dict) else []:
+        cards = (data.get("data") or []) if isinstance(data, dict) else []
+        for card in cards:
             if isinstance(card, dict) and card.get("id") == self.engine.model:
                 value = card.get("max_model_len")
                 self._reported = value if isinstance(value, int) and value > 0 else None
