@@ -112,3 +112,25 @@ def test_closing_an_rsa_stream_mid_round_cancels_every_aggregation(
                 break
     assert wait_until(lambda: fake.state.cancelled >= 3 and fake.state.open_calls == 0, 60)
     assert fake.state.completed == 1  # the population only
+
+
+@pytest.mark.parametrize(
+    ("scaffold", "calls"), [("rsa(n=4, k=2, rounds=2)", 3), ("adaptive(max_k=16, wave=4)", 2)]
+)
+def test_a_call_budget_cuts_the_run_short_with_an_answer(
+    fake: FakeEngineHandle, ponder: str, scaffold: str, calls: int
+) -> None:
+    answers = ["\\boxed{4}", "\\boxed{5}"]  # split votes: adaptive never settles
+    fake.config.respond = lambda body: [answers[i % 2] for i in range(int(body.get("n") or 1))]
+    out = sdk(ponder).chat.completions.create(
+        model=MODEL,
+        messages=MESSAGES,
+        extra_body={"scaffold": scaffold, "budget": {"max_calls": calls}},
+    )
+    assert fake.state.calls == calls
+    [choice] = out.choices
+    assert choice.finish_reason == "length"  # cut short
+    assert "\\boxed{" in (choice.message.content or "")
+    assert (out.model_extra or {})["ponder"]["cut_reason"] == "calls"
+    assert out.usage is not None and out.usage.model_extra is not None
+    assert out.usage.model_extra["engine_calls"] == calls
