@@ -19,6 +19,7 @@ cancels every engine call under it.
 from __future__ import annotations
 
 import hashlib
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -41,7 +42,7 @@ from scaffolds.forcing import forced_prompt, with_forced_answer
 from scaffolds.ledger import Ledger
 from scaffolds.problem import Budget, Problem, StepPrompt
 from scaffolds.prompts import PromptSet, Template, common_prompts
-from scaffolds.trace import StepStarted, TraceRecorder
+from scaffolds.trace import StepNote, StepStarted, TraceRecorder
 
 __all__ = [
     "Budget",
@@ -83,6 +84,8 @@ class Voter(Protocol):
     which runs math-verify in a process pool with a time limit)."""
 
     async def vote(self, answers: Sequence[str | None]) -> int | None: ...
+
+    async def cluster(self, answers: Sequence[str | None]) -> list[list[int]]: ...
 
 
 @dataclass
@@ -263,6 +266,25 @@ class Context:
         from scaffolds.answers import majority_vote
 
         return majority_vote(answers)
+
+    async def cluster(self, answers: Sequence[str | None]) -> list[list[int]]:
+        """Indices of equivalent answers grouped, largest group first (the vote's groups)."""
+        if self._state.voter is not None:
+            return await self._state.voter.cluster(answers)
+        from scaffolds.answers import cluster_answers
+
+        return cluster_answers(answers)
+
+    def rng(self, label: str) -> random.Random:
+        """A random generator for this scope's own draws (which members a step reads):
+        seeded from the run's seed (0 when it has none), the scope and ``label``, so one
+        run shape with one seed always draws the same."""
+        seed = self._state.params.seed or 0
+        return random.Random(_derive_seed(seed, f"{self.scope_id}/{label}"))
+
+    def note(self, kind: str, values: Mapping[str, Any]) -> None:
+        """Record a :class:`~scaffolds.trace.StepNote` about this scope (no engine call)."""
+        self._state.recorder.emit(StepNote(self.scope_id, kind, dict(values), self.choice))
 
     # -- engine calls ----------------------------------------------------------------
     async def generate(

@@ -21,10 +21,14 @@ from typing import Any, Literal
 
 from scaffolds.engine import Usage
 
-TRACE_SCHEMA = 2
-"""The version of saved traces. 2: every ``step_started`` records its provenance
-(``template``, ``fields``, ``messages``, ``parent_step``, ``sample``); 1 had only the
-flattened ``prompt``."""
+TRACE_SCHEMA = 3
+"""The version of saved traces. 3: a strategy may add ``step_note`` events (what it
+concluded between engine calls, e.g. adaptive voting's stopping probability). 2: every
+``step_started`` records its provenance (``template``, ``fields``, ``messages``,
+``parent_step``, ``sample``); 1 had only the flattened ``prompt``."""
+
+PROVENANCE_SCHEMA = 2
+"""The first trace schema whose steps record their provenance (what training rows read)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +100,22 @@ class RunFinished:
     type: Literal["run_finished"] = "run_finished"
 
 
-TraceEvent = StepStarted | StepDelta | StepFinished | RunFinished
+@dataclass(frozen=True, slots=True)
+class StepNote:
+    """What a strategy concluded from finished steps, between engine calls (no call of
+    its own): ``kind`` names the note (``stopping``: adaptive voting's probability that
+    the leader is the majority, after a wave) and ``values`` holds it (JSON-ready)."""
+
+    scope_id: str
+    """The scope the note is about (its steps are those the note read)."""
+    kind: str
+    values: dict[str, Any]
+    choice: int | None = None
+    time: float = field(default_factory=time.time)
+    type: Literal["step_note"] = "step_note"
+
+
+TraceEvent = StepStarted | StepDelta | StepFinished | StepNote | RunFinished
 
 
 def event_to_dict(event: TraceEvent) -> dict[str, Any]:

@@ -14,6 +14,9 @@ Rows (``kind``; what the prompt holds -> what the completion is; which rows are 
 - ``gsr_refine``: problem + numbered candidates -> the refined solution; kept when the
   refined answer is correct, including when every candidate is wrong
   (``candidates_correct`` counts the right ones; ``keep="all_wrong"`` keeps only those).
+- ``rsa_aggregate``: problem + the k population members an RSA aggregation read -> its
+  solution; kept when correct (``candidates_correct`` counts the right members,
+  ``round`` says which round wrote it).
 - ``direct``: the problem as asked -> a solution; kept when correct. GSR mixes these in
   at a chosen ratio (:func:`mix_rows`).
 - ``rc_reasoning``: problem + summary so far -> the next reasoning chunk; kept when the
@@ -53,7 +56,7 @@ from typing import Any
 from scaffolds.answers import is_correct
 from scaffolds.spec import Registry, default_registry, get_prompt_set
 from scaffolds.steps import RowInputs, StepBuilder, TracedStep
-from scaffolds.trace import TRACE_SCHEMA
+from scaffolds.trace import PROVENANCE_SCHEMA
 from training.traces import TraceRecord
 
 __all__ = [
@@ -120,10 +123,11 @@ def build_rows(
     (``gsr_keep``, ``rc_summaries``, ``min_accuracy``). A record saved before steps
     recorded their provenance (schema 1) raises, naming its version.
     """
-    if record.schema < TRACE_SCHEMA:
+    if record.schema < PROVENANCE_SCHEMA:
         raise ValueError(
             f"trace record {record.id!r} has schema version {record.schema}, which records "
-            f"no step provenance; training rows need version {TRACE_SCHEMA}: collect it again"
+            f"no step provenance; training rows need version {PROVENANCE_SCHEMA} or later: "
+            "collect it again"
         )
     builders = row_builders(registry)
     wanted = set(builders if kinds is None else kinds)

@@ -11,6 +11,9 @@ rendered by the builder that ``solve()`` uses. The built-in modes:
 - ``gsr_refine``: ``candidates`` (k solutions); samples refine them (``refine``).
 - ``rc_continue``: ``summary`` (the policy writes one reasoning chunk, then its
   summary); samples are the next reasoning chunk (``reasoning``).
+- ``rsa_aggregate``: ``candidates`` (k members of a population, else k solutions from
+  the policy); samples aggregate them into one solution (``aggregate``), as each of
+  RSA's aggregation calls does.
 - ``self_refine_refine``: ``solution`` and its ``feedback``; samples are the new
   solution (``refine``).
 - ``abstraction_solve``: ``abstraction`` (one note); samples solve with the note as a
@@ -73,8 +76,8 @@ __all__ = [
 def rollout_modes(registry: Registry | None = None) -> dict[str, StepBuilder]:
     """Every step a GRPO group can practice, by mode (sorted), from the registered strategies.
 
-    >>> list(rollout_modes())
-    ['abstraction_solve', 'direct', 'gsr_refine', 'rc_continue', 'self_refine_refine']
+    >>> print(*rollout_modes())
+    abstraction_solve direct gsr_refine rc_continue rsa_aggregate self_refine_refine
     """
     registry = registry if registry is not None else default_registry()
     found = {

@@ -13,7 +13,7 @@ before provenance (1) still loads, and one from a newer Ponder fails naming its 
 >>> TraceRecord.from_json({"id": "p", "problem": "1+1=", "answer": "2", "schema": 9})
 Traceback (most recent call last):
 ...
-ValueError: trace record 'p' has schema version 9; this Ponder reads versions 1 to 2
+ValueError: trace record 'p' has schema version 9; this Ponder reads versions 1 to 3
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from scaffolds.trace import (
     RunFinished,
     StepDelta,
     StepFinished,
+    StepNote,
     StepStarted,
     TraceEvent,
     event_to_dict,
@@ -111,6 +112,14 @@ def event_from_dict(data: Mapping[str, Any]) -> TraceEvent:
             cut_reason=data.get("cut_reason"),
             choice=int(data.get("choice", 0)),
             step_id=data.get("step_id"),
+            time=float(data.get("time", 0.0)),
+        )
+    if kind == "step_note":
+        return StepNote(
+            scope_id=str(data.get("scope_id", "")),
+            kind=str(data.get("kind", "")),
+            values=dict(data.get("values") or {}),
+            choice=data.get("choice"),
             time=float(data.get("time", 0.0)),
         )
     if kind == "step_delta":

@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from clients.eval.report import Cluster, summarize_scaffold
+from clients.eval.report import Cluster, saved_line, summarize_scaffold, tokens_saved
 from clients.eval.results import Record, read_results
 
 __all__ = ["compare_runs", "paired", "print_comparison", "results_file"]
@@ -68,6 +68,8 @@ async def compare_runs(a_path: Path, b_path: Path, cluster: Cluster) -> dict[str
             row["b"] = await summarize_scaffold(spec_b, runs[1][spec_b], cluster)
         if spec_a is not None and spec_b is not None:
             row["paired"] = paired(_per_problem(runs[0][spec_a]), _per_problem(runs[1][spec_b]))
+            a, b = row["a"], row["b"]
+            row["tokens_saved"] = tokens_saved(a, b) or tokens_saved(b, a)
         rows.append(row)
     return {"a": str(a_path), "b": str(b_path), "pairs": rows}
 
@@ -141,3 +143,5 @@ def print_comparison(result: Mapping[str, Any], console: Console | None = None) 
                 f"B better on {p['b_better']}, tied on {p['tied']}; "
                 f"mean accuracy change {_fmt(p['mean_delta'], 'pct')} points"
             )
+        if row.get("tokens_saved"):
+            console.print(f"  {saved_line(row['tokens_saved'])}")

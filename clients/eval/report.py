@@ -26,6 +26,9 @@ from rich.console import Console
 from rich.table import Table
 
 from clients.eval.results import Record
+from scaffolds.errors import PonderError
+from scaffolds.spec import build_strategy
+from scaffolds.strategies import Adaptive, Majority
 
 __all__ = [
     "markdown_report",
@@ -33,6 +36,7 @@ __all__ = [
     "percentile",
     "print_table",
     "summarize",
+    "tokens_saved",
     "write_json",
 ]
 
@@ -182,7 +186,60 @@ async def summarize(
         by_spec.setdefault(str(record["scaffold"]), []).append(record)
     order = list(scaffolds) if scaffolds is not None else list(by_spec)
     rows = [await summarize_scaffold(spec, by_spec.get(spec, []), cluster) for spec in order]
-    return {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(info or {}), "scaffolds": rows}
+    saved = [saving for a in rows for m in rows if (saving := tokens_saved(a, m)) is not None]
+    report = {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(info or {}), "scaffolds": rows}
+    return {**report, "tokens_saved": saved} if saved else report
+
+
+def _vote(spec: str) -> tuple[str, int, Any] | None:
+    """(kind, samples at most, solver) of an adaptive or majority spec, else None."""
+    try:
+        strategy = build_strategy(spec)
+    except PonderError:
+        return None
+    if isinstance(strategy, Adaptive):
+        return ("adaptive", strategy.max_k, strategy.solver)
+    if isinstance(strategy, Majority):
+        return ("majority", strategy.k, strategy.solver)
+    return None
+
+
+def tokens_saved(adaptive: Mapping[str, Any], majority: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What ``adaptive(max_k=K)`` saved against ``majority(k=K)`` (same solver), from
+    their summaries: completion tokens per sample and the accuracy of each; None when
+    the two are not such a pair.
+
+    >>> a = {"scaffold": "adaptive(max_k=8)", "completion_tokens": 30.0, "accuracy": 0.5}
+    >>> m = {"scaffold": "majority(k=8)", "completion_tokens": 80.0, "accuracy": 0.5}
+    >>> tokens_saved(a, m)["saved_fraction"], tokens_saved(m, a)
+    (0.625, None)
+    """
+    a, m = _vote(str(adaptive["scaffold"])), _vote(str(majority["scaffold"]))
+    if a is None or m is None or a[0] != "adaptive" or m[0] != "majority" or a[1:] != m[1:]:
+        return None
+    spent, baseline = adaptive["completion_tokens"], majority["completion_tokens"]
+    if spent is None or not baseline:
+        return None
+    return {
+        "scaffold": adaptive["scaffold"],
+        "against": majority["scaffold"],
+        "completion_tokens": spent,
+        "baseline_completion_tokens": baseline,
+        "saved_tokens": baseline - spent,
+        "saved_fraction": (baseline - spent) / baseline,
+        "accuracy": adaptive.get("accuracy"),
+        "baseline_accuracy": majority.get("accuracy"),
+    }
+
+
+def saved_line(s: Mapping[str, Any]) -> str:
+    """One sentence for a :func:`tokens_saved` entry."""
+    return (
+        f"{s['scaffold']} generated {_pct(s['saved_fraction'])}% fewer completion tokens "
+        f"than {s['against']} ({_num(s['completion_tokens'])} vs "
+        f"{_num(s['baseline_completion_tokens'])} per sample), at {_pct(s['accuracy'])}% "
+        f"accuracy against {_pct(s['baseline_accuracy'])}%"
+    )
 
 
 def write_json(report: Mapping[str, Any], path: Path) -> Path:
@@ -273,7 +330,10 @@ def print_table(report: Mapping[str, Any], console: Console | None = None) -> No
     for summary in report["scaffolds"]:
         cells = _row(summary)
         table.add_row(*(cells[i] for i in _TERMINAL))
-    (console or Console()).print(table)
+    console = console or Console()
+    console.print(table)
+    for saving in report.get("tokens_saved", ()):
+        console.print(f"  {saved_line(saving)}")
 
 
 def markdown_report(report: Mapping[str, Any], plots: Sequence[str] = ()) -> str:
@@ -300,6 +360,19 @@ def markdown_report(report: Mapping[str, Any], plots: Sequence[str] = ()) -> str
                 f"| {p['samples']} |"
                 for p in s["rc_steps"]
             ]
+    if report.get("tokens_saved"):
+        lines += ["", "## Tokens saved against majority voting", ""]
+        lines += [
+            "| scaffold | against | completion tokens | majority's | saved % | accuracy % "
+            "| majority's accuracy % |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {s['scaffold']} | {s['against']} | {_num(s['completion_tokens'])} "
+            f"| {_num(s['baseline_completion_tokens'])} | {_pct(s['saved_fraction'])} "
+            f"| {_pct(s['accuracy'])} | {_pct(s['baseline_accuracy'])} |"
+            for s in report["tokens_saved"]
+        ]
     for plot in plots:
         lines += ["", f"![{plot}]({plot})"]
     return "\n".join(lines) + "\n"

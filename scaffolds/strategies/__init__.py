@@ -9,18 +9,22 @@ Importing this package defines them; each marks itself with
 """
 
 from scaffolds.strategies.abstraction import Abstraction
+from scaffolds.strategies.adaptive import Adaptive
 from scaffolds.strategies.base import Solution, Strategy, register
 from scaffolds.strategies.best_of_n import BestOfN
 from scaffolds.strategies.gsr import GSR
 from scaffolds.strategies.majority import Majority
 from scaffolds.strategies.rc import RC
+from scaffolds.strategies.rsa import RSA
 from scaffolds.strategies.self_refine import SelfRefine
 from scaffolds.strategies.single import Single
 
 __all__ = [
     "GSR",
     "RC",
+    "RSA",
     "Abstraction",
+    "Adaptive",
     "BestOfN",
     "Majority",
     "SelfRefine",

@@ -8,9 +8,17 @@
 // step followed by its samples' own scopes (RC under GSR, abstractions and their
 // solutions) is drawn as columns: sample i on top of scope i.
 //
+// Sibling scopes that ran one after another (RSA's rounds, adaptive voting's waves) are
+// stacked instead, so RSA draws as a grid, one row per round, with an arrow from each
+// member an aggregation read to it (population.js reads the links from the trace); a
+// strategy's notes (the stopping probability after each wave) sit under their scope.
+//
 // Model output is only ever set as text (textContent), never parsed as HTML.
 
+import { noteText, readsOf, rowsByTime } from "./population.js";
+
 const SEPARATOR = " > ";
+const SVG = "http://www.w3.org/2000/svg";
 
 export function el(tag, className, text) {
   const node = document.createElement(tag);
@@ -96,6 +104,9 @@ export class TraceTree {
       case "run_finished":
         this.runFinished(event);
         break;
+      case "step_note":
+        this.noted(event);
+        break;
       default:
         break;
     }
@@ -110,13 +121,14 @@ export class TraceTree {
         if (node) node.time.textContent = formatSeconds(now - step.seenAt);
       }
     }
+    this.drawLinks();
   }
 
   // -- building the model -----------------------------------------------------------
   scope(scopeId) {
     let scope = this.scopes.get(scopeId);
     if (scope) return scope;
-    scope = { id: scopeId, label: null, children: [] };
+    scope = { id: scopeId, label: null, children: [], notes: [] };
     this.scopes.set(scopeId, scope);
     const parent = scopeParent(scopeId);
     if (parent !== null) this.scope(parent).children.push({ scope: scopeId });
@@ -153,6 +165,7 @@ export class TraceTree {
       usage: null,
       error: null,
       streamed: Array(n).fill(0),
+      reads: readsOf(event),
     };
     this.steps.set(stepId, step);
     scope.children.push({ step: stepId });
@@ -216,6 +229,12 @@ export class TraceTree {
     }
     const caption = this.container.querySelector(`[data-group-for="${CSS.escape(step.id)}"]`);
     if (caption) caption.textContent = this.groupCaption(step);
+    this.drawLinks();
+  }
+
+  noted(event) {
+    this.scope(String(event.scope_id || "run")).notes.push(event);
+    this.layout();
   }
 
   runFinished(event) {
@@ -281,6 +300,13 @@ export class TraceTree {
       details.append(el("summary", null, "prompt"), el("pre", null, step.prompt));
       root.append(details);
     }
+    if (step.reads.length) {
+      root.dataset.reads = step.reads.join(" ");
+      const names = step.reads.map((key) => this.describe(key));
+      root.append(el("div", "node-reads", `read ${names.join(", ")}`));
+      root.addEventListener("mouseenter", () => this.highlight(step.reads, true));
+      root.addEventListener("mouseleave", () => this.highlight(step.reads, false));
+    }
     const reasoning = el("pre", "node-reasoning");
     reasoning.hidden = true;
     const text = el("pre", "node-text");
@@ -294,6 +320,96 @@ export class TraceTree {
     return { root, text, reasoning, tokens, time, answer, status };
   }
 
+  /** "population > member 3", "round 1 > member 2": where a sample a step read sits. */
+  describe(key) {
+    const [stepId, index] = key.split("#");
+    const step = this.steps.get(stepId);
+    if (!step) return key;
+    const path = step.label.split(SEPARATOR);
+    if (step.n > 1) return [...path.slice(0, -1), sampleLabel(step.name, Number(index))].join(SEPARATOR);
+    return (path.length > 1 ? path.slice(0, -1) : path).join(SEPARATOR);
+  }
+
+  highlight(keys, on) {
+    for (const key of keys) this.nodes.get(key)?.root.classList.toggle("is-read", on);
+  }
+
+  /** Arrows from each sample a step read to the step (an SVG under the nodes). */
+  drawLinks() {
+    const links = [];
+    for (const step of this.steps.values()) {
+      for (const from of step.reads) links.push([from, `${step.id}#0`]);
+    }
+    let svg = this.container.querySelector(":scope > svg.links");
+    if (!links.length) {
+      svg?.remove();
+      return;
+    }
+    if (!svg) {
+      svg = document.createElementNS(SVG, "svg");
+      svg.classList.add("links");
+      this.container.prepend(svg);
+    }
+    const box = this.container.getBoundingClientRect();
+    const dx = this.container.scrollLeft - box.left;
+    const dy = this.container.scrollTop - box.top;
+    svg.setAttribute("width", String(this.container.scrollWidth));
+    svg.setAttribute("height", String(this.container.scrollHeight));
+    const marker = document.createElementNS(SVG, "marker");
+    marker.id = "link-head";
+    for (const [name, value] of Object.entries({ viewBox: "0 0 8 8", refX: "7", refY: "4", markerWidth: "7", markerHeight: "7", orient: "auto" })) {
+      marker.setAttribute(name, value);
+    }
+    const head = document.createElementNS(SVG, "path");
+    head.setAttribute("d", "M0,0 L8,4 L0,8 z");
+    marker.append(head);
+    const defs = document.createElementNS(SVG, "defs");
+    defs.append(marker);
+    const paths = [];
+    for (const [from, to] of links) {
+      const a = this.nodes.get(from)?.root;
+      const b = this.nodes.get(to)?.root;
+      if (!a?.isConnected || !b?.isConnected) continue;
+      const ra = a.getBoundingClientRect();
+      const rb = b.getBoundingClientRect();
+      const x1 = ra.left + ra.width / 2 + dx;
+      const y1 = ra.bottom + dy;
+      const x2 = rb.left + rb.width / 2 + dx;
+      const y2 = rb.top + dy;
+      const mid = (y1 + y2) / 2;
+      const path = document.createElementNS(SVG, "path");
+      path.setAttribute("d", `M${x1},${y1} C${x1},${mid} ${x2},${mid} ${x2},${y2}`);
+      path.setAttribute("marker-end", "url(#link-head)");
+      path.dataset.from = from;
+      path.dataset.to = to;
+      paths.push(path);
+    }
+    svg.replaceChildren(defs, ...paths);
+  }
+
+  /** {start, end} of everything under a scope (end Infinity while a step runs). */
+  span(scope) {
+    let start = null;
+    let end = null;
+    let unknown = false;
+    const visit = (s) => {
+      for (const child of s.children) {
+        if (child.scope) {
+          visit(this.scopes.get(child.scope));
+          continue;
+        }
+        const step = this.steps.get(child.step);
+        if (step.startedAt === null) unknown = true;
+        else start = start === null ? step.startedAt : Math.min(start, step.startedAt);
+        const stepEnd = step.done ? step.finishedAt : Infinity;
+        if (stepEnd === null) unknown = true;
+        else end = end === null ? stepEnd : Math.max(end, stepEnd);
+      }
+    };
+    visit(scope);
+    return unknown ? { start: null, end: null } : { start, end };
+  }
+
   /** Re-arrange the nodes after the tree's shape changed (nodes keep their text). */
   layout() {
     if (this.layoutPending) return;
@@ -303,6 +419,7 @@ export class TraceTree {
       const root = this.scopes.get(this.rootScopeId());
       this.container.replaceChildren(root ? this.drawScopeBody(root) : el("div"));
       this.markFinal();
+      this.drawLinks();
     });
   }
 
@@ -316,6 +433,13 @@ export class TraceTree {
     box.dataset.scope = scope.id;
     if (scope.label) box.append(el("h3", "scope-label", scope.label));
     box.append(this.drawScopeBody(scope));
+    for (const note of scope.notes) {
+      const line = el("p", "scope-note", noteText(note));
+      line.dataset.kind = String(note.kind || "");
+      if (note.values?.probability !== undefined) line.dataset.probability = String(note.values.probability);
+      if (note.values?.stop) line.dataset.stop = "true";
+      box.append(line);
+    }
     return box;
   }
 
@@ -345,11 +469,14 @@ export class TraceTree {
         .slice(i, j)
         .map((c) => this.scopes.get(c.scope))
         .sort((a, b) => scopeOrder(a.id) - scopeOrder(b.id));
-      if (scopes.length === 1) body.append(this.drawScope(scopes[0]));
-      else {
-        const row = el("div", "row");
-        for (const s of scopes) row.append(this.drawScope(s));
-        body.append(row);
+      // Scopes that ran at once sit side by side; one that ran after them goes below.
+      for (const group of rowsByTime(scopes, (s) => this.span(s))) {
+        if (group.length === 1) body.append(this.drawScope(group[0]));
+        else {
+          const row = el("div", "row");
+          for (const s of group) row.append(this.drawScope(s));
+          body.append(row);
+        }
       }
       i = j;
     }

@@ -294,3 +294,52 @@ def test_model_output_is_shown_as_text_never_as_html(
     assert page.locator("#injected").count() == 0 and page.locator(".node b").count() == 0
     assert page.inner_text("#final-text") == markup
     assert markup in page.locator('.node[data-kind="refine"] .node-text').inner_text()
+
+
+def test_rsa_is_a_grid_of_rounds_with_an_arrow_from_each_member_read(page: Any) -> None:
+    run_on_page(page, "rsa(n=3, k=2, rounds=2)")
+    assert labels(page, ".node") == ["member 1", "member 2", "member 3"] + ["aggregate"] * 6
+    tops = page.eval_on_selector_all(".node", "ns => ns.map(n => n.getBoundingClientRect().top)")
+    assert tops[0] == tops[1] == tops[2] < tops[3] == tops[4] == tops[5] < tops[6] == tops[8]
+    reads = page.eval_on_selector_all(
+        '.node[data-kind="aggregate"]', "ns => ns.map(n => n.dataset.reads.split(' '))"
+    )
+    assert all(len(keys) == 2 and len(set(keys)) == 2 for keys in reads)
+    node_keys = page.eval_on_selector_all(
+        ".node", "ns => ns.map(n => `${n.dataset.stepId}#${n.dataset.index}`)"
+    )
+    assert all(
+        k in node_keys[:3] for keys in reads[:3] for k in keys
+    )  # round 1 read the population
+    assert all(k in node_keys[3:6] for keys in reads[3:] for k in keys)  # round 2, round 1
+    arrows = page.eval_on_selector_all(
+        "#tree svg.links path[data-to]", "ps => ps.map(p => [p.dataset.from, p.dataset.to])"
+    )
+    assert len(arrows) == 12
+    assert {to for _, to in arrows} == set(node_keys[3:])
+    assert "read population > member" in page.locator(".node-reads").first.inner_text()
+    # Hovering an aggregation marks the members it read.
+    page.locator('.node[data-kind="aggregate"]').first.hover()
+    assert page.locator(".node.is-read").count() == 2
+
+
+def test_adaptive_shows_the_stopping_probability_after_each_wave(
+    page: Any, playground: tuple[str, FakeEngineHandle]
+) -> None:
+    _, fake = playground
+    kept = fake.config.respond
+    split = ["\\boxed{1}", "\\boxed{2}"]
+    fake.config.respond = lambda body: [split[i % 2] for i in range(body.get("n") or 1)]
+    try:
+        run_on_page(page, "adaptive(max_k=8, wave=4)")
+    finally:
+        fake.config.respond = kept
+    notes = page.locator(".scope-note")
+    assert notes.count() == 2
+    assert [notes.nth(i).get_attribute("data-probability") for i in range(2)] == ["0.5", "0.5"]
+    assert "P(leader is the majority) 0.500 < 0.95: draw another wave" in notes.nth(0).inner_text()
+    assert notes.nth(1).inner_text().endswith("stop at max_k")
+    # The second wave ran after the first: it is drawn below it, not beside it.
+    waves = page.locator(".scope[data-scope]")
+    first, second = waves.nth(0).bounding_box(), waves.nth(1).bounding_box()
+    assert second["y"] >= first["y"] + first["height"]

@@ -12,6 +12,8 @@ Reply = Callable[[GenerateRequest], str | list[str]]
 def step_of(request: GenerateRequest) -> str:
     """Which default-set template produced this prompt."""
     text = request.prompt_text()
+    if "### Attempts to combine" in text:
+        return "rsa_aggregate"
     if "### Candidate solutions" in text:
         return "judge" if "most likely correct" in text else "gsr_refine"
     if "### Proposed solution" in text:

@@ -67,6 +67,7 @@ def test_default_templates_put_the_problem_first_where_prefix_caching_matters() 
         default.template("rc_reasoning_continue"),
         default.template("rc_summary"),
         default.template("gsr_refine"),
+        default.template("rsa_aggregate"),
         default.template("self_refine_feedback"),
         default.template("self_refine_refine"),
     ):
@@ -80,6 +81,7 @@ def test_solution_templates_ask_for_a_boxed_answer() -> None:
         default.template("rc_reasoning_start"),
         default.template("rc_reasoning_continue"),
         default.template("gsr_refine"),
+        default.template("rsa_aggregate"),
         default.template("self_refine_refine"),
         default.template("abstraction_solve"),
     ):

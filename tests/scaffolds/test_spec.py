@@ -396,9 +396,8 @@ def builtins() -> Registry:
 
 
 def test_default_registry(builtins: Registry) -> None:
-    assert builtins.names() == sorted(
-        ["single", "majority", "best_of_n", "self_refine", "rc", "abstraction", "gsr"]
-    )
+    builtin = ["single", "majority", "best_of_n", "self_refine", "rc", "abstraction", "gsr"]
+    assert builtins.names() == sorted([*builtin, "rsa", "adaptive"])
     assert default_registry() is not builtins
     assert all(entry.summary for entry in builtins.describe())
 
@@ -411,8 +410,59 @@ def test_builtin_round_trip(builtins: Registry) -> None:
     with pytest.raises(SpecError) as info:
         build_strategy("gsr(n=0)")
     assert (str(info.value), info.value.param) == ("gsr.n: must be >= 1 (got 0)", "n")
-    with pytest.raises(SpecError, match="known: abstraction, best_of_n, gsr, majority, rc"):
+    with pytest.raises(SpecError, match=r"known: abstraction, adaptive, best_of_n, .*gsr, "):
         build_strategy("gsrr")
+
+
+@pytest.mark.parametrize(
+    ("spec", "canonical", "calls", "samples"),
+    [
+        ("rsa", "rsa", 49, 64),
+        ("rsa(n=8, k=4, rounds=2)", "rsa(n=8, rounds=2)", 17, 24),
+        (
+            "rsa(n=4, k=2, rounds=1, solver=rc(steps=2))",
+            "rsa(n=4, k=2, rounds=1, solver=rc(steps=2))",
+            13,
+            16,
+        ),
+        ({"name": "rsa", "rounds": 0}, "rsa(rounds=0)", 1, 16),
+        ("adaptive", "adaptive", 8, 32),
+        (
+            "adaptive(max_k=16, wave=5, confidence=0.9)",
+            "adaptive(max_k=16, wave=5, confidence=0.9)",
+            4,
+            16,
+        ),
+        ("adaptive(max_k=4, solver=gsr(n=2))", "adaptive(max_k=4, solver=gsr(n=2))", 8, 12),
+    ],
+)
+def test_rsa_and_adaptive_specs(
+    builtins: Registry, spec: Any, canonical: str, calls: int, samples: int
+) -> None:
+    strategy = build_strategy(spec, builtins)
+    assert spec_string(strategy) == canonical
+    assert build_strategy(spec_of(strategy), builtins) == strategy
+    assert (strategy.max_calls(), strategy.max_samples()) == (calls, samples)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message", "param"),
+    [
+        ("rsa(n=2, k=3)", "rsa: k=3 must be at most n=2", "scaffold"),
+        ("rsa(rounds=-1)", "rsa.rounds: must be >= 0 (got -1)", "rounds"),
+        ("adaptive(confidence=0)", "adaptive.confidence: must be > 0", "confidence"),
+        ("adaptive(wave=2.5)", "adaptive.wave: expected an integer", "wave"),
+    ],
+)
+def test_rsa_and_adaptive_spec_errors(spec: str, message: str, param: str) -> None:
+    with pytest.raises(SpecError) as info:
+        build_strategy(spec)
+    assert str(info.value).startswith(message) and info.value.param == param
+
+
+def test_rsa_over_the_fan_out_cap_is_refused() -> None:
+    with pytest.raises(FanOutError, match="up to 513 engine calls"):
+        build_strategy("rsa(n=64, rounds=8)")
 
 
 # -- properties -----------------------------------------------------------------------------

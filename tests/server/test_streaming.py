@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scaffolds.engine import Usage
-from scaffolds.trace import RunFinished, StepDelta, StepFinished, StepStarted
+from scaffolds.trace import RunFinished, StepDelta, StepFinished, StepNote, StepStarted
 from server.streaming import ChoiceRouter, Piece
 
 
@@ -141,3 +141,9 @@ def test_non_live_run_is_replayed_from_finished_steps() -> None:
     assert r.reasoning(0) == "\n### candidate 1\nc1\n### candidate 2\nc2"
     assert r.content(0) == "answer"
     assert [p.kind for p in pieces].count("content") == 1
+
+
+def test_a_strategy_note_is_neither_content_nor_reasoning() -> None:
+    router = ChoiceRouter(n=1)
+    assert router.feed(StepNote("run.1", "stopping", {"probability": 0.97})) == []
+    assert router.reasoning(0) == "" and router.content(0) == ""

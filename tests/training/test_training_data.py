@@ -12,7 +12,7 @@ from scaffolds.engine import GenerateRequest, Message
 from scaffolds.engines.mock import MockEngine
 from scaffolds.run import run_scaffold
 from scaffolds.spec import get_prompt_set
-from scaffolds.strategies import GSR, RC, Abstraction, SelfRefine, Strategy
+from scaffolds.strategies import GSR, RC, RSA, Abstraction, SelfRefine, Strategy
 from scaffolds.trace import TRACE_SCHEMA, StepStarted
 from training.data import Row, build_rows, mix_rows, sft_columns
 from training.traces import TraceRecord
@@ -26,6 +26,8 @@ def handler(request: GenerateRequest) -> str:
     p = request.prompt_text()
     if "### Candidate solutions" in p:
         return "Merged them: \\boxed{7}"
+    if "### Attempts to combine" in p:
+        return "Combined: \\boxed{7}"
     if "### Existing summary" in p:
         return "I added 3 and 4."
     if "### Summary of an earlier attempt" in p:
@@ -257,3 +259,46 @@ def test_saved_traces_carry_their_schema_version() -> None:
         build_rows(loaded)
     with pytest.raises(ValueError, match="schema version 7; this Ponder reads versions 1 to"):
         TraceRecord.from_json({**saved, "schema": 7})
+
+
+def test_rsa_aggregation_rows_record_the_members_and_the_round() -> None:
+    record = record_of(RSA(n=3, k=2, rounds=2))
+    rows = build_rows(record, kinds=["rsa_aggregate"])
+    assert len(rows) == 6 and all(r["kind"] == "rsa_aggregate" for r in rows)
+    assert [r["round"] for r in rows] == [1, 1, 1, 2, 2, 2]
+    assert [r["candidates_correct"] for r in rows] == [0, 0, 0, 2, 2, 2]
+    assert all(r["num_candidates"] == 2 and r["completion"] == "Combined: \\boxed{7}" for r in rows)
+    first = rows[0]
+    step = started(record, first["step_id"])
+    assert (
+        first["prompt"]
+        == step.prompt
+        == DEFAULT.template("rsa_aggregate").render(
+            problem=PROBLEM, candidates=DEFAULT.candidates(["\\boxed{8}"] * 2), count="2"
+        )
+    )
+    assert step.fields is not None and len(step.fields["members"]) == 2
+    again = TraceRecord.from_json(json.loads(json.dumps(record.to_json())))
+    assert build_rows(again, kinds=["rsa_aggregate"]) == rows
+
+
+def test_rsa_wrong_aggregations_are_dropped_and_compact_rows_render() -> None:
+    wrong = MockEngine(lambda r: "\\boxed{8}")
+    assert build_rows(record_of(RSA(n=2, k=2, rounds=1), engine=wrong)) == []
+    engine = MockEngine(lambda r: "7" if "(" in r.prompt_text() else "8")
+    record = record_of(RSA(n=2, k=2, rounds=1), prompts="compact", engine=engine)
+    rows = build_rows(record, kinds=["rsa_aggregate"])
+    assert [r["prompt"] for r in rows] == ["What is 3+4?(8,8)"] * 2
+    assert [r["completion"] for r in rows] == ["7", "7"]
+
+
+def test_adaptive_notes_round_trip_through_saved_records() -> None:
+    from scaffolds.strategies import Adaptive
+    from scaffolds.trace import StepNote
+
+    record = record_of(Adaptive(max_k=8, wave=4))
+    again = TraceRecord.from_json(json.loads(json.dumps(record.to_json())))
+    assert again == record
+    [note] = [e for e in again.events if isinstance(e, StepNote)]
+    assert note.values["probability"] == 31 / 32 and note.values["reason"] == "settled"
+    assert build_rows(again, kinds=["direct"]) == []  # all 8s: wrong, no rows

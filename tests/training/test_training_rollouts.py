@@ -51,6 +51,12 @@ def run(row: dict[str, Any], engine: MockEngine, prompt_set: str = "default") ->
             ),
         ),
         (
+            {"mode": "rsa_aggregate", "candidates": ["a", "b"]},
+            DEFAULT.template("rsa_aggregate").render(
+                problem="P?", candidates=DEFAULT.candidates(["a", "b"]), count="2"
+            ),
+        ),
+        (
             {"mode": "rc_continue", "summary": "S"},
             DEFAULT.template("rc_reasoning_continue").render(problem="P?", summary="S"),
         ),
@@ -81,6 +87,13 @@ def test_policy_made_contexts_are_traced_and_shared() -> None:
     assert group.plan.context == {"candidates": ["\\boxed{8}"] * 3}
     kinds = [e.kind for e in group.events if getattr(e, "type", "") == "step_started"]
     assert kinds == ["generate", "refine"]
+
+    engine = MockEngine(scripted)
+    group = run({"prompt": "P?", "mode": "rsa_aggregate"}, engine)
+    assert [r.params.n for r in engine.requests] == [3, 4]  # 3 members once, then the group
+    assert group.plan.context == {"candidates": ["\\boxed{8}"] * 3}
+    kinds = [e.kind for e in group.events if getattr(e, "type", "") == "step_started"]
+    assert kinds == ["generate", "aggregate"]
 
     engine = MockEngine(scripted)
     group = run({"prompt": "P?", "mode": "rc_continue"}, engine)
