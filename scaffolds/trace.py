@@ -84,6 +84,20 @@ class StepFinished:
 
 
 @dataclass(frozen=True, slots=True)
+class StepNote:
+    """What a strategy concluded about a finished step's samples (no engine call): e.g.
+    deepconf's ``{"confidence": [...], "kept": [...], "threshold": t}``, one entry of a
+    list per sample. The trace viewer shows each sample's values."""
+
+    step_id: str
+    kind: str
+    """What the note is (``"confidence"``), so a viewer knows how to draw it."""
+    values: dict[str, Any]
+    time: float = field(default_factory=time.time)
+    type: Literal["step_note"] = "step_note"
+
+
+@dataclass(frozen=True, slots=True)
 class RunFinished:
     text: str
     answer: str | None
@@ -96,7 +110,7 @@ class RunFinished:
     type: Literal["run_finished"] = "run_finished"
 
 
-TraceEvent = StepStarted | StepDelta | StepFinished | RunFinished
+TraceEvent = StepStarted | StepDelta | StepFinished | StepNote | RunFinished
 
 
 def event_to_dict(event: TraceEvent) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from scaffolds.trace import (
     RunFinished,
     StepDelta,
     StepFinished,
+    StepNote,
     StepStarted,
     TraceEvent,
     event_to_dict,
@@ -100,6 +101,8 @@ class ChoiceRouter:
             return self._delta(event.step_id, event.index, event.text, event.reasoning)
         if isinstance(event, StepFinished):
             return self._step_finished(event)
+        if isinstance(event, StepNote):
+            return []  # for the trace viewer, not the message
         return self._run_finished(event)
 
     def _choice_of(self, step: StepStarted | None, index: int) -> int:

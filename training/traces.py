@@ -31,6 +31,7 @@ from scaffolds.trace import (
     RunFinished,
     StepDelta,
     StepFinished,
+    StepNote,
     StepStarted,
     TraceEvent,
     event_to_dict,
@@ -111,6 +112,13 @@ def event_from_dict(data: Mapping[str, Any]) -> TraceEvent:
             cut_reason=data.get("cut_reason"),
             choice=int(data.get("choice", 0)),
             step_id=data.get("step_id"),
+            time=float(data.get("time", 0.0)),
+        )
+    if kind == "step_note":
+        return StepNote(
+            data["step_id"],
+            str(data.get("kind", "")),
+            dict(data.get("values") or {}),
             time=float(data.get("time", 0.0)),
         )
     if kind == "step_delta":

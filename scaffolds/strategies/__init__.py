@@ -11,6 +11,8 @@ Importing this package defines them; each marks itself with
 from scaffolds.strategies.abstraction import Abstraction
 from scaffolds.strategies.base import Solution, Strategy, register
 from scaffolds.strategies.best_of_n import BestOfN
+from scaffolds.strategies.budget_forcing import BudgetForcing
+from scaffolds.strategies.deepconf import DeepConf
 from scaffolds.strategies.gsr import GSR
 from scaffolds.strategies.majority import Majority
 from scaffolds.strategies.rc import RC
@@ -22,6 +24,8 @@ __all__ = [
     "RC",
     "Abstraction",
     "BestOfN",
+    "BudgetForcing",
+    "DeepConf",
     "Majority",
     "SelfRefine",
     "Single",

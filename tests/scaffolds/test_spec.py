@@ -397,7 +397,17 @@ def builtins() -> Registry:
 
 def test_default_registry(builtins: Registry) -> None:
     assert builtins.names() == sorted(
-        ["single", "majority", "best_of_n", "self_refine", "rc", "abstraction", "gsr"]
+        [
+            "single",
+            "majority",
+            "best_of_n",
+            "self_refine",
+            "rc",
+            "abstraction",
+            "gsr",
+            "deepconf",
+            "budget_forcing",
+        ]
     )
     assert default_registry() is not builtins
     assert all(entry.summary for entry in builtins.describe())
@@ -411,7 +421,10 @@ def test_builtin_round_trip(builtins: Registry) -> None:
     with pytest.raises(SpecError) as info:
         build_strategy("gsr(n=0)")
     assert (str(info.value), info.value.param) == ("gsr.n: must be >= 1 (got 0)", "n")
-    with pytest.raises(SpecError, match="known: abstraction, best_of_n, gsr, majority, rc"):
+    with pytest.raises(
+        SpecError,
+        match="known: abstraction, best_of_n, budget_forcing, deepconf, gsr, majority, rc",
+    ):
         build_strategy("gsrr")
 
 
