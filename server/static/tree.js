@@ -80,7 +80,7 @@ export class TraceTree {
     this.layoutPending = false;
   }
 
-  /** Feed one trace event (step_started, step_delta, step_finished, run_finished). */
+  /** Feed one trace event (step_started, step_delta, step_finished, step_note, run_finished). */
   feed(event) {
     if (!event || typeof event !== "object") return;
     switch (event.type) {
@@ -92,6 +92,9 @@ export class TraceTree {
         break;
       case "step_finished":
         this.finished(event);
+        break;
+      case "step_note":
+        this.noted(event);
         break;
       case "run_finished":
         this.runFinished(event);
@@ -218,6 +221,28 @@ export class TraceTree {
     if (caption) caption.textContent = this.groupCaption(step);
   }
 
+  /** A strategy's note on a step's samples: deepconf's confidence and kept flag per trace. */
+  noted(event) {
+    const step = this.steps.get(String(event.step_id));
+    const values = event.values || {};
+    if (!step || event.kind !== "confidence") return;
+    const confidences = Array.isArray(values.confidence) ? values.confidence : [];
+    const kept = Array.isArray(values.kept) ? values.kept : [];
+    for (let i = 0; i < step.n; i++) {
+      const node = this.nodes.get(`${step.id}#${i}`);
+      if (!node) continue;
+      const value = Number(confidences[i]);
+      const isKept = Boolean(kept[i]);
+      node.root.dataset.kept = String(isKept);
+      node.note.hidden = false;
+      node.note.textContent = `${Number.isFinite(value) ? `conf ${value.toFixed(2)}` : "no conf"} · ${
+        isKept ? "kept" : "dropped"
+      }`;
+      node.note.title = "trace confidence (its weakest window's mean negative top-k logprob)";
+      node.note.classList.toggle("dropped", !isKept);
+    }
+  }
+
   runFinished(event) {
     this.finalStepId = event.step_id || null;
     this.finalAnswer = event.answer ?? null;
@@ -289,9 +314,11 @@ export class TraceTree {
     const time = el("span", "time");
     const answer = el("span", "answer-chip small");
     answer.hidden = true;
-    foot.append(tokens, time, answer);
+    const note = el("span", "note-chip small");
+    note.hidden = true;
+    foot.append(tokens, time, note, answer);
     root.append(reasoning, text, foot);
-    return { root, text, reasoning, tokens, time, answer, status };
+    return { root, text, reasoning, tokens, time, answer, status, note };
   }
 
   /** Re-arrange the nodes after the tree's shape changed (nodes keep their text). */
