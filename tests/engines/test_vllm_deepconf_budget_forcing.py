@@ -13,10 +13,14 @@ from scaffolds import Problem, solve
 from scaffolds.engine import GenerateRequest, SamplingParams, chat
 from scaffolds.engines import OpenAIEngine
 from scaffolds.engines.vllm_server import VLLMServer
-from scaffolds.trace import StepNote, StepStarted
+from scaffolds.trace import StepFinished, StepNote, StepStarted
 from testing.vllm import assert_accounts_every_token
 
 pytestmark = pytest.mark.vllm
+
+STOPS = ("e", "a", "o", " ")
+"""Stop strings that end a random model's text within a few tokens (and keep "Wait",
+which has an "a", out of what it writes)."""
 
 
 def _engine(server: VLLMServer) -> OpenAIEngine:
@@ -59,18 +63,25 @@ async def test_deepconf_answers_from_vllm_logprobs(vllm_server: VLLMServer) -> N
 async def test_budget_forcing_continuations_are_accepted_and_accounted(
     vllm_server: VLLMServer, problem: str | None
 ) -> None:
-    # Stop strings end the random model's texts early, so every message is reopened.
+    # Stop strings end the random model's texts early, so messages are reopened; one cut
+    # at max_tokens ("length") is not.
     before = vllm_server.metric("vllm:generation_tokens_total")
     async with _engine(vllm_server) as engine:
         result = await solve(
             "budget_forcing(min_tokens=100000, waits=2)",
             problem if problem is not None else Problem.from_text("3+5="),
             engine,
-            params=SamplingParams(temperature=1.0, max_tokens=24, stop=("e",), seed=2),
+            params=SamplingParams(temperature=1.0, max_tokens=24, stop=STOPS, seed=2),
         )
     started = [e for e in result.events if isinstance(e, StepStarted)]
     kinds = [e.kind for e in started]
     assert kinds[0] == "generate" and set(kinds[1:]) <= {"continue"} and len(kinds) >= 2
+    finished = [e for e in result.events if isinstance(e, StepFinished)]
+    assert all(e.error is None for e in finished)
+    # A step is continued exactly when it ended by itself, up to the two waits.
+    reasons = [e.finish_reasons[0] for e in finished]
+    assert all(r == "stop" for r in reasons[:-1])
+    assert len(finished) == 3 or reasons[-1] == "length"
     continued = [e for e in started if e.kind == "continue"]
     if problem is not None:
         assert all(e.messages is not None and e.messages[-1]["role"] == "assistant"

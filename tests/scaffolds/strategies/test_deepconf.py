@@ -177,3 +177,13 @@ async def test_composes_as_a_solver_of_majority() -> None:
 def test_sampling_params_bound_top_logprobs() -> None:
     with pytest.raises(Exception, match="top_logprobs must be in"):
         SamplingParams(top_logprobs=21)
+
+
+async def test_the_confidence_note_survives_a_saved_trace() -> None:
+    from scaffolds.trace import event_to_dict
+    from training.traces import event_from_dict
+
+    engine = scripted(trace("1", 2.0), trace("2", 1.0))
+    result = await run_scaffold(DeepConf(n=2), PROBLEM, engine)
+    [note] = [e for e in result.events if isinstance(e, StepNote)]
+    assert event_from_dict(event_to_dict(note)) == note
