@@ -72,6 +72,20 @@ def kept_indices(confidences: Sequence[float | None], keep: float) -> list[int]:
     return sorted(ranked[:count])
 
 
+async def weighted_vote(
+    ctx: Context, answers: Sequence[str | None], weights: Sequence[float | None], kept: list[int]
+) -> int:
+    """The most confident member of the answer group (among the ``kept``) with the largest
+    summed weight; the most confident kept trace when none of them has an answer."""
+
+    def weight(i: int) -> float:
+        return weights[i] or 0.0
+
+    groups = [[kept[j] for j in group] for group in await ctx.cluster([answers[i] for i in kept])]
+    members = max(groups, key=lambda g: sum(map(weight, g))) if groups else kept
+    return max(members, key=weight)
+
+
 @register
 class DeepConf(Strategy):
     name: ClassVar[str] = "deepconf"
@@ -133,7 +147,7 @@ class DeepConf(Strategy):
             confidences.append(trace_confidence(tops, window=self.window))
         kept = kept_indices(confidences, self.keep)
         samples = [Solution.from_step(step, i) for i in range(len(step.completions))]
-        chosen = await self._weighted_vote(ctx, samples, confidences, kept)
+        chosen = await weighted_vote(ctx, [s.answer for s in samples], confidences, kept)
         ctx.recorder.emit(
             StepNote(
                 step.step_id,
@@ -149,27 +163,6 @@ class DeepConf(Strategy):
         )
         solution = samples[chosen]
         return solution.marked_cut_short() if step.cut_short else solution
-
-    async def _weighted_vote(
-        self,
-        ctx: Context,
-        samples: list[Solution],
-        confidences: list[float | None],
-        kept: list[int],
-    ) -> int:
-        """The index of the most confident member of the answer group with the largest
-        summed confidence among the kept traces (the most confident kept trace when
-        none of them has an answer)."""
-        groups = await ctx.cluster([samples[i].answer for i in kept])
-        best = max(kept, key=lambda i: confidences[i] or 0.0)
-        if not groups:
-            return best
-        scored = [
-            (sum(confidences[kept[j]] or 0.0 for j in group), [kept[j] for j in group])
-            for group in groups
-        ]
-        _, members = max(scored, key=lambda s: s[0])  # the first of equal sums wins
-        return max(members, key=lambda i: confidences[i] or 0.0)
 
     def max_calls(self) -> int:
         return 1
