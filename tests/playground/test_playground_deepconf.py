@@ -44,7 +44,7 @@ def page(browser: Any, served: tuple[str, FakeEngineHandle]) -> Iterator[Any]:
 
 def test_deepconf_nodes_show_confidence_and_kept(page: Any) -> None:
     page.fill("#problem", "What is 1+1?")
-    page.fill("#spec", "deepconf(n=3, keep=0.34, top_k=4)")
+    page.fill("#spec", "deepconf(n=3, keep=0.3, top_k=4)")
     page.click("#run-button")
     page.wait_for_selector('#final[data-state="done"]', timeout=30_000)
     notes = page.eval_on_selector_all(".node .note-chip", "ns => ns.map(n => n.textContent)")
