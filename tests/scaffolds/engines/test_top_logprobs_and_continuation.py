@@ -3,6 +3,7 @@ against the fake engine, for each dialect's request fields and both response sha
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -116,3 +117,21 @@ def test_a_continuation_needs_a_final_assistant_message() -> None:
     with pytest.raises(InvalidRequestError, match="assistant"):
         GenerateRequest(chat("count"), continue_final=True)
     assert GenerateRequest("count: one", continue_final=True).prompt_text() == "count: one"
+
+
+async def test_a_continuation_is_counted_as_continued_for_the_context_fit() -> None:
+    import httpx
+
+    from tests.scaffolds.engines.test_context_fit import URL, FakeServer
+
+    server = FakeServer(context=1024, prompt_tokens=300)
+    client = httpx.AsyncClient(transport=httpx.MockTransport(server))
+    engine = OpenAIEngine(URL, "m", client=client, max_retries=0)
+    prompt = (*chat("Think hard."), Message("assistant", "so far Wait"))
+    await engine.generate(
+        GenerateRequest(prompt, SamplingParams(max_tokens=4096), continue_final=True)
+    )
+    [count] = [r for r in server.seen if r.url.path == "/tokenize"]
+    body = json.loads(count.content)
+    assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+    assert server.generation_bodies()[0]["max_tokens"] == 724
