@@ -12,8 +12,10 @@ existing forced-answer step asks for the answer. Every call's tokens are in ``us
 With a reasoning parser (the thinking arrives separately), the message reopened is
 ``<think>`` + the thinking + "Wait", and the continuation's thinking joins the first.
 
-``k`` samples (``solve_many``) start as one ``n=k`` request; each then continues on its
-own, concurrently.
+It takes no ``solver``: what it continues is one call's message. As the solver of
+another scaffold (``majority(k=4, solver=budget_forcing())``) its ``k`` samples
+(``solve_many``) start as one ``n=k`` request, and each continues on its own,
+concurrently.
 
 >>> str(BudgetForcing(min_tokens=256))
 'budget_forcing(min_tokens=256)'

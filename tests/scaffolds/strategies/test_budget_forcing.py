@@ -191,3 +191,17 @@ def test_the_continue_step_renders_outside_a_run() -> None:
     assert step.prompt == "3+4=7 Wait" and step.template == "budget_forcing_wait"
     chat = render_step(CONTINUE, "3+4=", {"partial": "7 Wait"}, chat=True)
     assert chat.prompt[-1] == Message("assistant", "7 Wait")  # type: ignore[index]
+
+
+async def test_composes_as_the_solver_of_majority() -> None:
+    def handler(request: GenerateRequest) -> list[str] | str:
+        if request.params.n == 3:
+            return ["a \\boxed{1}", "b \\boxed{2}", "c \\boxed{2}"]
+        return "so \\boxed{2}"
+
+    engine = MockEngine(handler)
+    strategy = Majority(k=3, solver=BudgetForcing(min_tokens=3, waits=1))
+    result = await run_scaffold(strategy, PROBLEM, engine)
+    assert [r.params.n for r in engine.requests] == [3, 1, 1, 1]
+    assert result.solutions[0].answer == "2"
+    assert result.usage.calls == 4 <= strategy.max_calls()
