@@ -81,7 +81,8 @@ class TemplateOwner(Protocol):
 
 class Voter(Protocol):
     """Picks the winning answer of a vote (e.g. :class:`scaffolds.answer_pool.AnswerChecker`,
-    which runs math-verify in a process pool with a time limit)."""
+    which runs math-verify in a process pool with a time limit), and groups equivalent
+    answers (for votes that weigh their members)."""
 
     async def vote(self, answers: Sequence[str | None]) -> int | None: ...
 
@@ -282,9 +283,11 @@ class Context:
         seed = self._state.params.seed or 0
         return random.Random(_derive_seed(seed, f"{self.scope_id}/{label}"))
 
-    def note(self, kind: str, values: Mapping[str, Any]) -> None:
-        """Record a :class:`~scaffolds.trace.StepNote` about this scope (no engine call)."""
-        self._state.recorder.emit(StepNote(self.scope_id, kind, dict(values), self.choice))
+    def note(self, kind: str, values: Mapping[str, Any], *, step_id: str | None = None) -> None:
+        """Record a :class:`~scaffolds.trace.StepNote` about this scope, or about one of
+        its steps' samples (no engine call)."""
+        note = StepNote(self.scope_id, kind, dict(values), self.choice, step_id=step_id)
+        self._state.recorder.emit(note)
 
     # -- engine calls ----------------------------------------------------------------
     async def generate(
@@ -299,11 +302,16 @@ class Context:
         force_answer: bool = False,
         temperature: float | None = None,
         stop: Sequence[str] | None = None,
+        top_logprobs: int | None = None,
+        continue_final: bool = False,
     ) -> Step:
         """One engine call of ``n`` samples (one request), within the budget.
 
         ``force_answer``: if the budget cut a sample short before it gave a ``\\boxed``
         answer, ask for the final answer right away (the MRT "time is up" move).
+        ``top_logprobs``: also ask for each position's top logprobs (deepconf);
+        ``continue_final``: the chat prompt ends with a partial assistant message that
+        the model continues (budget forcing).
         Raises :class:`BudgetExhaustedError` if no budget is left to start.
         """
         state = self._state
@@ -319,10 +327,15 @@ class Context:
                 changes["temperature"] = temperature
             if stop is not None:
                 changes["stop"] = tuple(stop)
+            if top_logprobs is not None:
+                changes["top_logprobs"] = top_logprobs
             if state.params.seed is not None:
                 changes["seed"] = _derive_seed(state.params.seed, step_id)
             request = GenerateRequest(
-                source.prompt, state.params.replace(**changes), affinity_key=state.affinity_key
+                source.prompt,
+                state.params.replace(**changes),
+                affinity_key=state.affinity_key,
+                continue_final=continue_final,
             )
             result = await self._recorded_call(
                 request, step_id, kind=kind, label=label, final=final and self.final, source=source
@@ -331,7 +344,7 @@ class Context:
             clamped = grant.held > 0
             if force_answer and clamped:
                 completions = await self._force_answers(
-                    source.prompt, completions, label, grant.held, step_id
+                    source.prompt, completions, label, grant.held, step_id, continue_final
                 )
             cut = clamped and any(c.truncated for c in completions)
             return Step(step_id, completions, cut_short=cut)
@@ -385,6 +398,7 @@ class Context:
         label: str,
         max_tokens: int,
         step_id: str,
+        continued: bool = False,
     ) -> list[Completion]:
         """Ask each budget-truncated, answerless sample for its final answer now.
 
@@ -397,10 +411,12 @@ class Context:
                 return completion
             self._state.ledger.cut("tokens")
             cue = self.prompts.template("force_answer").render()
-            forced = forced_prompt(prompt, completion, cue)
+            forced = forced_prompt(prompt, completion, cue, continued=continued)
             request = GenerateRequest(
                 forced,
-                self._state.params.replace(n=1, max_tokens=max_tokens, seed=None),
+                self._state.params.replace(
+                    n=1, max_tokens=max_tokens, seed=None, top_logprobs=None
+                ),
                 affinity_key=self._state.affinity_key,
             )
             result = await self._recorded_call(

@@ -20,6 +20,9 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from scaffolds.errors import InvalidRequestError
 
+MAX_TOP_LOGPROBS = 20
+"""The most top logprobs per position a call may ask for (OpenAI's and vLLM's cap)."""
+
 Role = Literal["system", "user", "assistant", "tool", "developer"]
 
 
@@ -56,6 +59,9 @@ class SamplingParams:
     seed: int | None = None
     logprobs: bool = False
     """Also return the sampled token ids and their logprobs (training needs them)."""
+    top_logprobs: int | None = None
+    """Also return, at each position, the logprobs of the ``top_logprobs`` most likely
+    tokens (0..20; vLLM's cap is 20): ``Completion.top_logprobs`` (deepconf needs them)."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Engine-specific fields passed through verbatim (e.g. vLLM's ``ignore_eos``)."""
 
@@ -79,6 +85,12 @@ class SamplingParams:
                 "top_p",
                 f"top_p must be in (0, 1] (got {self.top_p})",
             )
+        if self.top_logprobs is not None:
+            _check(
+                0 <= self.top_logprobs <= MAX_TOP_LOGPROBS,
+                "top_logprobs",
+                f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}] (got {self.top_logprobs})",
+            )
 
     def replace(self, **changes: Any) -> SamplingParams:
         """A copy with some fields changed (validated again)."""
@@ -101,6 +113,19 @@ class GenerateRequest:
     affinity_key: str | None = None
     """Calls with the same key share a prompt prefix (one scaffold run on one problem):
     a replica router keeps them on one replica so its prefix cache hits."""
+    continue_final: bool = False
+    """A chat prompt whose last message is a partial assistant message that the model
+    continues (vLLM's ``continue_final_message``), rather than a new assistant turn.
+    A text prompt is always continued as it is, so this only matters for chat."""
+
+    def __post_init__(self) -> None:
+        prompt = self.prompt
+        ends_open = isinstance(prompt, str) or (bool(prompt) and prompt[-1].role == "assistant")
+        if self.continue_final and not ends_open:
+            raise InvalidRequestError(
+                "continue_final needs a chat prompt that ends with an assistant message",
+                param="messages",
+            )
 
     @property
     def is_chat(self) -> bool:
@@ -159,7 +184,9 @@ class Completion:
 
     ``reasoning`` holds the text the engine separated out as reasoning (vLLM's
     ``reasoning_content``/``reasoning``), if any. ``token_ids``/``logprobs`` are set
-    when the request asked for logprobs.
+    when the request asked for logprobs; ``top_logprobs`` (one tuple of the most likely
+    tokens' logprobs per generated position, best first) when it asked for
+    ``top_logprobs``, and the engine gave them.
     """
 
     text: str
@@ -168,6 +195,7 @@ class Completion:
     completion_tokens: int = 0
     token_ids: tuple[int, ...] | None = None
     logprobs: tuple[float, ...] | None = None
+    top_logprobs: tuple[tuple[float, ...], ...] | None = None
 
     @property
     def truncated(self) -> bool:

@@ -49,6 +49,13 @@ class FanOutError(SpecError):
     code = "fan_out_exceeded"
 
 
+class UnsupportedError(InvalidRequestError):
+    """What was asked is valid but cannot be done here: a strategy needs something the
+    engine does not give (deepconf without token logprobs), or a mode not built yet."""
+
+    code = "unsupported"
+
+
 class NotFoundError(PonderError):
     """A named thing (model, alias, strategy) does not exist."""
 

@@ -18,11 +18,22 @@ from scaffolds.engine import Completion, Message, Prompt
 __all__ = ["forced_prompt", "with_forced_answer"]
 
 
-def forced_prompt(prompt: Prompt, completion: Completion, cue: str) -> Prompt:
+def forced_prompt(
+    prompt: Prompt, completion: Completion, cue: str, *, continued: bool = False
+) -> Prompt:
     """``prompt`` continued by the cut ``completion`` and the ``cue``: the same text for
-    a completions prompt, an assistant turn and a user turn for a chat."""
+    a completions prompt, an assistant turn and a user turn for a chat. ``continued``:
+    the chat's last (assistant) message was being continued, so the cut text joins it.
+
+    >>> partial = (Message("user", "3+4="), Message("assistant", "Adding"))
+    >>> forced_prompt(partial, Completion(" 3 and 4"), "Now:", continued=True)[1:]
+    (Message(role='assistant', content='Adding 3 and 4'), Message(role='user', content='Now:'))
+    """
     if isinstance(prompt, str):
         return prompt + completion.text + cue
+    if continued and prompt and prompt[-1].role == "assistant":
+        joined = Message("assistant", prompt[-1].content + completion.text)
+        return (*prompt[:-1], joined, Message("user", cue.strip()))
     return (*prompt, Message("assistant", completion.text), Message("user", cue.strip()))
 
 
@@ -36,4 +47,5 @@ def with_forced_answer(completion: Completion, cue: str, extra: Completion) -> C
         completion_tokens=completion.completion_tokens + extra.completion_tokens,
         token_ids=completion.token_ids,
         logprobs=completion.logprobs,
+        top_logprobs=completion.top_logprobs,
     )

@@ -103,14 +103,18 @@ class RunFinished:
 @dataclass(frozen=True, slots=True)
 class StepNote:
     """What a strategy concluded from finished steps, between engine calls (no call of
-    its own): ``kind`` names the note (``stopping``: adaptive voting's probability that
-    the leader is the majority, after a wave) and ``values`` holds it (JSON-ready)."""
+    its own): ``kind`` names the note and ``values`` holds it (JSON-ready). Kinds so far:
+    ``stopping`` (adaptive voting's probability that the leader is the majority, after a
+    wave, about its scope) and ``confidence`` (deepconf's per-sample confidence and kept
+    flag, lists indexed by sample, about the step ``step_id``)."""
 
     scope_id: str
     """The scope the note is about (its steps are those the note read)."""
     kind: str
     values: dict[str, Any]
     choice: int | None = None
+    step_id: str | None = None
+    """Set when the note is about one step's samples."""
     time: float = field(default_factory=time.time)
     type: Literal["step_note"] = "step_note"
 

@@ -120,6 +120,7 @@ def event_from_dict(data: Mapping[str, Any]) -> TraceEvent:
             kind=str(data.get("kind", "")),
             values=dict(data.get("values") or {}),
             choice=data.get("choice"),
+            step_id=data.get("step_id"),
             time=float(data.get("time", 0.0)),
         )
     if kind == "step_delta":

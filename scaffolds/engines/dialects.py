@@ -22,6 +22,11 @@ Request fields
       ``extra`` can turn it off). SGLang has no token-id logprob option: logprobs come
       back as token texts, and ``Completion.token_ids`` stays None.
     * OpenAI: chat calls send ``max_completion_tokens`` instead of ``max_tokens``.
+    * Top logprobs (``SamplingParams.top_logprobs`` k), every dialect: ``logprobs: true,
+      top_logprobs: k`` on chat, ``logprobs: k`` on completions.
+    * Continuing an assistant message (``GenerateRequest.continue_final``): vLLM and
+      SGLang take ``continue_final_message: true, add_generation_prompt: false``; OpenAI
+      cannot, and says so (:class:`~scaffolds.errors.UnsupportedError`).
 
 Responses (handled for every dialect, since servers change shape across versions)
     * Reasoning arrives in ``reasoning_content`` (SGLang with ``--reasoning-parser``, older
@@ -46,6 +51,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 import httpx
+
+from scaffolds.errors import UnsupportedError
 
 _SNIPPET = 500
 
@@ -83,6 +90,20 @@ class Dialect:
         if not logprobs:
             return {}
         return {"logprobs": True, "top_logprobs": 0} if chat else {"logprobs": 1}
+
+    def top_logprob_fields(self, *, chat: bool, top_logprobs: int) -> dict[str, Any]:
+        """Fields that ask for the ``top_logprobs`` most likely tokens' logprobs at each
+        position (merged over :meth:`request_fields`)."""
+        if chat:
+            return {"logprobs": True, "top_logprobs": top_logprobs}
+        return {"logprobs": top_logprobs}
+
+    def continuation_fields(self) -> dict[str, Any]:
+        """Chat fields that make the model continue the last (assistant) message instead of
+        starting a new turn (``GenerateRequest.continue_final``): the chat-template options
+        of vLLM and SGLang. A server that cannot do it raises
+        :class:`~scaffolds.errors.UnsupportedError`."""
+        return {"continue_final_message": True, "add_generation_prompt": False}
 
     def max_tokens_key(self, *, chat: bool) -> str:
         """The body field that carries ``max_tokens``."""
@@ -130,6 +151,13 @@ class OpenAIDialect(Dialect, name="openai"):
 
     def health_route(self) -> tuple[bool, str]:
         return (False, "/models")
+
+    def continuation_fields(self) -> dict[str, Any]:
+        raise UnsupportedError(
+            "the OpenAI API cannot continue an assistant message (continue_final_message); "
+            "use a vLLM or SGLang engine, or a plain-text prompt",
+            param="scaffold",
+        )
 
 
 class VLLMDialect(Dialect, name="vllm"):

@@ -34,6 +34,10 @@ Semantics follow vLLM's OpenAI server where they can:
   (before temperature and top-p, vLLM's default), under the distribution actually
   sampled from with ``logprobs="sampling"`` (after temperature, top-p/top-k and the
   ``generation_kwargs`` processors: what a policy-gradient loss needs);
+  ``top_logprobs=k`` returns each position's k most likely tokens' logprobs, under the
+  same distribution;
+- ``continue_final`` continues a chat's last (assistant) message, rendered with the
+  chat template's ``continue_final_message`` and no generation prompt;
 - ``seed`` makes sampling reproducible (torch's global RNG is forked for the call, so
   a seeded call leaves it as it was); unseeded calls draw from torch's global RNG;
 - ``extra`` understands ``ignore_eos``, ``top_k`` and ``min_tokens``; other keys are
@@ -115,11 +119,13 @@ def encode_prompt(
     chat_template_kwargs: Mapping[str, Any] | None = None,
     *,
     add_special_tokens: bool = False,
+    continue_final: bool = False,
 ) -> list[int]:
     """Token ids of an engine prompt.
 
     Messages go through the tokenizer's chat template with the generation prompt (the
-    template supplies any special tokens); text is encoded as it is, with the
+    template supplies any special tokens), or, with ``continue_final``, ending inside
+    the last message (``continue_final_message``); text is encoded as it is, with the
     tokenizer's special tokens (e.g. BOS) only if ``add_special_tokens``.
     """
     if isinstance(prompt, str):
@@ -129,10 +135,12 @@ def encode_prompt(
         raise InvalidRequestError(
             "the model's tokenizer has no chat template; send a plain prompt", param="messages"
         )
+    options = {"continue_final_message": True} if continue_final else {}
     encoded = tokenizer.apply_chat_template(
         [m.to_openai() for m in prompt],
-        add_generation_prompt=True,
+        add_generation_prompt=not continue_final,
         tokenize=True,
+        **options,
         **dict(chat_template_kwargs or {}),
     )
     if isinstance(encoded, Mapping) or hasattr(encoded, "input_ids"):
@@ -149,6 +157,8 @@ class _Sample:
     token_ids: list[int]
     logprobs: list[float] | None
     finished: bool
+    top: list[list[float]] | None = None
+    """Per position, the top ``top_logprobs`` logprobs, best first (when asked)."""
     """Ended by the end-of-sequence token or a stop string (else by max_tokens)."""
 
 
@@ -406,6 +416,7 @@ class LocalEngine:
             request.prompt,
             self.chat_template_kwargs,
             add_special_tokens=self.add_special_tokens,
+            continue_final=request.continue_final,
         )
         if not prompt_ids:
             raise InvalidRequestError("the prompt is empty", param="prompt")
@@ -487,6 +498,8 @@ class LocalEngine:
             pad = min(eos_ids) if eos_ids else 0
         watcher = _Watcher(tokenizer, len(prompt_ids), rows, eos_ids, params.stop, cancel)
         raw = self.logprobs == "raw"
+        top_n = params.top_logprobs or 0
+        wants = params.logprobs or top_n > 0
         kwargs: dict[str, Any] = dict(self.generation_kwargs)
         kwargs.update(
             max_new_tokens=max_tokens,
@@ -495,8 +508,8 @@ class LocalEngine:
             eos_token_id=sorted(eos_ids) if eos_ids else None,
             stopping_criteria=transformers.StoppingCriteriaList([watcher]),
             return_dict_in_generate=True,
-            output_logits=params.logprobs and raw,
-            output_scores=params.logprobs and not raw,
+            output_logits=wants and raw,
+            output_scores=wants and not raw,
         )
         if extra.get("min_tokens"):
             kwargs["min_new_tokens"] = int(extra["min_tokens"])
@@ -523,23 +536,30 @@ class LocalEngine:
         self.generated_tokens += sum(
             steps if at is None else at for at in watcher.finished_at[:rows]
         )
-        per_step = (output.logits if raw else output.scores) if params.logprobs else None
+        per_step = (output.logits if raw else output.scores) if wants else None
         logprobs: Any = None
+        tops: Any = None
         if per_step:
+            normed = [torch.log_softmax(step.float(), dim=-1) for step in per_step]
             picked = [
-                torch.log_softmax(step.float(), dim=-1)
-                .gather(1, generated[:, i : i + 1])
-                .squeeze(1)
-                for i, step in enumerate(per_step)
+                lp.gather(1, generated[:, i : i + 1]).squeeze(1) for i, lp in enumerate(normed)
             ]
             logprobs = torch.stack(picked, dim=1).tolist()
+            if top_n:
+                best = [lp.topk(min(top_n, lp.shape[-1]), dim=-1).values for lp in normed]
+                tops = torch.stack(best, dim=1).tolist()  # rows x steps x k
         samples = []
         for row in range(rows):
             at = watcher.finished_at[row]
             length = steps if at is None else at
             ids = generated[row, :length].tolist()
             samples.append(
-                _Sample(ids, None if logprobs is None else logprobs[row][:length], at is not None)
+                _Sample(
+                    ids,
+                    None if logprobs is None else logprobs[row][:length],
+                    at is not None,
+                    None if tops is None else tops[row][:length],
+                )
             )
         return samples
 
@@ -555,6 +575,7 @@ class LocalEngine:
             completion_tokens=len(sample.token_ids),
             token_ids=tuple(sample.token_ids) if logprobs else None,
             logprobs=tuple(sample.logprobs) if logprobs and sample.logprobs is not None else None,
+            top_logprobs=None if sample.top is None else tuple(tuple(t) for t in sample.top),
         )
 
 

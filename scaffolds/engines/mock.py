@@ -3,7 +3,9 @@
 Like httpx's ``MockTransport``, it ships in the library so tests and examples need no
 server. The handler gets the :class:`GenerateRequest` and returns the sample text, a
 list of texts (one per sample), Completion objects, or a whole GenerateResult; it may be
-async. Tokens are counted as whitespace-separated words, so usage is predictable.
+async. Tokens are counted as whitespace-separated words, so usage is predictable. A call
+that asks for ``top_logprobs`` gets deterministic synthetic ones for texts (see
+:func:`synthetic_top_logprobs`), unless the engine was made with ``logprobs=False``.
 
 >>> import asyncio
 >>> engine = MockEngine(lambda req: f"echo {req.prompt_text()}")
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from scaffolds.engine import (
@@ -31,11 +34,36 @@ from scaffolds.engine import (
 HandlerResult = str | Sequence[str] | Sequence[Completion] | GenerateResult
 Handler = Callable[[GenerateRequest], HandlerResult | Awaitable[HandlerResult]]
 
-__all__ = ["GenerateRequest", "MockEngine", "SamplingParams"]
+__all__ = [
+    "GenerateRequest",
+    "MockEngine",
+    "SamplingParams",
+    "synthetic_top_logprobs",
+    "word_confidence",
+]
 
 
 def count_tokens(text: str) -> int:
     return len(text.split())
+
+
+def word_confidence(word: str) -> float:
+    """A deterministic made-up confidence of a token, in [1, 3).
+
+    >>> word_confidence("7") == word_confidence("7")
+    True
+    """
+    return 1.0 + (zlib.crc32(word.encode()) % 200) / 100
+
+
+def synthetic_top_logprobs(confidence: float, k: int) -> tuple[float, ...]:
+    """``k`` descending logprobs whose negative mean is ``confidence`` (DeepConf's token
+    confidence), so a test double can set each token's confidence exactly.
+
+    >>> synthetic_top_logprobs(2.0, 3)
+    (-1.0, -2.0, -3.0)
+    """
+    return tuple(-confidence * 2 * j / (k + 1) for j in range(1, k + 1))
 
 
 class MockEngine:
@@ -46,9 +74,11 @@ class MockEngine:
     ``finish_reason="length"``, as a real engine would.
     """
 
-    def __init__(self, handler: Handler, *, delay: float = 0.0) -> None:
+    def __init__(self, handler: Handler, *, delay: float = 0.0, logprobs: bool = True) -> None:
         self.handler = handler
         self.delay = delay
+        self.logprobs = logprobs
+        """False: never return top logprobs (an engine that ignores the request)."""
         self.requests: list[GenerateRequest] = []
         self.started = 0
         self.cancelled = 0
@@ -92,7 +122,8 @@ class MockEngine:
             items = list(produced)
             if len(items) != n:
                 raise ValueError(f"handler returned {len(items)} samples for n={n}")
-        completions = [self._complete(item, request.params.max_tokens) for item in items]
+        top = request.params.top_logprobs if self.logprobs else None
+        completions = [self._complete(item, request.params.max_tokens, top) for item in items]
         usage = Usage(
             prompt_tokens=count_tokens(request.prompt_text()),
             completion_tokens=sum(c.completion_tokens for c in completions),
@@ -101,10 +132,14 @@ class MockEngine:
         return GenerateResult(tuple(completions), usage)
 
     @staticmethod
-    def _complete(item: str | Completion, max_tokens: int | None) -> Completion:
+    def _complete(item: str | Completion, max_tokens: int | None, top: int | None) -> Completion:
         if isinstance(item, Completion):
             return item
         words = item.split()
+        finish = "stop"
         if max_tokens is not None and len(words) > max_tokens:
-            return Completion(" ".join(words[:max_tokens]), "length", None, max_tokens)
-        return Completion(item, "stop", None, len(words))
+            words, item, finish = words[:max_tokens], " ".join(words[:max_tokens]), "length"
+        tops = None
+        if top:
+            tops = tuple(synthetic_top_logprobs(word_confidence(w), top) for w in words)
+        return Completion(item, finish, None, len(words), top_logprobs=tops)

@@ -102,6 +102,8 @@ class ContextWindow:
         else:
             body["messages"] = [m.to_openai() for m in request.prompt]
             body.update({k: v for k, v in request.params.extra.items() if k in _TEMPLATE_KEYS})
+            if request.continue_final:  # the message is continued, not a new turn
+                body.update(self.engine.dialect.continuation_fields())
         url = (self.engine.root_url if at_root else self.engine.base_url) + path
         data = await self._call("POST", url, body)
         count = data.get("count") if isinstance(data, dict) else None

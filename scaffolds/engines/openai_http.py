@@ -326,6 +326,10 @@ class OpenAIEngine:
         if params.stop:
             body["stop"] = list(params.stop)
         body |= self.dialect.request_fields(chat=chat, logprobs=params.logprobs)
+        if params.top_logprobs is not None:
+            body |= self.dialect.top_logprob_fields(chat=chat, top_logprobs=params.top_logprobs)
+        if chat and request.continue_final:
+            body |= self.dialect.continuation_fields()
         if (rid := self.dialect.request_id()) is not None:
             body["rid"] = rid
         if stream:

@@ -146,6 +146,9 @@ class Choice:
     logprobs: list[float] = field(default_factory=list)
     saw_logprobs: bool = False
     token_ids: list[int] | None = None
+    top: list[tuple[float, ...]] = field(default_factory=list)
+    """Per position, the most likely tokens' logprobs, best first (when any came back)."""
+    saw_top: bool = False
 
     def absorb(
         self, choice: dict[str, Any], part_key: str | None, parser: ResponseParser
@@ -182,11 +185,20 @@ class Choice:
             if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
                 raise parser.malformed("'logprobs.content' is not a list of objects")
             pairs = [(e.get("token"), e.get("logprob")) for e in entries]
+            tops = [_top_values(e.get("top_logprobs"), parser) for e in entries]
         else:  # completions: parallel lists
             tokens, values = lp.get("tokens") or [], lp.get("token_logprobs") or []
             if not isinstance(tokens, list) or not isinstance(values, list):
                 raise parser.malformed("'logprobs.tokens' is not a list")
             pairs = list(zip(tokens, values, strict=False))
+            raw_tops = lp.get("top_logprobs")
+            if raw_tops is not None and not isinstance(raw_tops, list):
+                raise parser.malformed("'logprobs.top_logprobs' is not a list")
+            tops = [_top_values(t, parser) for t in raw_tops or []]
+            tops += [()] * (len(pairs) - len(tops))
+        if any(tops):
+            self.saw_top = True
+        self.top.extend(tops[: len(pairs)])
         for token, value in pairs:
             if not isinstance(token, str) or not (value is None or isinstance(value, int | float)):
                 raise parser.malformed("a logprob entry has a bad token or value")
@@ -220,7 +232,24 @@ class Choice:
             completion_tokens=completion_tokens,
             token_ids=tuple(ids) if ids is not None else None,
             logprobs=tuple(self.logprobs) if self.saw_logprobs else None,
+            top_logprobs=tuple(self.top) if self.saw_top else None,
         )
+
+
+def _top_values(raw: Any, parser: ResponseParser) -> tuple[float, ...]:
+    """One position's top logprobs, best first, from either shape: chat's list of
+    ``{token, logprob}`` or completions' ``{token: logprob}`` (None or absent: none)."""
+    if raw is None:
+        return ()
+    if isinstance(raw, dict):
+        values: list[Any] = list(raw.values())
+    elif isinstance(raw, list) and all(isinstance(e, dict) for e in raw):
+        values = [e.get("logprob") for e in raw]
+    else:
+        raise parser.malformed("a 'top_logprobs' entry is neither a list of objects nor an object")
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        raise parser.malformed("a top logprob is not a number")
+    return tuple(sorted((float(v) for v in values), reverse=True))
 
 
 def is_int(value: Any) -> bool:

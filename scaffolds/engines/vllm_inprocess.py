@@ -17,7 +17,10 @@ Semantics match vLLM's OpenAI server, which this engine stands in for:
 - usage counts the prompt once per call, every sample's tokens, and the prompt tokens
   vLLM's prefix cache served (``cached_tokens``);
 - ``logprobs=True`` returns the prompt's and sampled token ids and each sampled token's
-  log-probability (vLLM's raw distribution);
+  log-probability (vLLM's raw distribution); ``top_logprobs=k`` each position's k most
+  likely tokens' logprobs, best first;
+- ``continue_final`` renders the chat with ``continue_final_message`` and no generation
+  prompt, so the model continues the last (assistant) message;
 - cancelling the awaiting task aborts the request inside vLLM (``AsyncLLM.generate``
   aborts when its generator is cancelled);
 - ``extra`` keys that are vLLM ``SamplingParams`` fields (``top_k``, ``min_tokens``,
@@ -122,6 +125,8 @@ class InProcessVLLMEngine:
         n = request.params.n
         texts, token_ids = [""] * n, [list[int]() for _ in range(n)]
         logprobs: list[list[float]] = [[] for _ in range(n)]
+        tops: list[list[tuple[float, ...]]] = [[] for _ in range(n)]
+        top_n = request.params.top_logprobs or 0
         finish: list[str | None] = [None] * n
         cached = 0
         try:
@@ -131,6 +136,7 @@ class InProcessVLLMEngine:
                 cached = max(cached, int(output.num_cached_tokens or 0))
                 for sample in output.outputs:
                     delta = _accumulate(sample, texts, token_ids, logprobs, finish, streaming)
+                    _accumulate_top(sample, tops, top_n, streaming)
                     if streaming and delta:
                         yield EngineDelta(sample.index, text=delta)
         except ValueError as err:  # vLLM's word for a request it cannot take
@@ -147,6 +153,7 @@ class InProcessVLLMEngine:
                     completion_tokens=len(token_ids[i]),
                     token_ids=tuple(token_ids[i]) if request.params.logprobs else None,
                     logprobs=tuple(logprobs[i]) if request.params.logprobs else None,
+                    top_logprobs=tuple(tops[i]) if top_n else None,
                 )
                 for i in range(n)
             ),
@@ -162,8 +169,12 @@ class InProcessVLLMEngine:
     def _encode(self, request: GenerateRequest) -> list[int]:
         if isinstance(request.prompt, str):
             return list(self._tokenizer.encode(request.prompt))
+        options = {"continue_final_message": True} if request.continue_final else {}
         rendered = self._tokenizer.apply_chat_template(
-            [m.to_openai() for m in request.prompt], add_generation_prompt=True, tokenize=False
+            [m.to_openai() for m in request.prompt],
+            add_generation_prompt=not request.continue_final,
+            tokenize=False,
+            **options,
         )
         return list(self._tokenizer.encode(rendered, add_special_tokens=False))
 
@@ -188,7 +199,7 @@ class InProcessVLLMEngine:
             top_p=1.0 if p.top_p is None else p.top_p,
             stop=list(p.stop) or None,
             seed=p.seed,
-            logprobs=0 if p.logprobs else None,
+            logprobs=p.top_logprobs if p.top_logprobs else (0 if p.logprobs else None),
             output_kind=kind.DELTA if streaming else kind.FINAL_ONLY,
             **extra,
         )
@@ -216,3 +227,17 @@ def _accumulate(
     if sample.finish_reason is not None:
         finish[i] = str(sample.finish_reason)
     return str(sample.text) if streaming else ""
+
+
+def _accumulate_top(
+    sample: Any, tops: list[list[tuple[float, ...]]], top_n: int, streaming: bool
+) -> None:
+    """Fold one output's top logprobs (the ``top_n`` best of each position) into ``tops``."""
+    if not top_n:
+        return
+    i = sample.index
+    if not streaming:
+        tops[i] = []
+    for by_token in sample.logprobs or ():
+        best = sorted((float(lp.logprob) for lp in by_token.values()), reverse=True)
+        tops[i].append(tuple(best[:top_n]))

@@ -12,6 +12,8 @@ from scaffolds.strategies.abstraction import Abstraction
 from scaffolds.strategies.adaptive import Adaptive
 from scaffolds.strategies.base import Solution, Strategy, register
 from scaffolds.strategies.best_of_n import BestOfN
+from scaffolds.strategies.budget_forcing import BudgetForcing
+from scaffolds.strategies.deepconf import DeepConf
 from scaffolds.strategies.gsr import GSR
 from scaffolds.strategies.majority import Majority
 from scaffolds.strategies.rc import RC
@@ -26,6 +28,8 @@ __all__ = [
     "Abstraction",
     "Adaptive",
     "BestOfN",
+    "BudgetForcing",
+    "DeepConf",
     "Majority",
     "SelfRefine",
     "Single",

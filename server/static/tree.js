@@ -88,7 +88,7 @@ export class TraceTree {
     this.layoutPending = false;
   }
 
-  /** Feed one trace event (step_started, step_delta, step_finished, run_finished). */
+  /** Feed one trace event (step_started, step_delta, step_finished, step_note, run_finished). */
   feed(event) {
     if (!event || typeof event !== "object") return;
     switch (event.type) {
@@ -101,11 +101,11 @@ export class TraceTree {
       case "step_finished":
         this.finished(event);
         break;
-      case "run_finished":
-        this.runFinished(event);
-        break;
       case "step_note":
         this.noted(event);
+        break;
+      case "run_finished":
+        this.runFinished(event);
         break;
       default:
         break;
@@ -232,9 +232,37 @@ export class TraceTree {
     this.drawLinks();
   }
 
+  /** A strategy's note: on a step's samples (deepconf's confidence and kept flag per
+   * trace) it marks their nodes; otherwise it is a line under its scope (adaptive's
+   * stopping probability after each wave). */
   noted(event) {
+    if (event.step_id) {
+      this.notedOnSamples(event);
+      return;
+    }
     this.scope(String(event.scope_id || "run")).notes.push(event);
     this.layout();
+  }
+
+  notedOnSamples(event) {
+    const step = this.steps.get(String(event.step_id));
+    const values = event.values || {};
+    if (!step || event.kind !== "confidence") return;
+    const confidences = Array.isArray(values.confidence) ? values.confidence : [];
+    const kept = Array.isArray(values.kept) ? values.kept : [];
+    for (let i = 0; i < step.n; i++) {
+      const node = this.nodes.get(`${step.id}#${i}`);
+      if (!node) continue;
+      const value = Number(confidences[i]);
+      const isKept = Boolean(kept[i]);
+      node.root.dataset.kept = String(isKept);
+      node.note.hidden = false;
+      node.note.textContent = `${Number.isFinite(value) ? `conf ${value.toFixed(2)}` : "no conf"} · ${
+        isKept ? "kept" : "dropped"
+      }`;
+      node.note.title = "trace confidence (its weakest window's mean negative top-k logprob)";
+      node.note.classList.toggle("dropped", !isKept);
+    }
   }
 
   runFinished(event) {
@@ -315,9 +343,11 @@ export class TraceTree {
     const time = el("span", "time");
     const answer = el("span", "answer-chip small");
     answer.hidden = true;
-    foot.append(tokens, time, answer);
+    const note = el("span", "note-chip small");
+    note.hidden = true;
+    foot.append(tokens, time, note, answer);
     root.append(reasoning, text, foot);
-    return { root, text, reasoning, tokens, time, answer, status };
+    return { root, text, reasoning, tokens, time, answer, status, note };
   }
 
   /** "population > member 3", "round 1 > member 2": where a sample a step read sits. */

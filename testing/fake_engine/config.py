@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from scaffolds.engines.mock import word_confidence
 from testing.fake_engine.tokens import prompt_text
 
 Responder = Callable[[dict[str, Any]], list[str]]
@@ -77,6 +78,11 @@ class FakeEngineConfig:
     """``GET /health`` answers 200 when True, 503 when False."""
     stream_error: Failure | None = None
     """Streams: send this error as an SSE chunk after the first chunk, then ``[DONE]``."""
+    logprobs: bool = True
+    """False: answer without any logprobs, even when asked (a server that ignores them)."""
+    token_confidence: Callable[[str], float] = word_confidence
+    """Top logprobs: the confidence (negative mean top-k logprob, as DeepConf defines it)
+    of a token, from its text (stripped); the k values are made to have that mean."""
 
     def fail_next(
         self, status: int, times: int = 1, *, retry_after: str | None = None, message: str = ""

@@ -8,10 +8,11 @@ import json
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from scaffolds.engines.mock import synthetic_top_logprobs, word_confidence
 from testing.fake_engine.config import (
     CACHE_BLOCK,
     HOLD_POLL,
@@ -28,6 +29,13 @@ def validate(body: Any, chat: bool) -> str | None:
         msgs = body.get("messages")
         if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
             return "'messages' must be a non-empty list of objects"
+        if body.get("continue_final_message"):
+            if body.get("add_generation_prompt", True):
+                return (
+                    "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
+                )
+            if msgs[-1].get("role") != "assistant":
+                return "continue_final_message needs a final assistant message"
     elif not isinstance(body.get("prompt"), str):
         return "'prompt' must be a string"
     for name in ("n", "max_tokens", "max_completion_tokens"):
@@ -53,6 +61,8 @@ class Plan:
     step_delays: list[float]
     """Seconds before each decoding step (one step = one token of every sample)."""
     dialect: str = "vllm"
+    token_confidence: Callable[[str], float] = word_confidence
+    """``FakeEngineConfig.token_confidence`` (for top logprobs)."""
     id: str = field(default_factory=lambda: f"fake-{uuid.uuid4().hex[:12]}")
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -64,15 +74,41 @@ class Plan:
         lp = self.body.get("logprobs")
         return lp is True if self.chat else lp is not None and lp is not False
 
+    def top_k(self) -> int:
+        """How many top logprobs each position carries (chat: ``top_logprobs``;
+        completions: ``logprobs``)."""
+        k = self.body.get("top_logprobs") if self.chat else self.body.get("logprobs")
+        return k if isinstance(k, int) and not isinstance(k, bool) and k > 0 else 0
+
     def logprobs(self, pieces: list[str]) -> dict[str, Any]:
-        """Logprobs in the chat or completions shape (``token_id:N`` tokens if asked)."""
+        """Logprobs in the chat or completions shape (``token_id:N`` tokens if asked),
+        with ``top_k()`` synthetic alternatives per position whose negative mean is the
+        piece's ``token_confidence``."""
         as_ids = self.body.get("return_tokens_as_token_ids")
         tokens = [f"token_id:{token_id(p)}" if as_ids else p for p in pieces]
         values = [-(token_id(p) % 997) / 997 for p in pieces]
+        k = self.top_k()
+        tops = [
+            synthetic_top_logprobs(self.token_confidence(p.strip()), k) if k else () for p in pieces
+        ]
+        names = [[f"{t}|alt{j}" for j in range(k)] for t in tokens]
         if not self.chat:
-            return {"tokens": tokens, "token_logprobs": values, "top_logprobs": None}
-        pairs = zip(tokens, values, strict=True)
-        return {"content": [{"token": t, "logprob": v, "top_logprobs": []} for t, v in pairs]}
+            top_maps = [dict(zip(n, v, strict=True)) for n, v in zip(names, tops, strict=True)]
+            top = top_maps if k else None
+            return {"tokens": tokens, "token_logprobs": values, "top_logprobs": top}
+        return {
+            "content": [
+                {
+                    "token": t,
+                    "logprob": v,
+                    "top_logprobs": [
+                        {"token": name, "logprob": value}
+                        for name, value in zip(alts, top, strict=True)
+                    ],
+                }
+                for t, v, alts, top in zip(tokens, values, names, tops, strict=True)
+            ]
+        }
 
     def usage(self) -> dict[str, Any]:
         completion = sum(len(s.pieces) for s in self.samples)
@@ -126,7 +162,9 @@ def make_plan(
         delays = [step * random.paretovariate(alpha) for _ in range(steps)]
     else:
         delays = [step * random.paretovariate(alpha) if alpha and step else step] * steps
-    return Plan(chat, body, samples, prompt_pieces, cached, delays, config.dialect)
+    return Plan(
+        chat, body, samples, prompt_pieces, cached, delays, config.dialect, config.token_confidence
+    )
 
 
 def full_body(plan: Plan, config: FakeEngineConfig) -> dict[str, Any]:
@@ -135,7 +173,8 @@ def full_body(plan: Plan, config: FakeEngineConfig) -> dict[str, Any]:
         content = "".join(t for k, t in sample.pieces if k == "content")
         reasoning = "".join(t for k, t in sample.pieces if k == "reasoning")
         pieces = [t for _, t in sample.pieces]
-        logprobs = plan.logprobs(pieces) if plan.logprobs_wanted() else None
+        wanted = plan.logprobs_wanted() and config.logprobs
+        logprobs = plan.logprobs(pieces) if wanted else None
         choice: dict[str, Any] = {"index": i, "finish_reason": sample.finish, "logprobs": logprobs}
         if plan.chat:
             message: dict[str, Any] = {"role": "assistant", "content": content}
@@ -214,7 +253,7 @@ async def stream_body(
                     choice["delta"] = {key: piece}
                 else:
                     choice["text"] = piece
-                if plan.logprobs_wanted():
+                if plan.logprobs_wanted() and config.logprobs:
                     choice["logprobs"] = plan.logprobs([piece])
                 yield chunk([choice])
                 sent += 1

