@@ -101,9 +101,14 @@ def _logical_lines(text: str) -> list[str]:
 
 
 def parse_dockerfile(path: Path = DOCKERFILE) -> list[Stage]:
-    """The Dockerfile's stages; global ARG defaults are substituted into FROM lines."""
+    """The Dockerfile's stages; global ARG defaults (which may use earlier ones) are
+    substituted into FROM lines."""
     args: dict[str, str] = {}
     stages: list[Stage] = []
+
+    def substitute(text: str) -> str:
+        return re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m.group(1), m.group(0)), text)
+
     for line in _logical_lines(path.read_text()):
         keyword, _, rest = line.partition(" ")
         keyword = keyword.upper()
@@ -116,10 +121,10 @@ def parse_dockerfile(path: Path = DOCKERFILE) -> list[Stage]:
             rest = rest.strip()
         if keyword == "ARG" and not stages:
             name, _, default = rest.partition("=")
-            args[name] = default
+            args[name] = substitute(default)
             continue
         if keyword == "FROM":
-            base = re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m.group(1), m.group(0)), rest)
+            base = substitute(rest)
             image, _, name = base.partition(" AS ")
             if not name:
                 image, _, name = base.partition(" as ")
