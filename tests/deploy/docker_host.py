@@ -252,10 +252,9 @@ def docker_engine(log: Path, start_timeout: float = 120) -> Iterator[Docker]:
 # -- the base image --------------------------------------------------------------------
 
 
-def debian_mirror() -> str:
+def debian_mirror(apt: Path = Path("/etc/apt")) -> str:
     """The Debian mirror apt already uses for ``SUITE`` (sources.list or deb822 files)."""
-    sources = Path("/etc/apt")
-    files = [sources / "sources.list", *sorted((sources / "sources.list.d").glob("*"))]
+    files = [apt / "sources.list", *sorted((apt / "sources.list.d").glob("*"))]
     for path in files:
         if not path.is_file():
             continue

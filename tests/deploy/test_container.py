@@ -51,6 +51,7 @@ from tests.deploy.docker_host import (
     build_image,
     container_log,
     debian_base,
+    debian_mirror,
     docker_engine,
     image_size,
     running_container,
@@ -80,6 +81,8 @@ def unavailable(message: str) -> None:
 def docker() -> Iterator[Docker]:
     try:
         with docker_engine(ROOT / ".cache" / "dockerd.log") as engine:
+            how = "started for these tests" if engine.started_here else "already running"
+            REPORT.append(f"docker daemon: {how}; CLI {engine.cli}")
             yield engine
     except DockerUnavailable as error:
         unavailable(str(error))
@@ -116,7 +119,7 @@ def image(docker: Docker, base_image: str, secret: Path) -> Iterator[Build]:
     size = image_size(docker, tag)
     line = (
         f"ponder image: {size / 1e6:.0f} MB, built in {build.seconds:.0f} s "
-        f"({build.cached} of {build.steps} steps cached), docker CLI {docker.cli}"
+        f"({build.cached} of {build.steps} steps cached)"
     )
     REPORT.append(line)
     REPORT_FILE.parent.mkdir(exist_ok=True)
@@ -147,6 +150,35 @@ def ponder_env(engine_url: str, model: str, port: int, **more: str) -> dict[str,
         "PONDER_PORT": str(port),
         **more,
     }
+
+
+def test_where_docker_cannot_run_the_tests_skip_or_fail_under_ci(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(REQUIRE_TOOLS_ENV, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="no engine here"):
+        unavailable("no engine here")
+    monkeypatch.setenv(REQUIRE_TOOLS_ENV, "1")
+    with pytest.raises(pytest.fail.Exception, match="no engine here"):
+        unavailable("no engine here")
+
+
+def test_the_base_comes_from_the_mirror_apt_uses(tmp_path: Path) -> None:
+    (tmp_path / "sources.list.d").mkdir()
+    assert debian_mirror(tmp_path) == "http://deb.debian.org/debian", "the fallback"
+    (tmp_path / "sources.list").write_text(
+        "# deb http://old.example/debian bookworm main\n"
+        "deb [arch=amd64] http://list.example/debian bookworm main\n"
+    )
+    assert debian_mirror(tmp_path) == "http://list.example/debian"
+    (tmp_path / "sources.list").unlink()
+    (tmp_path / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\n# a comment\nURIs: http://mirror.example/debian\n"
+        "Suites: bookworm bookworm-updates\nComponents: main\n\n"
+        "Types: deb\nURIs: http://security.example/debian-security\n"
+        "Suites: bookworm-security\nComponents: main\n"
+    )
+    assert debian_mirror(tmp_path) == "http://mirror.example/debian"
 
 
 def answers_four(body: dict[str, Any]) -> list[str]:
