@@ -42,6 +42,9 @@ class Instruction:
     keyword: str
     flags: dict[str, str]
     args: str
+    mounts: list[dict[str, str]] = field(default_factory=list)
+    """One dict per ``--mount`` flag: ``--mount=type=secret,id=x`` is
+    ``{"type": "secret", "id": "x"}``."""
 
     def exec_form(self) -> list[str]:
         """The JSON (exec) form of CMD/ENTRYPOINT/HEALTHCHECK CMD as an argv."""
@@ -114,10 +117,13 @@ def parse_dockerfile(path: Path = DOCKERFILE) -> list[Stage]:
         keyword = keyword.upper()
         rest = rest.strip()
         flags: dict[str, str] = {}
+        mounts: list[dict[str, str]] = []
         while rest.startswith("--"):
             flag, _, rest = rest.partition(" ")
             key, _, value = flag[2:].partition("=")
             flags[key] = value
+            if key == "mount":
+                mounts.append(dict(item.partition("=")[::2] for item in value.split(",")))
             rest = rest.strip()
         if keyword == "ARG" and not stages:
             name, _, default = rest.partition("=")
@@ -130,7 +136,7 @@ def parse_dockerfile(path: Path = DOCKERFILE) -> list[Stage]:
                 image, _, name = base.partition(" as ")
             stages.append(Stage(image.strip(), name.strip() or None))
             continue
-        stages[-1].instructions.append(Instruction(keyword, flags, rest))
+        stages[-1].instructions.append(Instruction(keyword, flags, rest, mounts))
     return stages
 
 
