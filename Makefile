@@ -17,7 +17,7 @@ MODEL ?=
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: setup vllm browser lint typecheck unit test serve clean lock
+.PHONY: setup vllm browser lint typecheck unit test serve image clean lock
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,23 @@ test: lint typecheck unit
 ## else in process); with ENGINE=URL MODEL=NAME, that engine.
 serve: setup
 	$(BIN)/ponder serve $(if $(ENGINE),--engine "$(ENGINE)" --model "$(MODEL)") --host $(HOST) --port $(PORT)
+
+## The server image, built with BuildKit (docker/README.md): IMAGE=ponder:local, from
+## BASE_IMAGE (default: the Dockerfile's). EXTRA_CA is a CA bundle pip may trust during the
+## build, as a build secret (never in a layer): by default this machine's bundle, so a build
+## behind a TLS-intercepting proxy works; EXTRA_CA= passes none.
+IMAGE ?= ponder:local
+BASE_IMAGE ?=
+EXTRA_CA ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
+DOCKER_BUILD_FLAGS ?=
+comma := ,
+# A docker CLI that builds with BuildKit: one with buildx, else Debian's docker.io client
+# (before Docker 23 the CLI had BuildKit built in).
+DOCKER ?= $(if $(shell docker buildx version 2>/dev/null),docker,$(or $(wildcard /usr/bin/docker),docker))
+image:
+	DOCKER_BUILDKIT=1 $(DOCKER) build -f docker/Dockerfile -t $(IMAGE) \
+		$(if $(BASE_IMAGE),--build-arg BASE_IMAGE=$(BASE_IMAGE)) \
+		$(if $(EXTRA_CA),--secret id=extra-ca$(comma)src=$(EXTRA_CA)) $(DOCKER_BUILD_FLAGS) .
 
 ## Regenerate the server image's locked dependencies (docker/requirements.lock).
 lock: setup

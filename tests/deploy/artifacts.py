@@ -42,6 +42,9 @@ class Instruction:
     keyword: str
     flags: dict[str, str]
     args: str
+    mounts: list[dict[str, str]] = field(default_factory=list)
+    """One dict per ``--mount`` flag: ``--mount=type=secret,id=x`` is
+    ``{"type": "secret", "id": "x"}``."""
 
     def exec_form(self) -> list[str]:
         """The JSON (exec) form of CMD/ENTRYPOINT/HEALTHCHECK CMD as an argv."""
@@ -101,31 +104,39 @@ def _logical_lines(text: str) -> list[str]:
 
 
 def parse_dockerfile(path: Path = DOCKERFILE) -> list[Stage]:
-    """The Dockerfile's stages; global ARG defaults are substituted into FROM lines."""
+    """The Dockerfile's stages; global ARG defaults (which may use earlier ones) are
+    substituted into FROM lines."""
     args: dict[str, str] = {}
     stages: list[Stage] = []
+
+    def substitute(text: str) -> str:
+        return re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m.group(1), m.group(0)), text)
+
     for line in _logical_lines(path.read_text()):
         keyword, _, rest = line.partition(" ")
         keyword = keyword.upper()
         rest = rest.strip()
         flags: dict[str, str] = {}
+        mounts: list[dict[str, str]] = []
         while rest.startswith("--"):
             flag, _, rest = rest.partition(" ")
             key, _, value = flag[2:].partition("=")
             flags[key] = value
+            if key == "mount":
+                mounts.append(dict(item.partition("=")[::2] for item in value.split(",")))
             rest = rest.strip()
         if keyword == "ARG" and not stages:
             name, _, default = rest.partition("=")
-            args[name] = default
+            args[name] = substitute(default)
             continue
         if keyword == "FROM":
-            base = re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m.group(1), m.group(0)), rest)
+            base = substitute(rest)
             image, _, name = base.partition(" AS ")
             if not name:
                 image, _, name = base.partition(" as ")
             stages.append(Stage(image.strip(), name.strip() or None))
             continue
-        stages[-1].instructions.append(Instruction(keyword, flags, rest))
+        stages[-1].instructions.append(Instruction(keyword, flags, rest, mounts))
     return stages
 
 

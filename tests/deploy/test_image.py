@@ -24,6 +24,8 @@ from scaffolds.engines.vllm_server import ROOT, free_port
 from server.settings import Settings
 from testing.fake_engine import running_fake_engine
 from tests.deploy.artifacts import (
+    DOCKER_DIR,
+    DOCKERFILE,
     LOCK_FILE,
     final_stage,
     image_command,
@@ -134,6 +136,27 @@ def test_final_stage_is_small_and_unprivileged() -> None:
     healthcheck = final.last("HEALTHCHECK")
     assert healthcheck is not None and "/health" in " ".join(healthcheck.exec_form())
     assert image_command()[:2] == ["ponder", "serve"]
+
+
+def test_dockerfile_builds_offline_with_an_optional_ca_secret() -> None:
+    text = DOCKERFILE.read_text()
+    assert not re.match(r"\s*#\s*syntax\s*=", text, re.IGNORECASE), (
+        "a syntax directive makes BuildKit fetch its frontend from a registry"
+    )
+    stages = parse_dockerfile()
+    assert all(stage.base == stages[0].base for stage in stages), "one base, BASE_IMAGE"
+    assert re.search(r"^FROM \$\{BASE_IMAGE\}", text, re.MULTILINE)
+    downloads = [run for run in stages[0].all("RUN") if "venv-pip install" in run.args]
+    assert len(downloads) == 2, "the lock's install and Ponder's (its build backend)"
+    for run in downloads:
+        kinds = {(m.get("type"), m.get("id") or m.get("target")) for m in run.mounts}
+        assert {("secret", "extra-ca"), ("tmpfs", "/run/ca")} <= kinds, run.args
+    for run in [*stages[0].all("RUN"), *stages[-1].all("RUN")]:
+        if run not in downloads:
+            assert not run.mounts, f"only the download steps see the secret: {run.args}"
+    helper = (DOCKER_DIR / "venv-pip.sh").read_text()
+    assert "/run/secrets/extra-ca" in helper and "/run/ca/" in helper
+    assert "!docker/venv-pip.sh" in (DOCKER_DIR / "Dockerfile.dockerignore").read_text()
 
 
 def _locked_pins() -> dict[str, tuple[str, int]]:
