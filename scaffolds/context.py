@@ -37,6 +37,7 @@ from scaffolds.engine import (
     SamplingParams,
     Usage,
 )
+from scaffolds.errors import ContextFullError
 from scaffolds.fanout import gather
 from scaffolds.forcing import forced_prompt, with_forced_answer
 from scaffolds.ledger import Ledger
@@ -340,6 +341,9 @@ class Context:
             result = await self._recorded_call(
                 request, step_id, kind=kind, label=label, final=final and self.final, source=source
             )
+            if result.no_room:
+                state.ledger.cut("context")
+                raise ContextFullError(f"the {label} step's prompt fills the model's context")
             completions = list(result.completions)
             clamped = grant.held > 0
             if force_answer and clamped:

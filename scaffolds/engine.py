@@ -209,6 +209,8 @@ class GenerateResult:
     completions: tuple[Completion, ...]
     usage: Usage
     prompt_token_ids: tuple[int, ...] | None = None
+    no_room: bool = False
+    """The prompt left no room in the model's context: nothing was generated or sent."""
 
 
 @dataclass(frozen=True, slots=True)

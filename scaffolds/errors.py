@@ -111,6 +111,16 @@ class BudgetExhaustedError(PonderError):
         self.limit = limit
 
 
+class ContextFullError(BudgetExhaustedError):
+    """A step's prompt leaves no room in the model's context (no token fits after it).
+
+    Like a spent budget, it ends the run's growth: strategies return their best answer
+    so far, marked cut short (``cut_reason`` "context")."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, limit="context")
+
+
 class DeadlineExceededError(BudgetExhaustedError):
     """The run's deadline passed."""
 

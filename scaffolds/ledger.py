@@ -54,7 +54,8 @@ class Ledger:
     reserved_tokens: int = 0
     reserved_calls: int = 0
     cut_reason: str | None = None
-    """Why the budget first cut the run short: "deadline", "calls" or "tokens"."""
+    """Why the run was first cut short: "deadline", "calls", "tokens", or "context" (a
+    step's prompt left no room in the model's context)."""
 
     @classmethod
     def start(cls, budget: Budget) -> Ledger:

@@ -52,4 +52,5 @@ def fitted_max_tokens(
 
 def no_room(n: int) -> GenerateResult:
     """The result of a call that cannot fit: ``n`` empty samples, cut short, no engine call."""
-    return GenerateResult(tuple(Completion("", "length") for _ in range(n)), Usage(calls=0))
+    empty = tuple(Completion("", "length") for _ in range(n))
+    return GenerateResult(empty, Usage(calls=0), no_room=True)

@@ -183,8 +183,12 @@ async def test_cancelling_a_call_aborts_the_generation_in_vllm(vllm_server: VLLM
 
 
 @pytest.mark.parametrize(
-    "spec", ["single", "majority", "best_of_n", "self_refine", "rc", "abstraction", "gsr"]
-)
+    "spec",
+    [
+        "single", "majority", "best_of_n", "self_refine", "rc", "abstraction", "gsr",
+        "rsa", "adaptive", "deepconf", "budget_forcing",
+    ],
+)  # fmt: skip
 async def test_every_scaffold_with_its_defaults_fits_a_short_context(
     vllm_server: VLLMServer, spec: str
 ) -> None:

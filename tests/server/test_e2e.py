@@ -50,7 +50,8 @@ def ponder(fake: FakeEngineHandle) -> Iterator[str]:
 
 
 def sdk(url: str, key: str = KEY) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=30)
+    # A generous timeout: a busy machine can be 10x slower than a quiet one.
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=300)
 
 
 def fake_reported_usage(fake: FakeEngineHandle) -> dict[str, int]:

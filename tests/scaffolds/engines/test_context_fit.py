@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 
+from scaffolds import solve
 from scaffolds.engine import GenerateRequest, SamplingParams, chat
 from scaffolds.engines.openai_http import OpenAIEngine
 
@@ -104,3 +105,42 @@ async def test_a_failing_look_up_never_fails_the_call() -> None:
     engine = OpenAIEngine(URL, "m", client=client, max_retries=0)
     result = await engine.generate(_ask(16384))
     assert result.completions[0].text == "ok"
+
+
+class LongRefineServer(FakeServer):
+    """Candidates fit; the refine prompt (which quotes them) counts past the context."""
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/tokenize":
+            long = "Candidate" in request.content.decode()
+            return httpx.Response(200, json={"count": 2000 if long else 50, "tokens": []})
+        if request.url.path.endswith("/chat/completions"):
+            self.seen.append(request)
+            n = json.loads(request.content).get("n", 1)
+            texts = ["So \\boxed{12}.", "So \\boxed{12}.", "So \\boxed{7}."][:n]
+            choices = [
+                {
+                    "index": i,
+                    "message": {"role": "assistant", "content": t},
+                    "finish_reason": "stop",
+                }
+                for i, t in enumerate(texts)
+            ]
+            usage = {"prompt_tokens": 50, "completion_tokens": 5 * n}
+            return httpx.Response(200, json={"choices": choices, "usage": usage})
+        return super().__call__(request)
+
+
+async def test_a_final_step_that_no_longer_fits_falls_back_to_what_the_run_has() -> None:
+    # gsr's refine prompt fills the context: the run answers with the candidates' vote,
+    # cut short for "context", instead of an empty refine (or an engine 400).
+    server = LongRefineServer(context=1024)
+    engine = _engine(server)
+    result = await solve(
+        "gsr(n=3)", "What is 3 * 4?", engine, params=SamplingParams(max_tokens=900)
+    )
+    [solution] = result.solutions
+    assert (solution.answer, solution.cut_short, result.cut_reason) == ("12", True, "context")
+    assert len(server.generation_bodies()) == 1  # the refine was never sent
+    refine = [e for e in result.events if getattr(e, "kind", None) == "refine"]
+    assert refine  # the cut step is still in the trace
