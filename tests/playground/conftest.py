@@ -81,6 +81,22 @@ def running_playground(
             yield url, fake
 
 
+@contextlib.contextmanager
+def open_page(browser: Any, url: str) -> Iterator[Any]:
+    """A fresh tab (own session storage) whose key is already set, on the page at ``url``;
+    fails if the page raised a JavaScript error meanwhile."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.add_init_script(f"sessionStorage.setItem({KEY_STORAGE!r}, {KEY!r})")
+    tab = context.new_page()
+    errors: list[str] = []
+    tab.on("pageerror", lambda exc: errors.append(str(exc)))
+    tab.goto(f"{url}/")
+    tab.wait_for_selector("#model option", state="attached")
+    yield tab
+    context.close()
+    assert errors == [], f"JavaScript errors on the page: {errors}"
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     # Module scope: Playwright's sync API keeps its own event loop, which must be gone

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle
-from tests.playground.conftest import KEY, KEY_STORAGE, running_playground
+from tests.playground.conftest import open_page, running_playground
 
 SURE = "\\boxed{2}"
 
@@ -30,16 +30,8 @@ def served() -> Iterator[tuple[str, FakeEngineHandle]]:
 @pytest.fixture
 def page(browser: Any, served: tuple[str, FakeEngineHandle]) -> Iterator[Any]:
     url, _ = served
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    context.add_init_script(f"sessionStorage.setItem({KEY_STORAGE!r}, {KEY!r})")
-    tab = context.new_page()
-    errors: list[str] = []
-    tab.on("pageerror", lambda exc: errors.append(str(exc)))
-    tab.goto(f"{url}/")
-    tab.wait_for_selector("#model option", state="attached")
-    yield tab
-    context.close()
-    assert errors == [], f"JavaScript errors on the page: {errors}"
+    with open_page(browser, url) as tab:
+        yield tab
 
 
 def test_deepconf_nodes_show_confidence_and_kept(page: Any) -> None:

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from testing.fake_engine import FakeEngineHandle
-from tests.playground.conftest import KEY, KEY_STORAGE, MODEL
+from tests.playground.conftest import KEY, KEY_STORAGE, MODEL, open_page
 
 PROBLEM = "What is 17 * 23?"
 WAIT_MS = 30_000
@@ -33,16 +33,8 @@ SEE_STREAMING = """() => {
 def page(browser: Any, playground: tuple[str, FakeEngineHandle]) -> Iterator[Any]:
     """A fresh tab (own session storage) whose key is already set, on the page."""
     url, _ = playground
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    context.add_init_script(f"sessionStorage.setItem({KEY_STORAGE!r}, {KEY!r})")
-    tab = context.new_page()
-    errors: list[str] = []
-    tab.on("pageerror", lambda exc: errors.append(str(exc)))
-    tab.goto(f"{url}/")
-    tab.wait_for_selector("#model option", state="attached")
-    yield tab
-    context.close()
-    assert errors == [], f"JavaScript errors on the page: {errors}"
+    with open_page(browser, url) as tab:
+        yield tab
 
 
 def api_answer(url: str, scaffold: str, problem: str = PROBLEM) -> dict[str, Any]:
