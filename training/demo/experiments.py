@@ -19,6 +19,8 @@ Commands::
     python -m training.demo.experiments base --count 1000 --seeds 0 1 2
     python -m training.demo.experiments gsr --count 1000 --seeds 0 1 2 --train-seconds 300
     python -m training.demo.experiments plot training/demo/results/gsr.json
+    python -m training.demo.experiments gsr --count 300 --arms gsr --runs runs/gsr-after \
+        --train-steps gsr=489 --refreshes 2 --base-stem base_300 --stem gsr_after_300
 
 >>> s = summarize([[1, 0], [1, 1], [0, 0]])  # 3 seeds x 2 problems
 >>> round(s["accuracy"], 3), s["problems"], s["seeds"]

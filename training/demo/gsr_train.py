@@ -6,7 +6,10 @@ Here:
 
 - candidates: ``n`` answers sampled (temperature 1.0) from the *base* model for each of
   ``data_problems`` training problems, by batched ``model.generate`` (the sampler
-  LocalEngine uses, batched over problems for speed);
+  LocalEngine uses, batched over problems for speed); with ``refreshes`` they are
+  redrawn from the model being trained during the run, so the refine step also sees
+  candidates like the ones it reads when served (issue 20: training only on the base
+  model's candidates left the refine step far below a single sample);
 - refine rows: the compact prompt set's ``gsr_refine`` template, rendered exactly as
   the ``gsr`` scaffold renders it (``347+589=[936,926,936,946]``) -> the correct answer;
   every problem is kept, including those whose candidates are all wrong;
