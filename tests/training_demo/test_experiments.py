@@ -151,3 +151,19 @@ def test_module_doctests(name: str) -> None:
     module = importlib.import_module(f"training.demo.{name}")
     failures, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert tried > 0 and failures == 0
+
+
+def test_step_capped_training_redraws_candidates(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """``steps`` stops the run at that many steps whatever the clock; ``refreshes``
+    redraws the refine candidates from the model being trained, evenly spaced."""
+    pytest.importorskip("torch")
+    from training.demo.gsr_train import train
+
+    info = train(
+        "gsr", tiny_model_dir, tmp_path / "out", seconds=1e9, steps=4, refreshes=1,
+        data_problems=16, batch=8, warmup=1,
+    )  # fmt: skip
+    assert info["steps"] == 4 and info["max_steps"] == 4
+    assert [r["step"] for r in info["refreshes"]] == [2]
+    assert 0.0 <= info["refreshes"][0]["candidate_accuracy"] <= 1.0
+    assert (tmp_path / "out" / "config.json").exists()

@@ -19,6 +19,8 @@ Commands::
     python -m training.demo.experiments base --count 1000 --seeds 0 1 2
     python -m training.demo.experiments gsr --count 1000 --seeds 0 1 2 --train-seconds 300
     python -m training.demo.experiments plot training/demo/results/gsr.json
+    python -m training.demo.experiments gsr --count 300 --arms gsr --runs runs/gsr-after \
+        --train-steps gsr=489 --refreshes 2 --base-stem base_300 --stem gsr_after_300
 
 >>> s = summarize([[1, 0], [1, 1], [0, 0]])  # 3 seeds x 2 problems
 >>> round(s["accuracy"], 3), s["problems"], s["seeds"]
@@ -40,10 +42,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scaffolds.models import model_path
 from training.demo.task import AdditionProblem, problems
 
 RESULTS = Path(__file__).resolve().parent / "results"
-SHIPPED = Path(__file__).resolve().parent / "model"
+SHIPPED = model_path("ponder-addition")
+"""The shipped addition model (package data of :mod:`scaffolds.models`)."""
 MAX_TOKENS = 8
 """Per-call generation budget: an answer is at most four digits and the end token."""
 
@@ -391,12 +395,14 @@ def _gsr(args: argparse.Namespace) -> None:
 
     runs = args.runs
     timings: dict[str, Any] = {}
-    for kind in ("gsr", "control"):
+    for kind in args.arms:
         out = runs / kind
         if not (out / "config.json").exists():
             info = gsr_train.train(
-                kind, args.model, out, seconds=args.train_seconds, seed=args.train_seed,
+                kind, args.model, out, seed=args.train_seed,
+                seconds=args.train_seconds if kind not in args.train_steps else math.inf,
                 lr=args.lr, data_problems=args.data_problems, refine_fraction=args.refine_fraction,
+                steps=args.train_steps.get(kind), refreshes=args.refreshes,
             )  # fmt: skip
             timings[kind] = info
         else:
@@ -404,14 +410,14 @@ def _gsr(args: argparse.Namespace) -> None:
     items = problems("test", args.count, seed=args.problem_seed)
     started = time.monotonic()
     models: dict[str, Any] = {}
-    base_json = RESULTS / "base.json"
+    base_json = RESULTS / f"{args.base_stem}.json"
     if base_json.exists():  # same problems and seeds: reuse the base model's runs
         base = json.loads(base_json.read_text())
         if base["problems"] == len(items) and base["seeds"] == list(args.seeds):
             models["base"] = {
                 k: v for k, v in base["models"]["base"].items() if k != "majority(k=8)"
             }
-    for kind in ("gsr", "control"):
+    for kind in args.arms:
         models[kind] = asyncio.run(
             evaluate_model(
                 kind, runs / kind, TRAINED_CONDITIONS if kind == "gsr" else CONTROL_CONDITIONS,
@@ -447,6 +453,15 @@ def _gsr(args: argparse.Namespace) -> None:
     save(results, args.stem)
 
 
+def _steps(text: str) -> dict[str, int]:
+    """``gsr=489,control=1066`` -> ``{"gsr": 489, "control": 1066}``.
+
+    >>> _steps("gsr=489")
+    {'gsr': 489}
+    """
+    return {k: int(v) for k, v in (part.split("=", 1) for part in text.split(",") if part)}
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -466,6 +481,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     g.add_argument("--lr", type=float, default=1e-3)
     g.add_argument("--data-problems", type=int, default=16_000, help="refine-data problems")
     g.add_argument("--refine-fraction", type=float, default=0.75)
+    g.add_argument("--arms", nargs="+", choices=("gsr", "control"), default=["gsr", "control"])
+    g.add_argument(
+        "--train-steps", type=_steps, default={}, metavar="ARM=N,...",
+        help="train these arms for N optimizer steps instead of --train-seconds",
+    )  # fmt: skip
+    g.add_argument("--refreshes", type=int, default=0, help="redraw refine candidates")
+    g.add_argument("--base-stem", default="base", help="base results to reuse")
     p = sub.add_parser("plot", help="redraw the plot and table of a results JSON")
     p.add_argument("json", type=Path)
     args = parser.parse_args(argv)

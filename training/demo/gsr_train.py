@@ -6,7 +6,10 @@ Here:
 
 - candidates: ``n`` answers sampled (temperature 1.0) from the *base* model for each of
   ``data_problems`` training problems, by batched ``model.generate`` (the sampler
-  LocalEngine uses, batched over problems for speed);
+  LocalEngine uses, batched over problems for speed); with ``refreshes`` they are
+  redrawn from the model being trained during the run, so the refine step also sees
+  candidates like the ones it reads when served (issue 20: training only on the base
+  model's candidates left the refine step far below a single sample);
 - refine rows: the compact prompt set's ``gsr_refine`` template, rendered exactly as
   the ``gsr`` scaffold renders it (``347+589=[936,926,936,946]``) -> the correct answer;
   every problem is kept, including those whose candidates are all wrong;
@@ -152,8 +155,18 @@ def train(
     data_problems: int = 16_000,
     refine_fraction: float = 0.75,
     num_candidates: int = 4,
+    steps: int | None = None,
+    refreshes: int = 0,
 ) -> dict[str, Any]:
-    """Fine-tune ``base`` for ``seconds`` of loop time: ``kind`` is ``gsr`` or ``control``."""
+    """Fine-tune ``base`` for ``seconds`` of loop time: ``kind`` is ``gsr`` or ``control``.
+
+    ``steps`` (optional) also caps the optimizer steps; with it the learning-rate
+    schedule follows the steps instead of the clock, so the run does not depend on how
+    loaded the machine is. ``refreshes`` redraws the refine rows' candidates from the
+    model being trained that many times, evenly spaced over the run (at progress
+    1/(r+1), 2/(r+1)...), so the refine step trains on candidates like the ones it reads
+    when served (the trained model's own), not only on the base model's.
+    """
     import torch
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -168,7 +181,7 @@ def train(
     tokenizer = AutoTokenizer.from_pretrained(str(base))
     model: Any = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
     info: dict[str, Any] = {"kind": kind, "base": str(base), "seconds": seconds, "seed": seed}
-    info |= {"lr": lr, "batch": batch, "warmup": warmup}
+    info |= {"lr": lr, "batch": batch, "warmup": warmup, "max_steps": steps}
     refine: list[Row] = []
     if kind == "gsr":
         started = time.monotonic()
@@ -186,6 +199,8 @@ def train(
             "example_refine_row": refine[0],
         }
         print(f"refine data: {len(refine)} rows in {info['data_seconds']}s", flush=True)
+    refresh_at = [(i + 1) / (refreshes + 1) for i in range(refreshes)] if refine else []
+    info["refreshes"] = []
     n_refine = round(batch * refine_fraction) if refine else 0
     rng = random.Random(seed)
     order: list[int] = []
@@ -202,9 +217,31 @@ def train(
     )
     with Progress(*columns) as progress:
         bar = progress.add_task(kind, total=seconds, step=0, loss=float("nan"))
-        while (elapsed := time.monotonic() - started) < seconds:
+        while (elapsed := time.monotonic() - started) < seconds and (steps is None or step < steps):
+            clock = (elapsed, seconds) if steps is None else (float(step), float(steps))
+            if refresh_at and clock[0] / clock[1] >= refresh_at[0]:
+                refresh_at.pop(0)
+                drawn = time.monotonic()
+                model.eval()
+                refine = refine_rows(
+                    items, sample_candidates(model, tokenizer, items, num_candidates)
+                )
+                model.train()
+                right = [r["candidates_correct"] for r in refine]
+                info["refreshes"].append(
+                    {
+                        "step": step,
+                        "seconds": round(time.monotonic() - drawn, 1),
+                        "candidate_accuracy": sum(right) / (num_candidates * len(right)),
+                        "refine_all_wrong": sum(r == 0 for r in right) / len(right),
+                    }
+                )
+                order = []
+                print(
+                    f"refine candidates redrawn at step {step}: {info['refreshes'][-1]}", flush=True
+                )
             for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, elapsed, peak=lr, warmup=warmup, seconds=seconds)
+                group["lr"] = lr_at(step, clock[0], peak=lr, warmup=warmup, seconds=clock[1])
             rows = []
             for _ in range(n_refine):
                 if not order:
