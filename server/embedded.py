@@ -131,6 +131,7 @@ def embedded_default(
                             log_path=log_path,
                             served_name=model.name,
                             max_model_len=model.max_model_len,
+                            dtype=model.vllm_dtype,
                         )
                     )
                     url = engine.base_url

