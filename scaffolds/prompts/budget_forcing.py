@@ -9,6 +9,6 @@ from scaffolds.prompts.template import Template
 
 WAIT = Template("budget_forcing_wait", "\n\nWait")
 
-COMPACT_WAIT = Template("budget_forcing_wait", " Wait")
+COMPACT_WAIT = Template("budget_forcing_wait", " wait")  # the compact vocabulary is lowercase
 
 SETS = (PromptSet.of("default", WAIT), PromptSet.of("compact", COMPACT_WAIT))

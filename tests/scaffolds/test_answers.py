@@ -246,7 +246,7 @@ def _gone(pid: int, within_s: float = 5.0) -> bool:
     while time.monotonic() < deadline:
         try:
             status = Path(f"/proc/{pid}/status").read_text()
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # gone, or going as we read
             return True
         if "\nState:\tZ" in status:
             return True
