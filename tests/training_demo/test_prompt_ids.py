@@ -21,6 +21,7 @@ from scaffolds.engine import GenerateRequest, GenerateResult
 from scaffolds.engines.mock import MockEngine
 from training.data import build_rows, row_kinds
 from training.demo.gsr_train import direct_row, encode_rows, refine_rows
+from training.demo.refine_diag import Recording
 from training.demo.task import problems
 from training.traces import TraceRecord
 
@@ -38,22 +39,6 @@ SCAFFOLDS = (
     ("abstraction(m=2, n=2)", "right"),
 )
 """Between them, every step kind that has training rows."""
-
-
-class Recording:
-    """An engine wrapper that keeps every request with its result."""
-
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
-        self.calls: list[tuple[GenerateRequest, GenerateResult]] = []
-
-    async def generate(self, request: GenerateRequest) -> GenerateResult:
-        result: GenerateResult = await self.engine.generate(request)
-        self.calls.append((request, result))
-        return result
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.engine, name)
 
 
 def _prompt_ids(row: dict[str, Any]) -> list[int]:

@@ -28,7 +28,9 @@ from training.demo.task import AdditionProblem, problems
 from training.demo.tokenizer import EOS, vocabulary
 
 
-class _Recording:
+class Recording:
+    """An engine wrapper that keeps every request with its result."""
+
     def __init__(self, engine: Any) -> None:
         self.engine = engine
         self.calls: list[tuple[GenerateRequest, GenerateResult]] = []
@@ -51,7 +53,7 @@ async def served_runs(model_dir: Path, items: Sequence[AdditionProblem]) -> list
     out = []
     try:
         for index, item in enumerate(items):
-            recording = _Recording(engine)
+            recording = Recording(engine)
             params = SamplingParams(temperature=1.0, max_tokens=8, seed=index)
             result = await solve(
                 "gsr(n=4)", item.problem, recording, params=params, prompts="compact"
