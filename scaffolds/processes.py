@@ -23,9 +23,11 @@ import functools
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 __all__ = ["owned_process", "popen_owned", "set_parent_death_signal", "stop_group", "watch_parent"]
@@ -83,13 +85,22 @@ def stop_group(process: subprocess.Popen[Any], *, grace_s: float = 30.0) -> None
 
 
 def popen_owned(
-    command: Sequence[str], *, death_signal: int = signal.SIGTERM, **kwargs: Any
+    command: Sequence[str],
+    *,
+    death_signal: int = signal.SIGTERM,
+    guard_grace_s: float | None = None,
+    **kwargs: Any,
 ) -> subprocess.Popen[Any]:
     """``subprocess.Popen`` in a new session, sent ``death_signal`` when we die.
 
     The death signal follows the *thread* that started the child, so start long-lived
-    children from a thread that lives as long as they should.
+    children from a thread that lives as long as they should. With ``guard_grace_s``, the
+    session is led by :mod:`scaffolds.group_guard`, which acts on that signal (SIGTERM to
+    the group, SIGKILL after the grace) even when the command itself would ignore it.
     """
+    if guard_grace_s is not None:
+        guard = [sys.executable, str(Path(__file__).with_name("group_guard.py"))]
+        command = [*guard, str(guard_grace_s), "--", *command]
     return subprocess.Popen(
         list(command),
         start_new_session=True,
@@ -104,11 +115,15 @@ def owned_process(
     *,
     grace_s: float = 30.0,
     death_signal: int = signal.SIGTERM,
+    guard: bool = False,
     **kwargs: Any,
 ) -> Iterator[subprocess.Popen[Any]]:
     """Run ``command`` (``Popen`` keyword arguments pass through) for the block, then
-    stop its whole process group (:func:`stop_group`)."""
-    process = popen_owned(command, death_signal=death_signal, **kwargs)
+    stop its whole process group (:func:`stop_group`). ``guard`` leads the group with
+    :mod:`scaffolds.group_guard`, for a command that may ignore its death signal."""
+    process = popen_owned(
+        command, death_signal=death_signal, guard_grace_s=grace_s if guard else None, **kwargs
+    )
     try:
         yield process
     finally:

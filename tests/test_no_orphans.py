@@ -7,6 +7,7 @@ session whose test leaves a process behind (the session guard must fail it).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import textwrap
 from pathlib import Path
 
 import httpx
+import pytest
 
 from clients.eval.synthetic import write_addition
 from scaffolds.engines.vllm_server import free_port
@@ -68,6 +70,47 @@ def test_a_child_dies_when_its_owner_is_killed() -> None:
         assert wait_until(lambda: gone(child), within=60), "the child outlived its owner"
     finally:
         stop_group(owner, grace_s=0)
+
+
+STUBBORN = textwrap.dedent(
+    """
+    import os, signal, subprocess, sys, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as vLLM while its EngineCore starts
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    print(os.getpid(), child.pid, flush=True)
+    time.sleep(600)
+    """
+)
+
+
+@pytest.mark.parametrize("guarded", [True, False])
+def test_a_guarded_child_that_ignores_sigterm_still_dies_with_its_owner(guarded: bool) -> None:
+    owner_code = textwrap.dedent(
+        f"""
+        import sys, time
+        from scaffolds.processes import popen_owned
+        popen_owned([sys.executable, "-c", {STUBBORN!r}], guard_grace_s={1.0 if guarded else None})
+        time.sleep(600)
+        """
+    )
+    owner = popen_owned(
+        [sys.executable, "-c", owner_code], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    assert owner.stdout is not None
+    child, grandchild = map(int, owner.stdout.readline().split())
+    try:
+        os.kill(owner.pid, signal.SIGKILL)  # no clean-up code of the owner runs
+        if guarded:
+            assert wait_until(lambda: gone(child) and gone(grandchild), within=120), (
+                "the guarded group outlived its owner"
+            )
+        else:  # the control: without a guard, the lost death signal leaves it running
+            assert not wait_until(lambda: gone(child), within=3)
+    finally:
+        stop_group(owner, grace_s=0)
+        for pid in (child, grandchild):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def _pool_of(pid: int) -> list[int]:

@@ -98,6 +98,7 @@ def running_vllm(
         log_path=log_path,
         env=env,
         start_timeout=start_timeout,
+        guard=True,  # vLLM ignores SIGTERM while its EngineCore starts
     ) as process:
         yield VLLMServer(f"http://127.0.0.1:{port}/v1", served_name, process)
 
@@ -110,17 +111,23 @@ def serving_process(
     log_path: Path,
     env: dict[str, str] | None = None,
     start_timeout: float = 600,
+    guard: bool = False,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Run a server ``command`` (output to ``log_path``) until ``GET /health`` on loopback
     ``port`` answers 200; on exit stop its whole process group (SIGTERM, then SIGKILL).
     ``env`` adds to ours. The child leads its own process group and gets SIGTERM if this
     process dies, however it dies (uvicorn re-raises SIGTERM after its shutdown, which
-    skips ``finally`` blocks). Raises RuntimeError, naming the log, if it exits or stays
+    skips ``finally`` blocks); with ``guard``, a :mod:`scaffolds.group_guard` leads the group
+    and makes sure of it. Raises RuntimeError, naming the log, if it exits or stays
     unhealthy."""
     with (
         log_path.open("wb") as log,
         owned_process(
-            command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            guard=guard,
         ) as process,
     ):
         deadline = time.monotonic() + start_timeout

