@@ -60,6 +60,8 @@ def embedded_config(model: KnownModel, folder: Path, engine_url: str | None) -> 
         prompts=model.prompts,  # type: ignore[arg-type]
         aliases=dict(model.aliases),
         default_max_tokens=model.default_max_tokens,
+        default_temperature=model.default_temperature,
+        default_top_p=model.default_top_p,
         max_model_len=model.max_model_len,
     )
 

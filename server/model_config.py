@@ -154,6 +154,11 @@ class ModelOptions(BaseModel):
     """Model name the reward endpoint serves (default: --model)."""
     default_max_tokens: int | None = Field(default=None, ge=1)
     """max_tokens per engine call when a request sets none."""
+    default_temperature: float | None = Field(default=None, ge=0, le=2)
+    """temperature when a request sets none (a model's recommended sampling, as vLLM
+    takes it from generation_config.json; default: the engine's own)."""
+    default_top_p: float | None = Field(default=None, gt=0, le=1)
+    """top_p when a request sets none (default: the engine's own)."""
     max_model_len: Annotated[int | None, Field(ge=1), Flag(metavar="TOKENS")] = None
     """The model's context length; each call's max_tokens is lowered to what it leaves
     after the prompt (default: what the engine reports, as vLLM does in /v1/models)."""

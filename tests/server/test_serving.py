@@ -223,6 +223,17 @@ async def test_unknown_fields_are_accepted_and_logged(
     assert "metadata, parallel_tool_calls" in caplog.text
 
 
+async def test_a_models_default_sampling_fills_only_what_the_request_leaves_out(
+    make_client: Any,
+) -> None:
+    async with make_client(default_temperature=0.2, default_top_p=0.9) as (client, engine):
+        await client.post("/v1/chat/completions", json=chat_body())
+        await client.post("/v1/chat/completions", json=chat_body(temperature=0.0, top_p=1.0))
+    first, second = (r.params for r in engine.requests)
+    assert (first.temperature, first.top_p) == (0.2, 0.9)
+    assert (second.temperature, second.top_p) == (0.0, 1.0)  # the request's own, 0 included
+
+
 async def test_sampling_params_reach_the_engine(make_client: Any) -> None:
     async with make_client(default_max_tokens=50) as (client, engine):
         await client.post("/v1/chat/completions", json=chat_body())
