@@ -55,7 +55,7 @@ async def _draw_candidates(
         n=limits.samples,
         max_tokens=limits.max_tokens,
     )
-    return {"candidates": [c.text for c in step.completions]}
+    return {"candidates": [ctx.shown(c.text) for c in step.completions]}
 
 
 def _refine_row(step: TracedStep, sample: int, inputs: RowInputs) -> dict[str, Any] | None:
@@ -98,7 +98,8 @@ class GSR(Strategy):
         )
         sources = {c.step_id for c in candidates}
         parent = (sources.pop(), None) if len(sources) == 1 else (None, None)
-        prompt = refine_prompt(ctx, problem, {"candidates": [c.text for c in candidates]}, parent)
+        shown = [ctx.shown(c.text) for c in candidates]
+        prompt = refine_prompt(ctx, problem, {"candidates": shown}, parent)
         try:
             step = await ctx.generate(
                 prompt, kind="refine", label="refine", final=True, force_answer=True

@@ -127,7 +127,7 @@ class RSA(Strategy):
         sources = {m.step_id for m in members}
         parent = (sources.pop(), None) if len(sources) == 1 else (None, None)
         state = {
-            "candidates": [m.text for m in members],
+            "candidates": [ctx.shown(m.text) for m in members],
             "members": [list(m.source) for m in members],
             "round": round_,
         }
