@@ -331,14 +331,14 @@ class Context:
         ``top_logprobs``: also ask for each position's top logprobs (deepconf);
         ``continue_final``: the chat prompt ends with a partial assistant message that
         the model continues (budget forcing).
+        ``model``: the served model the step runs on (default: the run's own).
         ``helper``: a helper step (summary, feedback, abstraction, judge): it runs on
-        ``model`` (a served model's name; default: the run's helper model, else its own)
-        with that model's thinking turned off, and its text is never empty (see
-        :meth:`_usable`).
+        ``model``, else the run's helper model, else its own, with that model's thinking
+        turned off, and its text is never empty (see :meth:`_usable`).
         Raises :class:`BudgetExhaustedError` if no budget is left to start.
         """
         state = self._state
-        engine, thinking = self._route(model if helper else None, helper)
+        engine, thinking = self._route(model, helper)
         source = prompt if isinstance(prompt, StepPrompt) else StepPrompt(prompt)
         if source.parent_step is None and self.parent is not None:
             source = StepPrompt(source.prompt, source.template, source.fields, *self.parent)
@@ -376,17 +376,19 @@ class Context:
             clamped = grant.held > 0
             if force_answer and clamped:
                 completions = await self._force_answers(
-                    source.prompt, completions, label, grant.held, step_id, continue_final
-                )
+                    source.prompt, completions, label, grant.held, step_id, continue_final,
+                    engine=engine, thinking=thinking,
+                )  # fmt: skip
             cut = clamped and any(c.truncated for c in completions)
             return Step(step_id, completions, cut_short=cut)
         finally:
             state.ledger.release(n, grant)
 
     def _route(self, model: str | None, helper: bool) -> tuple[Engine, Thinking]:
-        """The engine and thinking of the model a step runs on."""
+        """The engine and thinking of the model a step runs on: ``model``, else (for a
+        helper step) the run's helper model, else the run's own."""
         routing = self._state.routing
-        name = (model or routing.helper) if helper else None
+        name = model or (routing.helper if helper else None)
         if name is None:
             return self._state.engine, routing.thinking
         target = routing.models.get(name)
@@ -464,14 +466,16 @@ class Context:
         max_tokens: int,
         step_id: str,
         continued: bool = False,
+        *,
+        engine: Engine,
+        thinking: Thinking,
     ) -> list[Completion]:
-        """Ask each budget-truncated, answerless sample for its final answer now.
+        """Ask each budget-truncated, answerless sample for its final answer now, on the
+        model (``engine``, ``thinking``) that wrote it.
 
         The forced answers spend the tokens that the ledger held back; they are
         exempt from the call cap, so that a cut never leaves a sample without an answer.
         """
-
-        thinking = self.thinking
 
         async def force(index: int, completion: Completion) -> Completion:
             if not completion.truncated:
@@ -498,6 +502,7 @@ class Context:
                 label=f"{label} (forced answer)",
                 final=False,
                 source=StepPrompt(plan.prompt, plan.template, {}, step_id, index),
+                engine=engine,
             )
             return plan.joined(completion, result.completions[0], thinking)
 

@@ -88,9 +88,13 @@ class GSR(Strategy):
     summary: ClassVar[str] = "Generative self-refinement: n candidates, then one refine over all."
     prompt_sets: ClassVar[tuple[PromptSet, ...]] = gsr.SETS
     step_builders: ClassVar[tuple[StepBuilder, ...]] = (REFINE,)
+    helper_models: ClassVar[tuple[str, ...]] = ("refiner",)
 
     n: int = Field(default=4, ge=1, le=256)
     solver: Strategy = Single()
+    refiner: str | None = None
+    """The served model that writes the refinement (default: the model itself; thinking
+    stays on, since the refinement is the answer)."""
 
     async def solve(self, problem: Problem, ctx: Context) -> Solution:
         candidates = await self.solver.solve_many(
@@ -102,8 +106,9 @@ class GSR(Strategy):
         prompt = refine_prompt(ctx, problem, {"candidates": shown}, parent)
         try:
             step = await ctx.generate(
-                prompt, kind="refine", label="refine", final=True, force_answer=True
-            )
+                prompt, kind="refine", label="refine", final=True, force_answer=True,
+                model=self.refiner,
+            )  # fmt: skip
         except BudgetExhaustedError:
             return await pick_by_vote(candidates, ctx, expected=self.n + 1)
         refined = Solution.from_step(step)

@@ -157,3 +157,16 @@ async def test_candidates_carry_the_part_after_the_thinking() -> None:
     [refine] = started(result.events, "gsr_refine")
     assert refine.fields and refine.fields["candidates"] == ["So \\boxed{7}"] * 2
     assert "make 7" not in refine.prompt
+
+
+async def test_an_aggregation_on_another_model_is_forced_to_answer_there() -> None:
+    own = MockEngine(lambda r: "\\boxed{7}")
+    other_model = ThinkingModel(says, think=300)
+    routing = Routing(models={"other": HelperModel(MockEngine(other_model))})
+    result = await run_scaffold(
+        build_strategy('gsr(n=2, refiner="other")'), PROBLEM, own,
+        budget=Budget(max_tokens=200), routing=routing,
+    )  # fmt: skip
+    assert [step_of(r) for r in own.requests] == ["solve"]
+    assert len(other_model.requests) == 2 and other_model.requests[-1].continue_final
+    assert result.solutions[0].text == "The sum is \\boxed{7}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from scaffolds.engines.mock import MockEngine
@@ -77,3 +79,23 @@ def test_an_alias_naming_an_unserved_helper_model_fails_at_start() -> None:
     with pytest.raises(InvalidRequestError) as err:
         ServedModels.build(config, engines={"m": MockEngine(lambda r: "7")})
     assert err.value.param == "aliases.m+r.summarizer"
+
+
+def test_the_readmes_thinking_config_serves_a_reasoner_with_an_instruct_summarizer(
+    tmp_path: Path,
+) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme.split("# ponder serve --config thinking.yaml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "thinking.yaml"
+    path.write_text(block)
+    config = Settings(config=path)
+    names = [m.name for m in config.served_models()]
+    served = build_named(config, names)
+    thinker = served.models["qwen3-4b-thinking"]
+    assert thinker.routing.helper == "qwen3-4b-instruct" and thinker.routing.thinking.declared
+    assert thinker.routing.thinking.off == {"chat_template_kwargs": {"enable_thinking": False}}
+    assert thinker.aliases["qwen3-4b-thinking+rc4"].name == "rc"
+
+
+def build_named(config: Settings, names: list[str]) -> ServedModels:
+    return ServedModels.build(config, engines={n: MockEngine(lambda r: "7") for n in names})
