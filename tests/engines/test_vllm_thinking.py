@@ -148,3 +148,50 @@ async def test_summaries_can_run_on_another_served_model(thinker: VLLMServer) ->
     assert summary.reasonings[0]  # the plain model's settings: thinking on, cut mid-thought
     [step] = _started(result, "rc_reasoning_continue")
     assert step.fields and step.fields["summary"].strip()
+
+
+def test_through_ponder_a_cut_answer_and_a_routed_summary(thinker: VLLMServer) -> None:
+    from openai import BadRequestError, OpenAI
+
+    from server.settings import ModelConfig, Settings
+    from testing.ponder import running_ponder
+
+    think = ModelConfig(
+        name=MODEL, engines=(thinker.base_url,), prompts="compact", thinking=True,
+        thinking_off="qwen3",
+    )  # fmt: skip
+    plain = ModelConfig(name="plain", engines=(thinker.base_url,), engine_model=MODEL)
+    with running_ponder(Settings(models=(think, plain))) as url:
+        client = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        messages: Any = [{"role": "user", "content": "347+589="}]
+        body = {"budget": {"max_tokens": 12}}
+        reply = client.chat.completions.create(
+            model=MODEL, messages=messages, temperature=0.0, extra_body=body
+        )
+        message: Any = reply.choices[0].message
+        assert message.content == "936" and reply.choices[0].finish_reason == "length"
+        assert "16 13 9" in (message.model_extra or {}).get("reasoning", "")
+        stream = client.chat.completions.create(
+            model=MODEL, messages=messages, temperature=0.0, extra_body=body, stream=True
+        )
+        content = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert content == "936"
+
+        spec = 'rc(steps=2, reasoning_tokens=24, summary_tokens=3, summarizer="plain")'
+        before = _ponder_calls(url, "plain")
+        client.chat.completions.create(
+            model=MODEL, messages=messages, temperature=0.0, extra_body={"scaffold": spec}
+        )
+        assert _ponder_calls(url, "plain") == before + 1
+        with pytest.raises(BadRequestError) as err:
+            client.chat.completions.create(
+                model=MODEL, messages=messages, extra_body={"scaffold": 'rc(summarizer="x")'}
+            )
+        error: Any = err.value.body
+        assert error["param"] == "scaffold.summarizer"
+
+
+def _ponder_calls(url: str, model: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    lines = [line for line in text.splitlines() if line.startswith("ponder_engine_calls_total{")]
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if f'model="{model}"' in line)
