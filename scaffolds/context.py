@@ -36,7 +36,7 @@ from scaffolds.engine import (
     SamplingParams,
     Usage,
 )
-from scaffolds.errors import ContextFullError, InvalidRequestError
+from scaffolds.errors import ContextFullError
 from scaffolds.fanout import gather
 from scaffolds.forcing import plan_forced
 from scaffolds.ledger import Ledger
@@ -388,15 +388,9 @@ class Context:
         """The engine and thinking of the model a step runs on: ``model``, else (for a
         helper step) the run's helper model, else the run's own."""
         routing = self._state.routing
-        name = model or (routing.helper if helper else None)
-        if name is None:
-            return self._state.engine, routing.thinking
-        target = routing.models.get(name)
+        target = routing.target(model or (routing.helper if helper else None))
         if target is None:
-            known = ", ".join(routing.models) or "none"
-            raise InvalidRequestError(
-                f"no served model {name!r} for a helper step (known: {known})", param="model"
-            )
+            return self._state.engine, routing.thinking
         return target.engine, target.thinking
 
     def _usable(

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scaffolds.engine import Completion, Engine
+from scaffolds.errors import InvalidRequestError
 
 __all__ = ["THINKING_OFF", "HelperModel", "Routing", "Thinking", "helper_text", "thinking_off"]
 
@@ -159,3 +160,15 @@ class Routing:
     thinking: Thinking = Thinking()
     helper: str | None = None
     models: Mapping[str, HelperModel] = field(default_factory=dict)
+
+    def target(self, name: str | None) -> HelperModel | None:
+        """The served model ``name`` (None: the run's own model); an unknown name is an
+        :class:`InvalidRequestError` (the server refuses such specs before a run)."""
+        if name is None:
+            return None
+        if name not in self.models:
+            known = ", ".join(self.models) or "none"
+            raise InvalidRequestError(
+                f"no served model {name!r} for this step (known: {known})", param="model"
+            )
+        return self.models[name]
