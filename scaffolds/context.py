@@ -21,10 +21,9 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from scaffolds.answers import extract_answer
 from scaffolds.calls import traced_call
 from scaffolds.engine import (
     Completion,
@@ -39,10 +38,11 @@ from scaffolds.engine import (
 )
 from scaffolds.errors import ContextFullError
 from scaffolds.fanout import gather
-from scaffolds.forcing import forced_prompt, with_forced_answer
+from scaffolds.forcing import plan_forced
 from scaffolds.ledger import Ledger
 from scaffolds.problem import Budget, Problem, StepPrompt
 from scaffolds.prompts import PromptSet, Template, common_prompts
+from scaffolds.thinking import Routing, Thinking, helper_text
 from scaffolds.trace import StepNote, StepStarted, TraceRecorder
 
 __all__ = [
@@ -103,6 +103,7 @@ class _RunState:
     voter: Voter | None = None
     affinity_key: str | None = None
     reward_model: RewardModel | None = None
+    routing: Routing = field(default_factory=Routing)
     step_counter: int = 0
     child_counters: dict[str, int] = field(default_factory=dict)
 
@@ -141,6 +142,7 @@ class Context:
         voter: Voter | None = None,
         affinity_key: str | None = None,
         reward_model: RewardModel | None = None,
+        routing: Routing | None = None,
     ) -> Context:
         state = _RunState(
             engine=engine,
@@ -152,6 +154,7 @@ class Context:
             voter=voter,
             affinity_key=affinity_key,
             reward_model=reward_model,
+            routing=routing or Routing(),
         )
         return cls(state, "run", (), final=True)
 
@@ -183,6 +186,19 @@ class Context:
     def reward_model(self) -> RewardModel | None:
         """The reward model configured for this run's model, if any."""
         return self._state.reward_model
+
+    @property
+    def thinking(self) -> Thinking:
+        """How the run's model thinks (where its thinking ends)."""
+        return self._state.routing.thinking
+
+    def thought(self, text: str, reasoning: str | None = None) -> str:
+        """What a sample of the run's model thought (what an RC summary summarizes)."""
+        return self.thinking.thought(text, reasoning)
+
+    def shown(self, text: str) -> str:
+        """A sample as another step reads it (a candidate): the part after its thinking."""
+        return self.thinking.after(text)
 
     @property
     def cut_reason(self) -> str | None:
@@ -305,6 +321,8 @@ class Context:
         stop: Sequence[str] | None = None,
         top_logprobs: int | None = None,
         continue_final: bool = False,
+        helper: bool = False,
+        model: str | None = None,
     ) -> Step:
         """One engine call of ``n`` samples (one request), within the budget.
 
@@ -313,9 +331,14 @@ class Context:
         ``top_logprobs``: also ask for each position's top logprobs (deepconf);
         ``continue_final``: the chat prompt ends with a partial assistant message that
         the model continues (budget forcing).
+        ``model``: the served model the step runs on (default: the run's own).
+        ``helper``: a helper step (summary, feedback, abstraction, judge): it runs on
+        ``model``, else the run's helper model, else its own, with that model's thinking
+        turned off, and its text is never empty (see :meth:`_usable`).
         Raises :class:`BudgetExhaustedError` if no budget is left to start.
         """
         state = self._state
+        engine, thinking = self._route(model, helper)
         source = prompt if isinstance(prompt, StepPrompt) else StepPrompt(prompt)
         if source.parent_step is None and self.parent is not None:
             source = StepPrompt(source.prompt, source.template, source.fields, *self.parent)
@@ -332,6 +355,8 @@ class Context:
                 changes["top_logprobs"] = top_logprobs
             if state.params.seed is not None:
                 changes["seed"] = _derive_seed(state.params.seed, step_id)
+            if helper and thinking.off:
+                changes["extra"] = {**state.params.extra, **thinking.off}
             request = GenerateRequest(
                 source.prompt,
                 state.params.replace(**changes),
@@ -339,21 +364,52 @@ class Context:
                 continue_final=continue_final,
             )
             result = await self._recorded_call(
-                request, step_id, kind=kind, label=label, final=final and self.final, source=source
-            )
+                request, step_id, kind=kind, label=label, final=final and self.final,
+                source=source, engine=engine,
+            )  # fmt: skip
             if result.no_room:
                 state.ledger.cut("context")
                 raise ContextFullError(f"the {label} step's prompt fills the model's context")
             completions = list(result.completions)
+            if helper:
+                completions = self._usable(completions, thinking, step_id)
             clamped = grant.held > 0
             if force_answer and clamped:
                 completions = await self._force_answers(
-                    source.prompt, completions, label, grant.held, step_id, continue_final
-                )
+                    source.prompt, completions, label, grant.held, step_id, continue_final,
+                    engine=engine, thinking=thinking,
+                )  # fmt: skip
             cut = clamped and any(c.truncated for c in completions)
             return Step(step_id, completions, cut_short=cut)
         finally:
             state.ledger.release(n, grant)
+
+    def _route(self, model: str | None, helper: bool) -> tuple[Engine, Thinking]:
+        """The engine and thinking of the model a step runs on: ``model``, else (for a
+        helper step) the run's helper model, else the run's own."""
+        routing = self._state.routing
+        target = routing.target(model or (routing.helper if helper else None))
+        if target is None:
+            return self._state.engine, routing.thinking
+        return target.engine, target.thinking
+
+    def _usable(
+        self, completions: list[Completion], thinking: Thinking, step_id: str
+    ) -> list[Completion]:
+        """A helper step's samples with text a prompt can carry: the part after the
+        thinking; if that is empty, the thinking (a step cut mid-thought); if that is
+        empty too, the prompt set's ``empty_step`` text. Each substitution is noted in
+        the trace (``helper_text``: sample -> ``reasoning`` or ``empty``)."""
+        out: list[Completion] = []
+        used: dict[str, str] = {}
+        for index, completion in enumerate(completions):
+            text, origin = helper_text(completion, thinking)
+            if origin != "text":
+                used[str(index)] = origin
+            out.append(replace(completion, text=text or self.prompts.text("empty_step")))
+        if used:
+            self.note("helper_text", {"samples": used}, step_id=step_id)
+        return out
 
     def _next_step_id(self) -> str:
         self._state.step_counter += 1
@@ -368,6 +424,7 @@ class Context:
         label: str,
         final: bool,
         source: StepPrompt,
+        engine: Engine | None = None,
     ) -> GenerateResult:
         """Call the engine, recording the step's provenance (see :mod:`scaffolds.calls`)."""
         state = self._state
@@ -392,7 +449,7 @@ class Context:
             sample=source.sample,
         )
         return await traced_call(
-            state.engine, request, started, recorder=state.recorder, ledger=state.ledger
+            engine or state.engine, request, started, recorder=state.recorder, ledger=state.ledger
         )
 
     async def _force_answers(
@@ -403,25 +460,34 @@ class Context:
         max_tokens: int,
         step_id: str,
         continued: bool = False,
+        *,
+        engine: Engine,
+        thinking: Thinking,
     ) -> list[Completion]:
-        """Ask each budget-truncated, answerless sample for its final answer now.
+        """Ask each budget-truncated, answerless sample for its final answer now, on the
+        model (``engine``, ``thinking``) that wrote it.
 
         The forced answers spend the tokens that the ledger held back; they are
         exempt from the call cap, so that a cut never leaves a sample without an answer.
         """
 
         async def force(index: int, completion: Completion) -> Completion:
-            if not completion.truncated or extract_answer(completion.text) is not None:
+            if not completion.truncated:
+                return completion
+            plan = plan_forced(prompt, completion, self.prompts, thinking, continued=continued)
+            if plan is None:
                 return completion
             self._state.ledger.cut("tokens")
-            cue = self.prompts.template("force_answer").render()
-            forced = forced_prompt(prompt, completion, cue, continued=continued)
+            # The thinking is closed in the prompt, which a reasoning parser does not see:
+            # the model's thinking-off fields make it read the answer as content.
+            extra = {**self._state.params.extra, **(thinking.off if plan.closed else {})}
             request = GenerateRequest(
-                forced,
+                plan.prompt,
                 self._state.params.replace(
-                    n=1, max_tokens=max_tokens, seed=None, top_logprobs=None
+                    n=1, max_tokens=max_tokens, seed=None, top_logprobs=None, extra=extra
                 ),
                 affinity_key=self._state.affinity_key,
+                continue_final=plan.same_message,
             )
             result = await self._recorded_call(
                 request,
@@ -429,9 +495,10 @@ class Context:
                 kind="force_answer",
                 label=f"{label} (forced answer)",
                 final=False,
-                source=StepPrompt(forced, "force_answer", {}, step_id, index),
+                source=StepPrompt(plan.prompt, plan.template, {}, step_id, index),
+                engine=engine,
             )
-            return with_forced_answer(completion, cue, result.completions[0])
+            return plan.joined(completion, result.completions[0], thinking)
 
         return list(await gather(*(force(i, c) for i, c in enumerate(completions))))
 

@@ -23,6 +23,7 @@ from scaffolds.errors import BudgetExhaustedError, DeadlineExceededError
 from scaffolds.fanout import gather_within_budget
 from scaffolds.prompts import PromptSet
 from scaffolds.strategies.base import Solution, Strategy
+from scaffolds.thinking import Routing
 from scaffolds.trace import RunFinished, TraceEvent, TraceRecorder
 
 
@@ -61,6 +62,7 @@ async def run_scaffold(
     recorder: TraceRecorder | None = None,
     voter: Voter | None = None,
     reward_model: RewardModel | None = None,
+    routing: Routing | None = None,
 ) -> RunResult:
     """Solve ``problem`` ``n`` times with ``strategy`` and account every engine call.
 
@@ -68,6 +70,8 @@ async def run_scaffold(
     others run ``n`` independent runs concurrently. A choice the budget stopped before
     any answer comes back empty and cut short. If the deadline passed before *any*
     choice had an answer, :class:`DeadlineExceededError` is raised.
+    ``routing`` says how the model thinks and which served models helper steps may
+    run on (:mod:`scaffolds.thinking`).
     The recorder is closed at the end, whatever happens. A prompt set that the
     strategy (or one nested in it) lacks is an :class:`InvalidRequestError` up front.
     """
@@ -85,6 +89,7 @@ async def run_scaffold(
         voter=voter,
         affinity_key=problem_key(problem),
         reward_model=reward_model,
+        routing=routing,
     )
     try:
         results: Sequence[Solution | BudgetExhaustedError]

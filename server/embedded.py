@@ -39,6 +39,7 @@ from scaffolds.engines.vllm_server import running_vllm, vllm_python
 from scaffolds.errors import PonderError
 from scaffolds.models import KnownModel, get_model, model_path, model_status
 from scaffolds.models.prepare import prepare_model
+from scaffolds.thinking import thinking_off
 from server.model_config import ModelConfig
 from server.settings import Settings
 
@@ -63,6 +64,8 @@ def embedded_config(model: KnownModel, folder: Path, engine_url: str | None) -> 
         default_temperature=model.default_temperature,
         default_top_p=model.default_top_p,
         max_model_len=model.max_model_len,
+        thinking=model.thinking_off is not None,
+        thinking_off=thinking_off(model.thinking_off),
     )
 
 
@@ -134,6 +137,7 @@ def embedded_default(
                             served_name=model.name,
                             max_model_len=model.max_model_len,
                             dtype=model.vllm_dtype,
+                            reasoning_parser=model.reasoning_parser,
                         )
                     )
                     url = engine.base_url

@@ -31,6 +31,7 @@ from pydantic_settings import NoDecode
 
 from scaffolds.engines.dialects import check_dialect_name
 from scaffolds.engines.factory import check_engine_url
+from scaffolds.thinking import Thinking, thinking_off
 
 __all__ = ["DialectName", "EngineURLs", "Flag", "ModelConfig", "ModelOptions", "parse_aliases"]
 
@@ -111,6 +112,9 @@ DialectName = Annotated[str, AfterValidator(check_dialect_name)]
 
 Aliases = Annotated[dict[str, str], BeforeValidator(parse_aliases), NoDecode]
 
+ThinkingOff = Annotated[dict[str, Any], BeforeValidator(thinking_off), NoDecode]
+"""A :data:`scaffolds.thinking.THINKING_OFF` preset name or a JSON object of request fields."""
+
 
 def check_alias_names(model: str, aliases: Mapping[str, str]) -> None:
     """Alias names are non-empty without spaces, and each has a spec."""
@@ -162,6 +166,22 @@ class ModelOptions(BaseModel):
     max_model_len: Annotated[int | None, Field(ge=1), Flag(metavar="TOKENS")] = None
     """The model's context length; each call's max_tokens is lowered to what it leaves
     after the prompt (default: what the engine reports, as vLLM does in /v1/models)."""
+    thinking: Annotated[bool, Flag("--thinking", off="--no-thinking")] = False
+    """The model thinks before it answers (<think>...</think>), whether or not the
+    engine's reasoning parser separates the thinking."""
+    thinking_off: Annotated[ThinkingOff, Flag(metavar="PRESET|JSON")] = Field(default_factory=dict)
+    """What a helper step (summary, feedback, abstraction, judge) adds to its engine
+    request to turn thinking off: qwen3 (chat_template_kwargs.enable_thinking=false),
+    gpt-oss (reasoning_effort=low), none, or a JSON object of request fields."""
+    thinking_end: Annotated[str, Flag(metavar="TEXT")] = "</think>"
+    """The model's end-of-thinking marker (a forced answer closes the thinking with it)."""
+    helper_model: Annotated[str | None, Flag(metavar="NAME")] = None
+    """The served model that runs helper steps by default, e.g. an instruct model beside
+    a thinking one (a spec's summarizer=, critic=, abstractor=, judge_model= win)."""
+
+    def thinking_config(self) -> Thinking:
+        """How this model thinks, for a run (:class:`scaffolds.thinking.Thinking`)."""
+        return Thinking(declared=self.thinking, off=dict(self.thinking_off), end=self.thinking_end)
 
     def model_options(self) -> dict[str, Any]:
         """These fields' values, by name (what a :class:`ModelConfig` is built from)."""

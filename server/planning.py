@@ -71,6 +71,9 @@ def plan_run(
     served, strategy = models.resolve(req.model)
     if req.scaffold is not None:
         strategy = models.strategy(req.scaffold, "scaffold")
+        models.check_named_models(strategy, "scaffold")
+    elif "(" in req.model:  # a spec in the model id (aliases were checked at start)
+        models.check_named_models(strategy, "model")
     check_runs(strategy, req.n, models.limits)
     strategy.check_prompt_set(served.config.prompts)
     if isinstance(req, ChatCompletionRequest):

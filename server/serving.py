@@ -186,6 +186,7 @@ class Serving:
                 recorder=recorder,
                 voter=self.voter,
                 reward_model=plan.served.reward_model,
+                routing=plan.served.routing,
             )
         finally:
             recorder.close()

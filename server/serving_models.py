@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scaffolds.engine import Engine
 from scaffolds.engines.reward import HTTPRewardModel
-from scaffolds.errors import FanOutError, NotFoundError, SpecError
+from scaffolds.errors import FanOutError, InvalidRequestError, NotFoundError, SpecError
 from scaffolds.spec import Registry, SpecLimits, build_strategy, default_registry, spec_string
 from scaffolds.strategies.base import Strategy
+from scaffolds.thinking import HelperModel, Routing
 from server.engines import (
     MeteredEngine,
     engine_aclose,
@@ -49,6 +50,8 @@ class ServedModel:
     default: Strategy
     aliases: Mapping[str, Strategy]
     reward_model: HTTPRewardModel | None = None
+    routing: Routing = field(default_factory=Routing)
+    """How the model thinks, and the served models its helper steps may run on."""
 
 
 def spec_error(exc: SpecError, where: str) -> SpecError:
@@ -109,7 +112,28 @@ class ServedModels:
             )
             engine = MeteredEngine(inner, metrics, config.name)
             models[config.name] = ServedModel(config, engine, default, aliases, reward)
-        return cls(models, registry, limits)
+        helpers = {
+            name: HelperModel(m.engine, m.config.thinking_config()) for name, m in models.items()
+        }
+        for name, m in models.items():
+            routing = Routing(m.config.thinking_config(), m.config.helper_model, helpers)
+            models[name] = replace(m, routing=routing)
+        built = cls(models, registry, limits)
+        for name, m in models.items():
+            built.check_named_models(m.default, f"models.{name}.default_scaffold")
+            for alias, strategy in m.aliases.items():
+                built.check_named_models(strategy, f"aliases.{alias}")
+        return built
+
+    def check_named_models(self, strategy: Strategy, where: str) -> None:
+        """Every model a spec names for its helper steps is served; else an error whose
+        ``param`` is the field under ``where`` (e.g. ``scaffold.summarizer``)."""
+        for field_path, name in strategy.named_models(where):
+            if name not in self.models:
+                known = ", ".join(self.models)
+                raise InvalidRequestError(
+                    f"no served model {name!r} (served: {known})", param=field_path
+                )
 
     def strategy(self, spec: str | Mapping[str, Any], where: str) -> Strategy:
         """``spec`` built with this registry and limits; errors rooted at ``where``."""

@@ -171,6 +171,12 @@ class Settings(ModelOptions, BaseSettings):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"models: model {duplicates[0]!r} is declared twice")
+        for model in self.served_models():
+            if model.helper_model is not None and model.helper_model not in names:
+                raise ValueError(
+                    f"helper_model: model {model.name!r} names {model.helper_model!r}, "
+                    f"which is not served (served: {', '.join(names)})"
+                )
         if self.api_key_file is not None and not self.api_key_file.is_file():
             raise ValueError(f"api_key_file: no such file {str(self.api_key_file)!r}")
         return self

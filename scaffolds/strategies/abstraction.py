@@ -54,7 +54,7 @@ async def _one_note(
         return known
     proposed = await ctx.generate(
         propose_prompt(ctx, problem, {}), kind="abstraction", label="1 abstractions",
-        max_tokens=limits.max_tokens,
+        max_tokens=limits.max_tokens, helper=True,
     )  # fmt: skip
     return {"abstraction": proposed.first.text}
 
@@ -94,11 +94,15 @@ class Abstraction(Strategy):
     summary: ClassVar[str] = "Abstraction-then-solve: m hints, n solutions per hint, vote."
     prompt_sets: ClassVar[tuple[PromptSet, ...]] = abstraction.SETS
     step_builders: ClassVar[tuple[StepBuilder, ...]] = (PROPOSE, SOLVE)
+    helper_models: ClassVar[tuple[str, ...]] = ("abstractor",)
 
     m: int = Field(default=4, ge=1, le=64)
     n: int = Field(default=2, ge=1, le=64)
     abstraction_tokens: int = Field(default=512, ge=1)
     solver: Strategy = Single()
+    abstractor: str | None = None
+    """The served model that writes the abstractions (default: the model's helper
+    model, else the model itself, with its thinking turned off)."""
 
     async def solve(self, problem: Problem, ctx: Context) -> Solution:
         notes = await ctx.generate(
@@ -107,6 +111,8 @@ class Abstraction(Strategy):
             label=f"{self.m} abstractions",
             n=self.m,
             max_tokens=self.abstraction_tokens,
+            helper=True,
+            model=self.abstractor,
         )
         sources = [(notes.step_id, i) for i in range(len(notes.completions))]
         batches = await gather_within_budget(

@@ -52,10 +52,14 @@ class BestOfN(Strategy):
     summary: ClassVar[str] = "Best-of-N: n candidates, an LLM judge picks the best one."
     prompt_sets: ClassVar[tuple[PromptSet, ...]] = best_of_n.SETS
     step_builders: ClassVar[tuple[StepBuilder, ...]] = (JUDGE,)
+    helper_models: ClassVar[tuple[str, ...]] = ("judge_model",)
 
     n: int = Field(default=4, ge=1, le=256)
     judge: Literal["llm", "reward"] = "llm"
     solver: Strategy = Single()
+    judge_model: str | None = None
+    """The served model that judges (default: the model's helper model, else the model
+    itself, with its thinking turned off)."""
 
     async def solve(self, problem: Problem, ctx: Context) -> Solution:
         candidates = await self.solver.solve_many(
@@ -65,9 +69,13 @@ class BestOfN(Strategy):
             return await pick_by_vote(candidates, ctx, expected=self.n)
         if self.judge == "reward":
             return await self._pick_by_reward(problem, candidates, ctx)
-        prompt = judge_prompt(ctx, problem, {"candidates": [c.text for c in candidates]})
+        shown = [ctx.shown(c.text) for c in candidates]
+        prompt = judge_prompt(ctx, problem, {"candidates": shown})
         try:
-            step = await ctx.generate(prompt, kind="judge", label="judge", temperature=0.0)
+            step = await ctx.generate(
+                prompt, kind="judge", label="judge", temperature=0.0,
+                helper=True, model=self.judge_model,
+            )  # fmt: skip
         except BudgetExhaustedError:
             return await pick_by_vote(candidates, ctx, expected=self.n + 1)
         pick = parse_pick(step.first.text, len(candidates))

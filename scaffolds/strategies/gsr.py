@@ -55,7 +55,7 @@ async def _draw_candidates(
         n=limits.samples,
         max_tokens=limits.max_tokens,
     )
-    return {"candidates": [c.text for c in step.completions]}
+    return {"candidates": [ctx.shown(c.text) for c in step.completions]}
 
 
 def _refine_row(step: TracedStep, sample: int, inputs: RowInputs) -> dict[str, Any] | None:
@@ -88,9 +88,13 @@ class GSR(Strategy):
     summary: ClassVar[str] = "Generative self-refinement: n candidates, then one refine over all."
     prompt_sets: ClassVar[tuple[PromptSet, ...]] = gsr.SETS
     step_builders: ClassVar[tuple[StepBuilder, ...]] = (REFINE,)
+    helper_models: ClassVar[tuple[str, ...]] = ("refiner",)
 
     n: int = Field(default=4, ge=1, le=256)
     solver: Strategy = Single()
+    refiner: str | None = None
+    """The served model that writes the refinement (default: the model itself; thinking
+    stays on, since the refinement is the answer)."""
 
     async def solve(self, problem: Problem, ctx: Context) -> Solution:
         candidates = await self.solver.solve_many(
@@ -98,11 +102,13 @@ class GSR(Strategy):
         )
         sources = {c.step_id for c in candidates}
         parent = (sources.pop(), None) if len(sources) == 1 else (None, None)
-        prompt = refine_prompt(ctx, problem, {"candidates": [c.text for c in candidates]}, parent)
+        shown = [ctx.shown(c.text) for c in candidates]
+        prompt = refine_prompt(ctx, problem, {"candidates": shown}, parent)
         try:
             step = await ctx.generate(
-                prompt, kind="refine", label="refine", final=True, force_answer=True
-            )
+                prompt, kind="refine", label="refine", final=True, force_answer=True,
+                model=self.refiner,
+            )  # fmt: skip
         except BudgetExhaustedError:
             return await pick_by_vote(candidates, ctx, expected=self.n + 1)
         refined = Solution.from_step(step)

@@ -57,9 +57,11 @@ async def _first_summary(
         max_tokens=limits.max_tokens,
     )  # fmt: skip
     attempt = Solution(chunk.first.text, None, chunk.step_id, chunk.first.reasoning)
+    thought = ctx.thought(attempt.text, attempt.reasoning)
     made = await ctx.generate(
-        summary_prompt(ctx, problem, {"attempt": attempt.thinking}, attempt.source),
+        summary_prompt(ctx, problem, {"attempt": thought}, attempt.source),
         kind="summary", label="summary 1", max_tokens=limits.summary_tokens or limits.max_tokens,
+        helper=True,
     )  # fmt: skip
     return {"summary": made.first.text}
 
@@ -98,11 +100,15 @@ class RC(Strategy):
     batches_samples: ClassVar[bool] = True
     prompt_sets: ClassVar[tuple[PromptSet, ...]] = rc.SETS
     step_builders: ClassVar[tuple[StepBuilder, ...]] = (REASONING, SUMMARY)
+    helper_models: ClassVar[tuple[str, ...]] = ("summarizer",)
 
     steps: int = Field(default=4, ge=1, le=64)
     reasoning_tokens: int = Field(default=16384, ge=1)
     summary_tokens: int = Field(default=2048, ge=1)
     solver: Strategy | None = None
+    summarizer: str | None = None
+    """The served model that writes the summaries (default: the model's helper model,
+    else the model itself, with its thinking turned off)."""
 
     async def solve_many(
         self, problem: Problem, ctx: Context, k: int, label: str = "sample"
@@ -129,10 +135,11 @@ class RC(Strategy):
         state: dict[str, str] = {}
         for turn in range(2, self.steps + 1):
             try:
+                thought = ctx.thought(attempt.text, attempt.reasoning)
                 made = await ctx.generate(
-                    summary_prompt(ctx, problem, {**state, "attempt": attempt.thinking},
-                                   attempt.source),
+                    summary_prompt(ctx, problem, {**state, "attempt": thought}, attempt.source),
                     kind="summary", label=f"summary {turn - 1}", max_tokens=self.summary_tokens,
+                    helper=True, model=self.summarizer,
                 )  # fmt: skip
                 state = {"summary": made.first.text}
                 step = await ctx.generate(

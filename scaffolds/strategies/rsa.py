@@ -78,6 +78,7 @@ class RSA(Strategy):
     )
     prompt_sets: ClassVar[tuple[PromptSet, ...]] = rsa.SETS
     step_builders: ClassVar[tuple[StepBuilder, ...]] = (AGGREGATE,)
+    helper_models: ClassVar[tuple[str, ...]] = ("aggregator",)
 
     n: int = Field(default=16, ge=1, le=256)
     """Population size (and aggregation calls per round)."""
@@ -85,6 +86,8 @@ class RSA(Strategy):
     """Members each aggregation reads (at most ``n``)."""
     rounds: int = Field(default=3, ge=0, le=64)
     solver: Strategy = Single()
+    aggregator: str | None = None
+    """The served model that aggregates (default: the model itself; thinking stays on)."""
 
     @model_validator(mode="after")
     def _k_fits(self) -> RSA:
@@ -127,7 +130,7 @@ class RSA(Strategy):
         sources = {m.step_id for m in members}
         parent = (sources.pop(), None) if len(sources) == 1 else (None, None)
         state = {
-            "candidates": [m.text for m in members],
+            "candidates": [ctx.shown(m.text) for m in members],
             "members": [list(m.source) for m in members],
             "round": round_,
         }
@@ -136,6 +139,7 @@ class RSA(Strategy):
             kind="aggregate",
             label="aggregate",
             force_answer=True,
+            model=self.aggregator,
         )
         return Solution.from_step(step)
 

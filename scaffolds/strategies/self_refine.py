@@ -48,10 +48,12 @@ async def _solution_and_feedback(
         first = await ctx.generate(
             ctx.render_problem(problem), kind="generate", label="answer", max_tokens=limit
         )
-        state["solution"] = first.first.text
+        state["solution"] = ctx.shown(first.first.text)
     if "feedback" not in state:
         prompt = feedback_prompt(ctx, problem, state)
-        said = await ctx.generate(prompt, kind="feedback", label="feedback 1", max_tokens=limit)
+        said = await ctx.generate(
+            prompt, kind="feedback", label="feedback 1", max_tokens=limit, helper=True
+        )
         state["feedback"] = said.first.text
     return {"solution": state["solution"], "feedback": state["feedback"]}
 
@@ -87,20 +89,26 @@ class SelfRefine(Strategy):
     summary: ClassVar[str] = "Self-Refine: solve, get feedback, refine until judged correct."
     prompt_sets: ClassVar[tuple[PromptSet, ...]] = self_refine.SETS
     step_builders: ClassVar[tuple[StepBuilder, ...]] = (FEEDBACK, REFINE)
+    helper_models: ClassVar[tuple[str, ...]] = ("critic",)
 
     max_rounds: int = Field(default=3, ge=1, le=32)
     solver: Strategy = Single()
+    critic: str | None = None
+    """The served model that writes the feedback (default: the model's helper model,
+    else the model itself, with its thinking turned off)."""
 
     async def solve(self, problem: Problem, ctx: Context) -> Solution:
         current = await self.solver.solve(problem, ctx.child("initial solution"))
         marker = ctx.templates(SelfRefine).text("self_refine_correct_marker")
         for round_no in range(1, self.max_rounds + 1):
             try:
-                state = {"solution": current.text}
+                state = {"solution": ctx.shown(current.text)}
                 feedback = await ctx.generate(
                     feedback_prompt(ctx, problem, state, current.source),
                     kind="feedback",
                     label=f"feedback {round_no}",
+                    helper=True,
+                    model=self.critic,
                 )
                 verdict = feedback.first.text
                 if says_correct(verdict, marker):

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("transformers")
 
 
-@pytest.mark.parametrize("name", ["task", "tokenizer", "model", "train"])
+@pytest.mark.parametrize("name", ["task", "tokenizer", "model", "train", "think_train"])
 def test_demo_module_doctests(name: str) -> None:
     module = importlib.import_module(f"training.demo.{name}")
     failures, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)

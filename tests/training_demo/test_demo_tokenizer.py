@@ -93,3 +93,25 @@ def test_shipped_model_uses_this_tokenizer(shipped_model_dir: Path) -> None:
     config = json.loads((shipped_model_dir / "config.json").read_text())
     assert config["vocab_size"] == len(build_tokenizer())
     assert config["head_dim"] == 32  # vLLM's CPU attention supports it
+
+
+def test_the_thinking_tokenizer_keeps_its_markers_whole_and_in_decoded_text() -> None:
+    from training.demo.task import AdditionProblem
+    from training.demo.think_train import completion, tokens
+
+    tokenizer = build_tokenizer(thinking=True)
+    text = "347+589=" + completion(AdditionProblem(347, 589))
+    ids = tokenizer(text)["input_ids"]
+    assert ids == tokens(text) and len(ids) == len("347+589=16 13 9936") + 2
+    assert tokenizer.decode(ids, skip_special_tokens=True) == text
+    vocab = tokenizer.get_vocab()
+    assert {"<think>", "</think>"} <= set(vocab) and len(vocab) == len(ALPHABET) + 5
+    off = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "1+2="}], tokenize=False, add_generation_prompt=True,
+        enable_thinking=False,
+    )  # fmt: skip
+    assert off == "1+2=<think></think>"
+    assert build_tokenizer().apply_chat_template(
+        [{"role": "user", "content": "1+2="}], tokenize=False, add_generation_prompt=True,
+        enable_thinking=False,
+    ) == "1+2="  # fmt: skip
