@@ -399,16 +399,20 @@ class Context:
         """A helper step's samples with text a prompt can carry: the part after the
         thinking; if that is empty, the thinking (a step cut mid-thought); if that is
         empty too, the prompt set's ``empty_step`` text. Each substitution is noted in
-        the trace (``helper_text``: sample -> ``reasoning`` or ``empty``)."""
+        the trace (``helper_text``: ``samples``: sample -> ``reasoning`` or ``empty``;
+        ``texts``: sample -> the text passed on, which
+        :attr:`~scaffolds.steps.TracedStep.substitutes` reads)."""
         out: list[Completion] = []
-        used: dict[str, str] = {}
+        origins: dict[str, str] = {}
+        passed: dict[str, str] = {}
         for index, completion in enumerate(completions):
             text, origin = helper_text(completion, thinking)
+            text = text or self.prompts.text("empty_step")
             if origin != "text":
-                used[str(index)] = origin
-            out.append(replace(completion, text=text or self.prompts.text("empty_step")))
-        if used:
-            self.note("helper_text", {"samples": used}, step_id=step_id)
+                origins[str(index)], passed[str(index)] = origin, text
+            out.append(replace(completion, text=text))
+        if origins:
+            self.note("helper_text", {"samples": origins, "texts": passed}, step_id=step_id)
         return out
 
     def _next_step_id(self) -> str:
