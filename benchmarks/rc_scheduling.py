@@ -92,7 +92,9 @@ async def lock_step(engine: SimulatedEngine, rc: RC, problems: list[Problem], k:
             for ctx, p in zip(contexts, problems, strict=True)
         )
     )
-    attempts = [[Solution(c.text, None) for c in step.completions] for step in first]
+    attempts = [
+        [Solution(c.text, None, reasoning=c.reasoning) for c in step.completions] for step in first
+    ]
     summaries = [[prompts.text("rc_no_summary")] * k for _ in problems]
     for _turn in range(2, rc.steps + 1):
         summary_steps = await gather(
@@ -102,11 +104,12 @@ async def lock_step(engine: SimulatedEngine, rc: RC, problems: list[Problem], k:
                         prompts.template("rc_summary"),
                         p,
                         summary=summaries[i][j],
-                        attempt=attempts[i][j].thinking,
+                        attempt=ctx.thought(attempts[i][j].text, attempts[i][j].reasoning),
                     ),
                     kind="summary",
                     label="summary",
                     max_tokens=rc.summary_tokens,
+                    helper=True,
                 )
                 for i, (ctx, p) in enumerate(zip(contexts, problems, strict=True))
                 for j in range(k)
@@ -129,7 +132,9 @@ async def lock_step(engine: SimulatedEngine, rc: RC, problems: list[Problem], k:
             )
         )
         for flat, step in enumerate(reasoning_steps):
-            attempts[flat // k][flat % k] = Solution(step.first.text, None)
+            attempts[flat // k][flat % k] = Solution(
+                step.first.text, None, reasoning=step.first.reasoning
+            )
 
 
 async def main() -> None:

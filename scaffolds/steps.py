@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from scaffolds.context import Context, Problem, StepPrompt
 from scaffolds.prompts import PromptSet
-from scaffolds.trace import StepFinished, StepStarted, TraceEvent
+from scaffolds.trace import StepFinished, StepNote, StepStarted, TraceEvent
 
 __all__ = [
     "ContextLimits",
@@ -57,6 +57,10 @@ class TracedStep:
     finished: StepFinished
     order: int
     """Position among the run's steps, by start."""
+    substitutes: Mapping[int, str | None] = field(default_factory=dict)
+    """Samples of a helper step whose answer was empty, and the text the run passed on
+    in its place (its thinking, or the prompt set's ``empty_step`` text), from the
+    step's ``helper_text`` note; None where the note (an older trace) has no text."""
 
     @property
     def step_id(self) -> str:
@@ -86,6 +90,11 @@ class TracedStep:
     def texts(self) -> tuple[str, ...]:
         return self.finished.texts
 
+    def used(self, sample: int) -> str:
+        """The text of ``sample`` that later prompts read: its substitute, if it has one
+        with a text, else the text the engine returned."""
+        return self.substitutes.get(sample) or self.texts[sample]
+
 
 class TraceView:
     """A run's finished steps in start order, with their parent links.
@@ -96,6 +105,8 @@ class TraceView:
     """
 
     def __init__(self, events: Iterable[TraceEvent]) -> None:
+        events = list(events)
+        substitutes = _substitutes(events)
         started: dict[str, tuple[int, StepStarted]] = {}
         steps: list[TracedStep] = []
         for event in events:
@@ -105,7 +116,8 @@ class TraceView:
                 isinstance(event, StepFinished) and event.error is None and event.step_id in started
             ):
                 order, start = started[event.step_id]
-                steps.append(TracedStep(start, event, order))
+                used = substitutes.get(event.step_id, {})
+                steps.append(TracedStep(start, event, order, used))
         self.steps = sorted(steps, key=lambda s: s.order)
 
     def get(self, step_id: str | None) -> TracedStep | None:
@@ -128,6 +140,17 @@ class TraceView:
                 out.append(step)
                 whole.add(step.step_id)
         return out
+
+
+def _substitutes(events: list[TraceEvent]) -> dict[str, dict[int, str | None]]:
+    """Per step id, the samples its ``helper_text`` note replaced and their texts."""
+    found: dict[str, dict[int, str | None]] = {}
+    for event in events:
+        if isinstance(event, StepNote) and event.kind == "helper_text" and event.step_id:
+            texts = event.values.get("texts") or {}
+            samples = event.values.get("samples") or {}
+            found[event.step_id] = {int(i): texts.get(i) for i in samples}
+    return found
 
 
 @dataclass(frozen=True)

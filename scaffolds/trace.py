@@ -105,8 +105,10 @@ class StepNote:
     """What a strategy concluded from finished steps, between engine calls (no call of
     its own): ``kind`` names the note and ``values`` holds it (JSON-ready). Kinds so far:
     ``stopping`` (adaptive voting's probability that the leader is the majority, after a
-    wave, about its scope) and ``confidence`` (deepconf's per-sample confidence and kept
-    flag, lists indexed by sample, about the step ``step_id``)."""
+    wave, about its scope), ``confidence`` (deepconf's per-sample confidence and kept
+    flag, lists indexed by sample, about the step ``step_id``) and ``helper_text`` (a
+    helper step's samples whose answer was empty: ``samples`` maps each to ``reasoning``
+    or ``empty``, ``texts`` to the text the run passed on instead)."""
 
     scope_id: str
     """The scope the note is about (its steps are those the note read)."""

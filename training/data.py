@@ -30,6 +30,9 @@ Rows (``kind``; what the prompt holds -> what the completion is; which rows are 
   at least ``min_accuracy`` of the time. ``abstraction_solve``: note + problem -> a
   solution; kept when correct.
 
+A helper step whose answer came back empty, so that the run passed on its thinking or a
+placeholder instead (its ``helper_text`` note), makes no row of its own.
+
 Each row also carries ``id``, ``answer``, ``step_id``, ``sample`` (the completion index
 within the step), ``correct`` and ``prompt_set``. A new strategy's kinds join by its
 step builders; :func:`row_kinds` lists them all.
@@ -150,6 +153,13 @@ def build_rows(
         for step in view.steps:
             if builder.matches(step, inputs):
                 for sample in range(len(step.texts)):
+                    # A helper step whose answer came back empty passed on its thinking
+                    # (cut mid-thought) or a placeholder. The model never wrote that as
+                    # an answer, and its whole message is an unfinished thought that
+                    # would teach the step to think until the limit: no row. (The next
+                    # step's row keeps its prompt as sent, substitute included.)
+                    if sample in step.substitutes:
+                        continue
                     if (extra := builder.rows(step, sample, inputs)) is not None:
                         rows.append(_row(record, step, sample, kind, **extra))
     order = {step.step_id: step.order for step in view.steps}

@@ -32,6 +32,7 @@ from scaffolds.fanout import gather_within_budget
 from scaffolds.grammar import format_spec
 from scaffolds.prompts import PromptSet, common_prompts
 from scaffolds.steps import StepBuilder
+from scaffolds.thinking import Thinking
 
 S = TypeVar("S", bound="type[Strategy]")
 
@@ -71,12 +72,14 @@ class Solution:
 
     @property
     def thinking(self) -> str:
-        """What the model thought: the reasoning channel, else the text before
-        ``</think>``, else the whole text (what an RC summary summarizes)."""
-        if self.reasoning:
-            return self.reasoning
-        head, sep, _ = self.text.partition("</think>")
-        return head if sep else self.text
+        """What the model thought (what an RC summary summarizes), read with the default
+        ``<think>`` markers; ``ctx.thought(text, reasoning)`` reads it with the run's
+        model's own.
+
+        >>> Solution("<think>3+4</think>7", "7").thinking
+        '3+4'
+        """
+        return Thinking().thought(self.text, self.reasoning)
 
     @property
     def source(self) -> tuple[str | None, int | None]:

@@ -247,6 +247,10 @@ export class TraceTree {
   notedOnSamples(event) {
     const step = this.steps.get(String(event.step_id));
     const values = event.values || {};
+    if (step && event.kind === "helper_text") {
+      this.notedSubstitutes(step, values);
+      return;
+    }
     if (!step || event.kind !== "confidence") return;
     const confidences = Array.isArray(values.confidence) ? values.confidence : [];
     const kept = Array.isArray(values.kept) ? values.kept : [];
@@ -262,6 +266,24 @@ export class TraceTree {
       }`;
       node.note.title = "trace confidence (its weakest window's mean negative top-k logprob)";
       node.note.classList.toggle("dropped", !isKept);
+    }
+  }
+
+  /** A helper step whose answer came back empty: its node shows the text the run passed
+   * on instead (the thinking, or a placeholder), marked as such. */
+  notedSubstitutes(step, values) {
+    const origins = values.samples || {};
+    const texts = values.texts || {};
+    for (const [index, origin] of Object.entries(origins)) {
+      const node = this.nodes.get(`${step.id}#${index}`);
+      if (!node) continue;
+      if (typeof texts[index] === "string") node.text.textContent = texts[index];
+      node.note.hidden = false;
+      node.note.textContent =
+        origin === "reasoning"
+          ? "empty answer: passed on its thinking"
+          : "wrote nothing: passed on a placeholder";
+      node.note.title = "what the next prompt read in place of this sample's empty answer";
     }
   }
 

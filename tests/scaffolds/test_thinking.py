@@ -12,6 +12,7 @@ from scaffolds.engines.mock import MockEngine
 from scaffolds.errors import InvalidRequestError
 from scaffolds.run import run_scaffold
 from scaffolds.spec import build_strategy
+from scaffolds.steps import TraceView
 from scaffolds.thinking import HelperModel, Routing, Thinking
 from scaffolds.trace import StepNote, StepStarted
 from tests.scaffolds.scripted import step_of
@@ -43,7 +44,7 @@ async def test_rc_summaries_cut_mid_thought_carry_the_thinking_and_say_so() -> N
         summary = step.fields["summary"] if step.fields else ""
         assert summary.strip() and summary.split()[0] == THOUGHT
     notes = [e for e in result.events if isinstance(e, StepNote) and e.kind == "helper_text"]
-    assert len(notes) == 2 and all(n.values == {"samples": {"0": "reasoning"}} for n in notes)
+    assert len(notes) == 2 and all(n.values["samples"] == {"0": "reasoning"} for n in notes)
     assert result.solutions[0].answer == "7"
 
 
@@ -170,3 +171,22 @@ async def test_an_aggregation_on_another_model_is_forced_to_answer_there() -> No
     assert [step_of(r) for r in own.requests] == ["solve"]
     assert len(other_model.requests) == 2 and other_model.requests[-1].continue_final
     assert result.solutions[0].text == "The sum is \\boxed{7}"
+
+
+async def test_the_trace_carries_what_a_replaced_helper_step_passed_on() -> None:
+    model = ThinkingModel(says, think=400)
+    spec = build_strategy("rc(steps=2, reasoning_tokens=500, summary_tokens=300)")
+    result = await run_scaffold(spec, PROBLEM, MockEngine(model))
+    [step] = started(result.events, "rc_reasoning_continue")
+    view = TraceView(result.events)
+    [summary] = [s for s in view.steps if s.kind == "summary"]
+    assert summary.texts == ("",) and step.fields
+    assert summary.substitutes == {0: step.fields["summary"]}
+    assert summary.used(0) == step.fields["summary"] and THOUGHT in summary.used(0)
+    chunks = [s for s in view.steps if s.kind == "reasoning"]
+    assert [(c.substitutes, c.used(0)) for c in chunks] == [({}, "The sum is \\boxed{7}")] * 2
+
+    engine = MockEngine(lambda r: "" if step_of(r) == "summary" else "\\boxed{7}")
+    result = await run_scaffold(build_strategy("rc(steps=2)"), PROBLEM, engine)
+    [summary] = [s for s in TraceView(result.events).steps if s.kind == "summary"]
+    assert summary.substitutes == {0: "(this step wrote nothing)"}
