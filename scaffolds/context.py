@@ -332,6 +332,8 @@ class Context:
                 changes["top_logprobs"] = top_logprobs
             if state.params.seed is not None:
                 changes["seed"] = _derive_seed(state.params.seed, step_id)
+            if final and self.final and state.params.final_extra:
+                changes["extra"] = {**state.params.extra, **state.params.final_extra}
             request = GenerateRequest(
                 source.prompt,
                 state.params.replace(**changes),
