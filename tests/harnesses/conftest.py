@@ -57,10 +57,21 @@ def offline_env(home: Path) -> dict[str, str]:
     }
 
 
+HARNESS_TIMEOUT_S = 900
+"""One harness run's limit: minutes on a loaded 2-core machine (most of it imports)."""
+
+
 def run_harness(command: list[str], env: dict[str, str], log: Path) -> None:
-    """Run a harness to the end (generous time limit); its output goes to ``log``."""
+    """Run a harness to the end in the folder of ``log``; its output goes to ``log``."""
     with log.open("w") as out:
-        done = subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=900)
+        done = subprocess.run(
+            command,
+            env=env,
+            cwd=log.parent,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=HARNESS_TIMEOUT_S,
+        )
     assert done.returncode == 0, f"{command[0]} failed:\n{log.read_text()[-4000:]}"
 
 

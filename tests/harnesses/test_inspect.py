@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.harnesses.conftest import (
+    HARNESS_TIMEOUT_S,
     MODEL,
     PROBLEMS,
     THINKING_ALIAS,
@@ -23,7 +24,8 @@ from tests.harnesses.conftest import (
     run_harness,
 )
 
-pytestmark = pytest.mark.vllm
+# Several harness runs per test, each a few imports-heavy processes.
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(4 * HARNESS_TIMEOUT_S)]
 
 TASK = """from inspect_ai import Task, task
 from inspect_ai.dataset import json_dataset
@@ -47,7 +49,7 @@ def _inspect(tmp: Path, name: str, service: str, base_url: str, model: str) -> d
     }
     command = [
         str(harness_bin(".venv-inspect", "inspect")),
-        *("eval", str(tmp / "addition_task.py"), "--model", f"openai-api/{service}/{model}"),
+        *("eval", "addition_task.py", "--model", f"openai-api/{service}/{model}"),
         *("--log-format", "json", "--display", "plain", "--temperature", "0"),
         *("--max-tokens", "8", "--seed", "1", "--max-connections", "2"),
     ]
@@ -59,7 +61,7 @@ def _inspect(tmp: Path, name: str, service: str, base_url: str, model: str) -> d
 
 
 def _accuracy(log: dict[str, Any]) -> float:
-    return float(log["results"]["scores"][0]["metrics"]["accuracy"]["value"])
+    return float(log["results"]["scores"][0]["metrics"]["mean"]["value"])
 
 
 def _answers(log: dict[str, Any]) -> list[str]:

@@ -17,6 +17,7 @@ import pytest
 
 from tests.harnesses.conftest import (
     ALIAS,
+    HARNESS_TIMEOUT_S,
     MODEL,
     PROBLEMS,
     Served,
@@ -26,7 +27,8 @@ from tests.harnesses.conftest import (
 )
 from tests.training_demo.conftest import SHIPPED_MODEL
 
-pytestmark = pytest.mark.vllm
+# Several harness runs per test, each a few imports-heavy processes.
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(4 * HARNESS_TIMEOUT_S)]
 
 GENERATE = """task: ponder_addition_gen
 dataset_path: json
@@ -163,7 +165,8 @@ def test_loglikelihood_through_completions_matches_vllm(served: Served, tasks: P
     )
     assert single["results"]["acc,none"] == direct["results"]["acc,none"]
     assert direct["results"]["acc,none"] > 0
-    ours = [[r[0][0] for r in s["resps"]] for s in single["samples"]]
-    theirs = [[r[0][0] for r in s["resps"]] for s in direct["samples"]]
-    assert len(ours) == PROBLEMS and all(len(r) == 3 for r in ours)
+    # Each choice's loglikelihood, as lm-eval logged it (a string per choice).
+    ours = [float(r[0][0]) for s in single["samples"] for r in s["resps"]]
+    theirs = [float(r[0][0]) for s in direct["samples"] for r in s["resps"]]
+    assert len(ours) == 3 * PROBLEMS
     assert ours == pytest.approx(theirs, abs=1e-3)

@@ -208,17 +208,22 @@ async def test_invalid_json_and_unknown_route(make_client: Any) -> None:
     assert missing.status_code == 404 and "error" in missing.json()
 
 
-async def test_unknown_fields_are_accepted_and_logged(
+async def test_unknown_fields_are_logged_and_passed_on(
     make_client: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="ponder.server")
-    async with make_client() as (client, _):
+    async with make_client() as (client, engine):
         r = await client.post(
             "/v1/chat/completions",
             json=chat_body(metadata={"a": "b"}, parallel_tool_calls=False, user="u1"),
         )
     assert r.status_code == 200
-    assert "metadata, parallel_tool_calls" in caplog.text
+    assert "Ponder does not read: metadata, parallel_tool_calls" in caplog.text
+    assert engine.requests[0].params.extra == {
+        "metadata": {"a": "b"},
+        "parallel_tool_calls": False,
+        "user": "u1",
+    }
 
 
 async def test_sampling_params_reach_the_engine(make_client: Any) -> None:
