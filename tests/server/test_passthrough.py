@@ -9,9 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
+import openai
 import pytest
 
 from scaffolds.engine import Completion, GenerateRequest, GenerateResult, Usage
+from server.settings import Settings
+from testing.fake_engine import running_fake_engine
+from testing.ponder import running_ponder
 from tests.server.conftest import chat_body, parse_sse
 
 LOGPROBS = {"content": [{"token": "4", "logprob": -0.25, "bytes": [52], "top_logprobs": []}]}
@@ -206,3 +211,29 @@ async def test_a_streamed_list_of_prompts_is_refused(make_client: Any) -> None:
         )
     assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
     assert not engine.requests
+
+
+def test_the_http_engines_logprobs_reach_an_sdk_client_unchanged() -> None:
+    """Over real HTTP both ways: the openai SDK, Ponder on loopback, an OpenAI-compatible
+    engine; streamed and whole, the choice's logprobs are the engine's own."""
+    with running_fake_engine() as engine:
+        model = engine.config.model
+        body = {"model": model, "messages": [{"role": "user", "content": "2+2?"}], "seed": 3}
+        body |= {"logprobs": True, "top_logprobs": 2, "max_tokens": 6}
+        direct = httpx.post(f"{engine.base_url}/chat/completions", json=body, timeout=30).json()
+        with running_ponder(Settings(model=model, engines=(engine.base_url,))) as url:
+            client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+            whole = client.chat.completions.create(**body)
+            stream = client.chat.completions.create(**body, stream=True)
+            streamed = [
+                entry.model_dump()
+                for chunk in stream
+                for choice in chunk.choices
+                for entry in (choice.logprobs.content or [] if choice.logprobs else [])
+            ]
+        sent = engine.state.requests[-1].body
+    expected = direct["choices"][0]["logprobs"]
+    assert whole.choices[0].logprobs is not None
+    assert whole.choices[0].logprobs.model_dump(exclude_unset=True) == expected
+    assert streamed and [e["token"] for e in streamed] == [e["token"] for e in expected["content"]]
+    assert (sent["logprobs"], sent["top_logprobs"], sent["seed"]) == (True, 2, 3)
