@@ -60,7 +60,8 @@ $(LMEVAL_STAMP):
 $(INSPECT_STAMP):
 	$(PYTHON) -m venv $(INSPECT_VENV)
 	$(INSPECT_VENV)/bin/pip install --quiet --upgrade pip
-	$(INSPECT_VENV)/bin/pip install --quiet inspect-ai==0.3.285 openai $(QUIET_PIP)
+	# Its openai-api provider needs the openai client, which it does not pull itself.
+	$(INSPECT_VENV)/bin/pip install --quiet inspect-ai==0.3.285 openai==3.57.0 $(QUIET_PIP)
 	touch $(INSPECT_STAMP)
 
 $(EVALSCOPE_STAMP):

@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from scaffolds.engines.vllm_server import ROOT, VLLMServer, running_vllm
+from scaffolds.processes import owned_process
 from server.settings import Settings
 from testing.ponder import running_ponder
 from testing.vllm import vllm_python_or_skip
@@ -63,17 +64,16 @@ HARNESS_TIMEOUT_S = 900
 
 
 def run_harness(command: list[str], env: dict[str, str], log: Path) -> None:
-    """Run a harness to the end in the folder of ``log``; its output goes to ``log``."""
-    with log.open("w") as out:
-        done = subprocess.run(
-            command,
-            env=env,
-            cwd=log.parent,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            timeout=HARNESS_TIMEOUT_S,
-        )
-    assert done.returncode == 0, f"{command[0]} failed:\n{log.read_text()[-4000:]}"
+    """Run a harness to the end in the folder of ``log``; its output goes to ``log``.
+    Its whole process group is stopped afterwards, whatever happened."""
+    with (
+        log.open("w") as out,
+        owned_process(
+            command, env=env, cwd=log.parent, stdout=out, stderr=subprocess.STDOUT
+        ) as process,
+    ):
+        code = process.wait(timeout=HARNESS_TIMEOUT_S)
+    assert code == 0, f"{command[0]} failed:\n{log.read_text()[-4000:]}"
 
 
 @dataclass(frozen=True)

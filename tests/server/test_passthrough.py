@@ -237,3 +237,13 @@ def test_the_http_engines_logprobs_reach_an_sdk_client_unchanged() -> None:
     assert whole.choices[0].logprobs.model_dump(exclude_unset=True) == expected
     assert streamed and [e["token"] for e in streamed] == [e["token"] for e in expected["content"]]
     assert (sent["logprobs"], sent["top_logprobs"], sent["seed"]) == (True, 2, 3)
+
+
+async def test_a_streamed_scaffold_reports_its_thinking_in_usage(make_client: Any) -> None:
+    async with make_client(_with_engine_fields) as (client, _):
+        body = chat_body(scaffold="gsr(n=2)", stream=True, stream_options={"include_usage": True})
+        r = await client.post("/v1/chat/completions", json=body)
+        whole = await client.post("/v1/chat/completions", json=chat_body(scaffold="gsr(n=2)"))
+    usage = [c for c in parse_sse(r.text) if c != "[DONE]"][-1]["usage"]
+    assert usage["completion_tokens_details"] == {"reasoning_tokens": 2 * 3 + 2}
+    assert usage == whole.json()["usage"]
