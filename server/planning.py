@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from scaffolds.context import Budget, Problem
 from scaffolds.engine import SamplingParams, messages_from_openai
@@ -30,7 +31,14 @@ from server.protocol import ChatCompletionRequest, CompletionRequest, Endpoint
 from server.serving_models import ServedModel, ServedModels
 from server.settings import Settings
 
-__all__ = ["UNSUPPORTED_FIELDS", "AnyRequest", "RunPlan", "plan_run"]
+__all__ = [
+    "FINAL_STEP_FIELDS",
+    "UNSUPPORTED_FIELDS",
+    "AnyRequest",
+    "RunPlan",
+    "engine_fields",
+    "plan_run",
+]
 
 log = logging.getLogger("ponder.server")
 
@@ -53,6 +61,9 @@ class RunPlan:
     include_usage: bool
     return_trace: bool
     stream_trace: bool = False
+    problems: tuple[Problem, ...] = ()
+    """Every prompt's problem when a completions request holds several (``problem`` is
+    the first): each is its own run, and choice ``i`` of prompt ``p`` is ``p * n + i``."""
 
     @property
     def scaffold(self) -> str:
@@ -66,24 +77,29 @@ def plan_run(
     """Validate a request against the served models and limits; build its run."""
     unknown = req.unknown_fields()
     if unknown:
-        log.info("ignoring unknown request fields: %s", ", ".join(unknown))
-    _refuse_unsupported(req)
+        log.info("passing on request fields Ponder does not read: %s", ", ".join(unknown))
     served, strategy = models.resolve(req.model)
     if req.scaffold is not None:
         strategy = models.strategy(req.scaffold, "scaffold")
         models.check_named_models(strategy, "scaffold")
     elif "(" in req.model:  # a spec in the model id (aliases were checked at start)
         models.check_named_models(strategy, "model")
-    check_runs(strategy, req.n, models.limits)
+    every, final = engine_fields(strategy, req)
     strategy.check_prompt_set(served.config.prompts)
     if isinstance(req, ChatCompletionRequest):
         messages = messages_from_openai([m.model_dump() for m in req.messages])
-        problem = Problem.from_messages(messages)
+        problems: tuple[Problem, ...] = (Problem.from_messages(messages),)
     else:
-        text = req.prompt_text()
-        if text is None:
-            raise InvalidRequestError("only one prompt per request is supported", param="prompt")
-        problem = Problem.from_text(text)
+        texts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
+        if not texts:
+            raise InvalidRequestError("prompt must not be an empty list", param="prompt")
+        if len(texts) > 1 and req.stream:
+            raise InvalidRequestError(
+                "a streamed request takes one prompt: send a list of prompts without stream",
+                param="prompt",
+            )
+        problems = tuple(Problem.from_text(text) for text in texts)
+    check_runs(strategy, req.n * len(problems), models.limits)
     asked = req.budget
     budget = (
         Budget(asked.max_tokens, asked.max_calls, asked.timeout_s) if asked else Budget()
@@ -97,14 +113,15 @@ def plan_run(
         top_p=served.config.default_top_p if req.top_p is None else req.top_p,
         stop=req.stop_list(),
         seed=req.seed,
-        extra=req.sampling_extra(),
+        extra=every,
+        final_extra=final,
     )
     return RunPlan(
         endpoint=endpoint,
         model=req.model,
         served=served,
         strategy=strategy,
-        problem=problem,
+        problem=problems[0],
         n=req.n,
         budget=budget,
         params=params,
@@ -112,30 +129,95 @@ def plan_run(
         include_usage=req.include_usage(),
         return_trace=req.return_trace,
         stream_trace=req.stream_trace,
+        problems=problems if len(problems) > 1 else (),
     )
 
 
+FINAL_STEP_FIELDS = frozenset(
+    {
+        "response_format",
+        "logprobs",
+        "top_logprobs",
+        "parallel_tool_calls",
+        "structured_outputs",
+        "guided_json",
+        "guided_regex",
+        "guided_choice",
+        "guided_grammar",
+        "guided_decoding_backend",
+        "guided_whitespace_pattern",
+    }
+)
+"""Fields a multi-step scaffold sends only on the calls that write its final answer: the
+answer's shape (structured output) and its logprobs. Every other field goes to every call."""
+
 UNSUPPORTED_FIELDS = {
-    "logprobs": "a scaffold's answer is built from several engine calls, so it has no "
-    "single token distribution to report",
-    "top_logprobs": "a scaffold's answer is built from several engine calls, so it has no "
-    "single token distribution to report",
-    "echo": "the prompt is not echoed: scaffolds rewrite it for their engine calls",
-    "suffix": "insertion (suffix) is not supported",
+    "tools": "a scaffold's steps are not tool calls: tools work with the single scaffold",
+    "functions": "a scaffold's steps are not tool calls: functions work with the single scaffold",
+    "tool_choice": "a scaffold's steps are not tool calls: tool_choice works with the single "
+    "scaffold",
+    "function_call": "a scaffold's steps are not tool calls: function_call works with the "
+    "single scaffold",
+    "echo": "the prompt is not echoed: scaffolds rewrite it for their engine calls (echo works "
+    "with the single scaffold)",
+    "prompt_logprobs": "scaffolds rewrite the prompt for their engine calls (prompt_logprobs "
+    "works with the single scaffold)",
+    "suffix": "insertion (suffix) works with the single scaffold only",
     "best_of": 'server-side best_of is a scaffold here: use "scaffold": "best_of_n(n=...)"',
-    "tools": "tool calling is not supported",
-    "response_format": "structured output (response_format) is not supported",
+    "continue_final_message": "scaffolds write their own prompts (continue_final_message works "
+    "with the single scaffold)",
+    "add_generation_prompt": "scaffolds write their own prompts (add_generation_prompt works "
+    "with the single scaffold)",
 }
-"""OpenAI fields whose meaning Ponder cannot honour: a request that sets one (to anything
-but its off value) gets a 400 that says why, rather than an answer that silently lacks it."""
+"""Fields a multi-step scaffold cannot honour: a request that sets one (to anything but
+its off value) gets a 400 that says why, rather than an answer that silently lacks it.
+``single`` passes every one of them to the engine."""
+
+SEVERAL_GENERATIONS = {
+    "budget_forcing": "budget_forcing's answer is several engine generations (continued)",
+    "deepconf": "deepconf asks for its own top logprobs on its final step",
+}
+"""Scaffolds whose answer has no logprobs of one engine generation to return."""
+
+_OFF: tuple[Any, ...] = (None, False, 0, "", [], {}, "none", "auto")
 
 
-def _refuse_unsupported(req: AnyRequest) -> None:
-    extra = req.model_extra or {}
+def engine_fields(strategy: Strategy, req: AnyRequest) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The request's pass-through fields as ``(every call, final-answer calls)``.
+
+    ``single`` is a pass-through: every field goes to its one call as given (the seed
+    too, not one derived from it). A multi-step scaffold sends :data:`FINAL_STEP_FIELDS`
+    to its final answer's calls, refuses :data:`UNSUPPORTED_FIELDS` (and ``logprobs``
+    where the answer is several generations) with a 400 naming the field, and sends
+    the rest to every call.
+    """
+    fields = req.passthrough()
+    if strategy.name == "single":
+        return {}, fields | ({"seed": req.seed} if req.seed is not None else {})
     for name, why in UNSUPPORTED_FIELDS.items():
-        value = extra.get(name)
-        off = value in (None, False, 0, "", [], {}) or (
-            name == "response_format" and isinstance(value, dict) and value.get("type") == "text"
-        )
-        if not off:
+        value = fields.get(name)
+        if not _is_off(name, value):
             raise InvalidRequestError(f"{name} is not supported: {why}", param=name)
+    final = {k: v for k, v in fields.items() if k in FINAL_STEP_FIELDS}
+    for name in ("logprobs", "top_logprobs"):
+        if not _is_off(name, final.get(name)):
+            for inner, why in SEVERAL_GENERATIONS.items():
+                if inner in _names(strategy):
+                    raise InvalidRequestError(f"{name} is not supported: {why}", param=name)
+    every = {k: v for k, v in fields.items() if k not in final and k not in UNSUPPORTED_FIELDS}
+    return every, final
+
+
+def _is_off(name: str, value: Any) -> bool:
+    if isinstance(value, dict) and name == "response_format":
+        return value.get("type") == "text"
+    return any(value is off or (value == off and type(value) is type(off)) for off in _OFF)
+
+
+def _names(strategy: Strategy) -> set[str]:
+    """The names of ``strategy`` and every scaffold nested in it."""
+    names = {strategy.name}
+    for value in vars(strategy).values():
+        if isinstance(value, Strategy):
+            names |= _names(value)
+    return names

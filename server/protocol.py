@@ -1,15 +1,16 @@
 """The OpenAI wire format: request models and response/chunk builders.
 
 Request models accept fields they do not know (``extra="allow"``), as OpenAI clients
-send new ones all the time; the serving layer logs their names. Ponder's own fields are
-``scaffold`` (a spec string or JSON object), ``budget``, ``return_trace`` and
-``stream_trace``.
+send new ones all the time; the serving layer logs their names and passes them on to the
+engine (:meth:`passthrough`). Ponder's own fields are ``scaffold`` (a spec string or JSON
+object), ``budget``, ``return_trace`` and ``stream_trace``.
 
 >>> req = ChatCompletionRequest.model_validate(
-...     {"model": "m", "messages": [{"role": "user", "content": "2+2?"}], "metadata": {}}
+...     {"model": "m", "messages": [{"role": "user", "content": "2+2?"}], "metadata": {},
+...      "logprobs": True, "budget": {"max_calls": 2}}
 ... )
->>> req.unknown_fields(), req.requested_max_tokens()
-(['metadata'], None)
+>>> req.unknown_fields(), req.requested_max_tokens(), req.passthrough()
+(['logprobs', 'metadata'], None, {'metadata': {}, 'logprobs': True})
 >>> usage_json(Usage(prompt_tokens=3, completion_tokens=4, calls=2))["total_tokens"]
 7
 """
@@ -27,16 +28,26 @@ from scaffolds.engine import Usage
 MAX_N = 128
 """The most choices one request may ask for."""
 
-SAMPLING_PASSTHROUGH = (
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "top_k",
-    "min_p",
-    "ignore_eos",
-    "logit_bias",
+MODELED_FIELDS = frozenset(
+    {
+        "model",
+        "messages",
+        "prompt",
+        "n",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "stop",
+        "seed",
+        "stream",
+        "stream_options",
+    }
 )
-"""Extra sampling fields handed to the engine verbatim when a request sets them."""
+"""Request fields Ponder reads itself (and sends on to every engine call it makes)."""
+
+PONDER_FIELDS = frozenset({"scaffold", "budget", "return_trace", "stream_trace"})
+"""Ponder's own request fields; never sent to an engine."""
 
 
 class _Open(BaseModel):
@@ -104,17 +115,10 @@ class _CommonRequest(_Open):
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
 
-    def sampling_extra(self) -> dict[str, Any]:
-        """Extra engine sampling fields the caller set (see :data:`SAMPLING_PASSTHROUGH`)."""
-        out: dict[str, Any] = {}
-        extra = self.model_extra or {}
-        for name in SAMPLING_PASSTHROUGH:
-            value = (
-                getattr(self, name, None) if name in type(self).model_fields else extra.get(name)
-            )
-            if value is not None:
-                out[name] = value
-        return out
+    def passthrough(self) -> dict[str, Any]:
+        """Every field the caller set beyond :data:`MODELED_FIELDS` and Ponder's own, as
+        given (OpenAI's ``logprobs``, ``tools``, ``response_format``..., vLLM's extras)."""
+        return self.model_dump(exclude_unset=True, exclude=set(MODELED_FIELDS | PONDER_FIELDS))
 
 
 class ChatCompletionRequest(_CommonRequest):
@@ -127,22 +131,22 @@ class ChatCompletionRequest(_CommonRequest):
 
 class CompletionRequest(_CommonRequest):
     prompt: str | list[str]
-
-    def prompt_text(self) -> str | None:
-        """The single prompt, or None when the request holds several."""
-        if isinstance(self.prompt, str):
-            return self.prompt
-        return self.prompt[0] if len(self.prompt) == 1 else None
+    """One prompt, or several: each is its own run (choices ``prompt_index * n + i``)."""
 
 
 # -- responses ------------------------------------------------------------------------------
-def usage_json(usage: Usage) -> dict[str, Any]:
-    """OpenAI usage plus cached tokens and Ponder's ``engine_calls``."""
+def usage_json(usage: Usage, reasoning_tokens: int | None = None) -> dict[str, Any]:
+    """OpenAI usage plus cached and reasoning tokens and Ponder's ``engine_calls``.
+
+    ``reasoning_tokens`` defaults to what the engines reported as reasoning.
+    """
+    reasoning = usage.reasoning_tokens if reasoning_tokens is None else reasoning_tokens
     return {
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.total_tokens,
         "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": reasoning},
         "engine_calls": usage.calls,
     }
 
@@ -159,39 +163,35 @@ def completion_object(
     choices: Sequence[Mapping[str, Any]],
     usage: Usage,
     extra: Mapping[str, Any] | None = None,
+    reasoning_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """A whole (non-streamed) response. ``choices`` hold text, reasoning, finish_reason."""
+    """A whole (non-streamed) response. ``choices`` hold text, reasoning, finish_reason
+    and the engine's own fields of the answer (``extra``: logprobs, a message's
+    tool_calls...), which go in unchanged beside Ponder's."""
     out_choices: list[dict[str, Any]] = []
     for index, choice in enumerate(choices):
+        own = dict(choice.get("extra") or {})
         if endpoint == "chat":
-            message: dict[str, Any] = {"role": "assistant", "content": choice["text"]}
+            mine = own.pop("message", None) or {}
+            content = choice["text"]
+            if not content and "tool_calls" in mine:
+                content = None  # as the engine sent it: a tool call has no text
+            message: dict[str, Any] = {"role": "assistant", "content": content, **mine}
             if choice.get("reasoning"):
                 message["reasoning_content"] = choice["reasoning"]
                 message["reasoning"] = choice["reasoning"]
-            out_choices.append(
-                {
-                    "index": index,
-                    "message": message,
-                    "finish_reason": choice["finish_reason"],
-                    "logprobs": None,
-                }
-            )
+            body_choice = {"index": index, "message": message}
         else:
-            out_choices.append(
-                {
-                    "index": index,
-                    "text": choice["text"],
-                    "finish_reason": choice["finish_reason"],
-                    "logprobs": None,
-                }
-            )
+            body_choice = {"index": index, "text": choice["text"]}
+        body_choice |= {"finish_reason": choice["finish_reason"], "logprobs": None, **own}
+        out_choices.append(body_choice)
     body: dict[str, Any] = {
         "id": response_id,
         "object": "chat.completion" if endpoint == "chat" else "text_completion",
         "created": created,
         "model": model,
         "choices": out_choices,
-        "usage": usage_json(usage),
+        "usage": usage_json(usage, reasoning_tokens),
     }
     if extra:
         body.update(extra)
@@ -207,6 +207,7 @@ def chunk_object(
     choices: Sequence[dict[str, Any]],
     usage: Usage | None = None,
     extra: Mapping[str, Any] | None = None,
+    reasoning_tokens: int | None = None,
 ) -> dict[str, Any]:
     """One SSE chunk; ``choices`` come from :func:`delta_choice`."""
     body: dict[str, Any] = {
@@ -217,7 +218,7 @@ def chunk_object(
         "choices": list(choices),
     }
     if usage is not None:
-        body["usage"] = usage_json(usage)
+        body["usage"] = usage_json(usage, reasoning_tokens)
     if extra:
         body.update(extra)
     return body
@@ -231,31 +232,32 @@ def delta_choice(
     reasoning: str | None = None,
     role: bool = False,
     finish_reason: str | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One choice of a chunk: a content and/or reasoning delta, or a finish reason.
 
     Reasoning goes in both fields vLLM has used (``reasoning_content`` and ``reasoning``).
+    ``extra`` is the engine chunk's own fields (its ``logprobs``; under ``"delta"``, a
+    chat delta's ``tool_calls``), passed on unchanged.
     """
+    own = dict(extra or {})
     if endpoint == "chat":
         delta: dict[str, Any] = {}
         if role:
             delta["role"] = "assistant"
-        if content is not None:
+        if content is not None and (content or "tool_calls" not in own.get("delta", {})):
             delta["content"] = content
         if reasoning is not None:
             delta["reasoning_content"] = reasoning
             delta["reasoning"] = reasoning
-        return {"index": index, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
-    choice: dict[str, Any] = {
-        "index": index,
-        "text": content or "",
-        "finish_reason": finish_reason,
-        "logprobs": None,
-    }
-    if reasoning is not None:
-        choice["reasoning_content"] = reasoning
-        choice["reasoning"] = reasoning
-    return choice
+        delta |= own.pop("delta", None) or {}
+        choice = {"index": index, "delta": delta}
+    else:
+        choice = {"index": index, "text": content or ""}
+        if reasoning is not None:
+            choice["reasoning_content"] = reasoning
+            choice["reasoning"] = reasoning
+    return choice | {"finish_reason": finish_reason, "logprobs": None, **own}
 
 
 def model_card(model_id: str, *, owned_by: str = "ponder", **extra: Any) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from fastapi.responses import JSONResponse, Response
 
 from scaffolds.answer_pool import AnswerChecker
 from scaffolds.engine import Engine
+from scaffolds.problem import Problem
 from scaffolds.run import RunResult, run_scaffold
 from scaffolds.spec import Registry, SpecLimits
 from scaffolds.strategies.base import Strategy
@@ -38,7 +39,13 @@ from server.limits import RunLimiter
 from server.metrics import Metrics
 from server.planning import AnyRequest, RunPlan, plan_run
 from server.protocol import Endpoint, delta_choice
-from server.responses import ChunkMaker, finish_reasons, response_body, response_extra
+from server.responses import (
+    ChunkMaker,
+    finish_reasons,
+    reasoning_tokens,
+    response_body,
+    response_extra,
+)
 from server.serving_models import ServedModel, ServedModels
 from server.settings import Settings
 from server.streaming import ChoiceRouter, SSEResponse, sse_event, stream_event_json
@@ -150,9 +157,8 @@ class Serving:
 
             return SSEResponse(self._sse(plan, observe), on_close=close)
         try:
-            recorder = TraceRecorder()
-            result = await self._until_disconnect(request, self._run(plan, recorder))
-            response = response_body(plan, result, recorder)
+            runs = await self._until_disconnect(request, self._run_all(plan))
+            response = response_body(plan, runs)
         except BaseException as exc:
             self._observe(labels, _status_of(exc), started)
             raise
@@ -172,11 +178,32 @@ class Serving:
             self.metrics.disconnects.inc()
             raise
 
-    async def _run(self, plan: RunPlan, recorder: TraceRecorder) -> RunResult:
+    async def _run_all(self, plan: RunPlan) -> list[tuple[RunResult, TraceRecorder]]:
+        """One run per prompt (just one for chat), concurrently, each with its recorder.
+
+        The first failure is raised as is (its status is the response's) and cancels
+        the other runs."""
+        problems = plan.problems or (plan.problem,)
+        recorders = [TraceRecorder() for _ in problems]
+        tasks = [
+            asyncio.ensure_future(self._run(plan, recorder, problem))
+            for recorder, problem in zip(recorders, problems, strict=True)
+        ]
+        try:
+            results = await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return list(zip(results, recorders, strict=True))
+
+    async def _run(
+        self, plan: RunPlan, recorder: TraceRecorder, problem: Problem | None = None
+    ) -> RunResult:
         try:
             result = await run_scaffold(
                 plan.strategy,
-                plan.problem,
+                problem or plan.problem,
                 plan.served.engine,
                 n=plan.n,
                 budget=plan.budget,
@@ -224,7 +251,9 @@ class Serving:
                 for piece in router.feed(event):
                     text = piece.text
                     if piece.kind == "content":
-                        choice = delta_choice(plan.endpoint, piece.choice, content=text)
+                        choice = delta_choice(
+                            plan.endpoint, piece.choice, content=text, extra=piece.extra
+                        )
                     else:
                         choice = delta_choice(plan.endpoint, piece.choice, reasoning=text)
                     yield chunk([choice])
@@ -233,7 +262,8 @@ class Serving:
                 yield chunk([delta_choice(plan.endpoint, i, finish_reason=reason)])
             extra = response_extra(plan, result, recorder)
             if plan.include_usage:
-                yield chunk([], usage=result.usage, extra=extra)
+                thought = reasoning_tokens(result)
+                yield chunk([], usage=result.usage, extra=extra, reasoning_tokens=thought)
             elif plan.return_trace:
                 yield chunk([], extra=extra)
             status = 200

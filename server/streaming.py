@@ -21,16 +21,16 @@ answer) or ``reasoning`` (intermediate steps: candidates, summaries, feedback...
 >>> r = ChoiceRouter(n=1)
 >>> _ = r.feed(StepStarted("s1", "run", "candidate", "candidate 1"))
 >>> r.feed(StepFinished("s1", ("4",), ("4",), ("stop",), Usage()))
-[Piece(choice=0, kind='reasoning', text='\\n### candidate 1\\n4')]
+[Piece(choice=0, kind='reasoning', text='\\n### candidate 1\\n4', extra=None)]
 >>> r.feed(RunFinished("The answer is 4.", "4", Usage(), False))
-[Piece(choice=0, kind='content', text='The answer is 4.')]
+[Piece(choice=0, kind='content', text='The answer is 4.', extra=None)]
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -52,8 +52,9 @@ log = logging.getLogger("ponder.server")
 Key = tuple[str, int]
 """(step id, sample index)"""
 
-TOKEN_FIELDS = ("token_ids", "logprobs", "prompt_token_ids")
-"""Trace event fields a ``stream_trace`` chunk leaves out (for training, not viewing)."""
+TOKEN_FIELDS = ("token_ids", "logprobs", "prompt_token_ids", "extra", "extras")
+"""Trace event fields a ``stream_trace`` chunk leaves out (for training and the answer's
+own engine fields, not viewing)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,8 @@ class Piece:
     choice: int
     kind: Literal["content", "reasoning"]
     text: str
+    extra: Mapping[str, Any] | None = None
+    """The engine's own fields of an answer's piece (its logprobs, tool call deltas)."""
 
 
 @dataclass
@@ -98,7 +101,7 @@ class ChoiceRouter:
             self._steps[event.step_id] = event
             return []
         if isinstance(event, StepDelta):
-            return self._delta(event.step_id, event.index, event.text, event.reasoning)
+            return self._delta(event.step_id, event.index, event.text, event.reasoning, event.extra)
         if isinstance(event, StepFinished):
             return self._step_finished(event)
         if isinstance(event, StepNote):
@@ -126,7 +129,14 @@ class ChoiceRouter:
             label = f"{label} {index + 1}"
         return f"\n### {label}\n"
 
-    def _delta(self, step_id: str, index: int, text: str, reasoning: str) -> list[Piece]:
+    def _delta(
+        self,
+        step_id: str,
+        index: int,
+        text: str,
+        reasoning: str,
+        extra: Mapping[str, Any] | None = None,
+    ) -> list[Piece]:
         step = self._steps.get(step_id)
         choice = self._choice_of(step, index)
         state = self._choices[choice]
@@ -135,12 +145,12 @@ class ChoiceRouter:
         out: list[Piece] = []
         if reasoning:
             out += self._reason(choice, key, reasoning)
-        if text:
+        if text or extra:
             if self._is_content(step, index, choice):
                 state.content_step = step_id
                 state.content.append(text)
-                out.append(Piece(choice, "content", text))
-            else:
+                out.append(Piece(choice, "content", text, extra))
+            elif text:
                 out += self._reason(choice, key, text)
         return out
 

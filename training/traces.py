@@ -47,7 +47,7 @@ __all__ = [
 TraceStep = TracedStep
 """One finished engine call of a run (see :class:`scaffolds.steps.TracedStep`)."""
 
-_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "cached_tokens", "calls")
+_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "cached_tokens", "calls", "reasoning_tokens")
 
 
 def _usage(data: Mapping[str, Any] | None) -> Usage:
@@ -102,6 +102,7 @@ def event_from_dict(data: Mapping[str, Any]) -> TraceEvent:
             error=data.get("error"),
             time=float(data.get("time", 0.0)),
             completion_tokens=tuple(int(t) for t in data.get("completion_tokens", ())),
+            extras=tuple(data.get("extras", ())),
         )
     if kind == "run_finished":
         return RunFinished(
@@ -129,6 +130,7 @@ def event_from_dict(data: Mapping[str, Any]) -> TraceEvent:
             int(data.get("index", 0)),
             data.get("text", ""),
             data.get("reasoning", ""),
+            extra=data.get("extra"),
         )
     raise ValueError(f"unknown trace event type {kind!r}")
 

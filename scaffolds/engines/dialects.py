@@ -22,6 +22,8 @@ Request fields
       ``extra`` can turn it off). SGLang has no token-id logprob option: logprobs come
       back as token texts, and ``Completion.token_ids`` stays None.
     * OpenAI: chat calls send ``max_completion_tokens`` instead of ``max_tokens``.
+    * vLLM refuses several samples at temperature 0: such a call goes out as one request
+      per sample (:mod:`scaffolds.engines.greedy`).
     * Top logprobs (``SamplingParams.top_logprobs`` k), every dialect: ``logprobs: true,
       top_logprobs: k`` on chat, ``logprobs: k`` on completions.
     * Continuing an assistant message (``GenerateRequest.continue_final``): vLLM and
@@ -109,6 +111,10 @@ class Dialect:
         """The body field that carries ``max_tokens``."""
         return "max_tokens"
 
+    def greedy_samples(self) -> bool:
+        """Whether one call may ask for several samples at temperature 0 (vLLM refuses)."""
+        return True
+
     def health_route(self) -> tuple[bool, str]:
         """``(at_root, path)`` of the health check: ``/health`` at the root by default."""
         return (True, "/health")
@@ -172,6 +178,9 @@ class VLLMDialect(Dialect, name="vllm"):
 
     def tokenize_route(self) -> tuple[bool, str] | None:
         return (True, "/tokenize")
+
+    def greedy_samples(self) -> bool:
+        return False
 
     def request_fields(self, *, chat: bool, logprobs: bool) -> dict[str, Any]:
         fields = super().request_fields(chat=chat, logprobs=logprobs)

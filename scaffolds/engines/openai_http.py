@@ -40,9 +40,11 @@ from scaffolds.engine import (
     GenerateResult,
     StreamItem,
     Usage,
+    stream_from_generate,
 )
 from scaffolds.engines.context_fit import no_room
 from scaffolds.engines.dialects import Dialect, error_message, get_dialect
+from scaffolds.engines.greedy import greedy_samples, one_by_one
 from scaffolds.engines.openai_context import ContextWindow
 from scaffolds.engines.openai_parse import Choice, ResponseParser, parse_retry_after, retry_status
 from scaffolds.errors import (
@@ -193,7 +195,10 @@ class OpenAIEngine:
     # -- Engine protocol -------------------------------------------------------------
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
-        """Sample ``request.params.n`` completions in one HTTP call."""
+        """Sample ``request.params.n`` completions in one HTTP call (greedy samples where
+        the server refuses them: one call each, see :mod:`scaffolds.engines.greedy`)."""
+        if greedy_samples(request) and not self.dialect.greedy_samples():
+            return await one_by_one(self.generate, request)
         fitted = await self._context.fit(request)
         if fitted is None:
             return no_room(request.params.n)
@@ -215,6 +220,10 @@ class OpenAIEngine:
         consumer closes the HTTP response, so the server sees the client go away; use
         ``contextlib.aclosing`` when breaking out of the loop early.
         """
+        if greedy_samples(request) and not self.dialect.greedy_samples():
+            async for item in stream_from_generate(self, request):
+                yield item
+            return
         fitted = await self._context.fit(request)
         if fitted is None:
             yield no_room(request.params.n)

@@ -9,7 +9,7 @@ shapes (see :mod:`scaffolds.engines.dialects`), so it needs no dialect.
 >>> parser = ResponseParser("http://e/v1")
 >>> accs: dict[int, Choice] = {}
 >>> parser.absorb({"choices": [{"index": 0, "text": "4", "finish_reason": "stop"}]}, accs, None)
-[EngineDelta(index=0, text='4', reasoning='')]
+[EngineDelta(index=0, text='4', reasoning='', extra=None)]
 >>> parser.result(1, accs, parser.usage({"completion_tokens": 1}), None).completions[0].text
 '4'
 """
@@ -27,7 +27,14 @@ from scaffolds.engine import Completion, EngineDelta, GenerateResult, Usage
 from scaffolds.engines.dialects import reported_error
 from scaffolds.errors import EngineError, EngineRejectedError
 
-__all__ = ["Choice", "ResponseParser", "is_int", "parse_retry_after", "retry_status"]
+__all__ = [
+    "Choice",
+    "ResponseParser",
+    "is_int",
+    "own_fields",
+    "parse_retry_after",
+    "retry_status",
+]
 
 _SNIPPET = 500
 _TOKEN_ID_PREFIX = "token_id:"
@@ -70,9 +77,12 @@ class ResponseParser:
         deltas = []
         for choice in choices:
             index = self.index(choice)
-            text, reasoning = accs.setdefault(index, Choice()).absorb(choice, part_key, self)
-            if text or reasoning:
-                deltas.append(EngineDelta(index, text=text, reasoning=reasoning))
+            acc = accs.setdefault(index, Choice())
+            text, reasoning = acc.absorb(choice, part_key, self)
+            extra = own_fields(choice, part_key)
+            acc.extras.append(extra)
+            if text or reasoning or extra:
+                deltas.append(EngineDelta(index, text=text, reasoning=reasoning, extra=extra))
         return deltas
 
     def index(self, choice: dict[str, Any]) -> int:
@@ -88,11 +98,14 @@ class ResponseParser:
             raise self.malformed("'usage' is not an object")
         details = raw.get("prompt_tokens_details")
         cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        done = raw.get("completion_tokens_details")
+        reasoning = done.get("reasoning_tokens") if isinstance(done, dict) else None
         return Usage(
             prompt_tokens=self.count(raw.get("prompt_tokens")),
             completion_tokens=self.count(raw.get("completion_tokens")),
             cached_tokens=self.count(cached),
             calls=1,
+            reasoning_tokens=self.count(reasoning),
         )
 
     def count(self, value: Any) -> int:
@@ -125,6 +138,9 @@ class ResponseParser:
             raise self.malformed(f"expected choices 0..{n - 1}, got indices {sorted(accs)}")
         ordered = [accs[i] for i in range(n)]
         known = [a.known_count() for a in ordered]
+        if usage.completion_tokens and sum(k or 0 for k in known) > usage.completion_tokens:
+            # Logprobs that cover more than the generation (an echoed prompt's): not a count.
+            known = [None] * n
         unknown = [i for i, k in enumerate(known) if k is None]
         if unknown:
             rest = max(0, usage.completion_tokens - sum(k for k in known if k is not None))
@@ -149,6 +165,8 @@ class Choice:
     top: list[tuple[float, ...]] = field(default_factory=list)
     """Per position, the most likely tokens' logprobs, best first (when any came back)."""
     saw_top: bool = False
+    extras: list[dict[str, Any] | None] = field(default_factory=list)
+    """Each absorbed part's own fields (:func:`own_fields`)."""
 
     def absorb(
         self, choice: dict[str, Any], part_key: str | None, parser: ResponseParser
@@ -233,7 +251,30 @@ class Choice:
             token_ids=tuple(ids) if ids is not None else None,
             logprobs=tuple(self.logprobs) if self.saw_logprobs else None,
             top_logprobs=tuple(self.top) if self.saw_top else None,
+            # A whole response's fields; a stream's pieces went out with its deltas.
+            extra=self.extras[0] if len(self.extras) == 1 else None,
         )
+
+
+_MODELED_CHOICE = frozenset({"index", "text", "message", "delta", "finish_reason"})
+_MODELED_PART = frozenset({"role", "content", "reasoning_content", "reasoning"})
+
+
+def own_fields(choice: dict[str, Any], part_key: str | None) -> dict[str, Any] | None:
+    """A choice's fields beyond its index, text, reasoning and finish reason, as sent
+    (a chat message's or delta's under its key); None when it has none.
+
+    >>> own_fields({"index": 0, "text": "4", "logprobs": None, "stop_reason": None}, None)
+    >>> own_fields({"index": 0, "message": {"content": None, "tool_calls": []}}, "message")
+    {'message': {'tool_calls': []}}
+    """
+    out = {k: v for k, v in choice.items() if k not in _MODELED_CHOICE and v is not None}
+    part = choice.get(part_key) if part_key else None
+    if isinstance(part, dict):
+        mine = {k: v for k, v in part.items() if k not in _MODELED_PART and v is not None}
+        if mine:
+            out[part_key or ""] = mine
+    return out or None
 
 
 def _top_values(raw: Any, parser: ResponseParser) -> tuple[float, ...]:

@@ -165,36 +165,34 @@ async def test_errors_name_the_parameter(
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("logprobs", True),
-        ("top_logprobs", 3),
         ("tools", [{"type": "function", "function": {"name": "f"}}]),
-        ("response_format", {"type": "json_object"}),
+        ("tool_choice", {"type": "function", "function": {"name": "f"}}),
+        ("continue_final_message", True),
+        ("echo", True),
     ],
 )
-async def test_fields_ponder_cannot_honour_are_refused_not_ignored(
+async def test_fields_a_scaffold_cannot_honour_are_refused_not_ignored(
     make_client: Any, field: str, value: Any
 ) -> None:
     async with make_client() as (client, engine):
-        refused = await client.post("/v1/chat/completions", json=chat_body(**{field: value}))
+        body = chat_body(scaffold="gsr(n=2)", **{field: value})
+        refused = await client.post("/v1/chat/completions", json=body)
         off = await client.post(
             "/v1/chat/completions",
-            json=chat_body(**{field: type(value)()}),  # false, 0, [], {}
+            json=chat_body(scaffold="gsr(n=2)", **{field: type(value)()}),  # false, [], {}
         )
     assert refused.status_code == 400, refused.text
     error = refused.json()["error"]
     assert error["param"] == field and f"{field} is not supported" in error["message"]
     assert off.status_code == 200, off.text
-    assert len(engine.requests) == 1  # only the request that left the field off ran
+    assert len(engine.requests) == 2  # only the request that left the field off ran (2 calls)
 
 
-async def test_completions_refuse_echo_and_best_of(make_client: Any) -> None:
+async def test_completions_refuse_echo_and_best_of_through_a_scaffold(make_client: Any) -> None:
     async with make_client() as (client, engine):
-        echo = await client.post(
-            "/v1/completions", json={"model": "m", "prompt": "x", "echo": True}
-        )
-        best = await client.post(
-            "/v1/completions", json={"model": "m", "prompt": "x", "best_of": 4}
-        )
+        body = {"model": "m+gsr(n=2)", "prompt": "x"}
+        echo = await client.post("/v1/completions", json=body | {"echo": True})
+        best = await client.post("/v1/completions", json=body | {"best_of": 4})
     assert echo.status_code == best.status_code == 400
     assert "scaffold" in best.json()["error"]["message"]
     assert not engine.requests
@@ -210,17 +208,22 @@ async def test_invalid_json_and_unknown_route(make_client: Any) -> None:
     assert missing.status_code == 404 and "error" in missing.json()
 
 
-async def test_unknown_fields_are_accepted_and_logged(
+async def test_unknown_fields_are_logged_and_passed_on(
     make_client: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="ponder.server")
-    async with make_client() as (client, _):
+    async with make_client() as (client, engine):
         r = await client.post(
             "/v1/chat/completions",
             json=chat_body(metadata={"a": "b"}, parallel_tool_calls=False, user="u1"),
         )
     assert r.status_code == 200
-    assert "metadata, parallel_tool_calls" in caplog.text
+    assert "Ponder does not read: metadata, parallel_tool_calls" in caplog.text
+    assert engine.requests[0].params.extra == {
+        "metadata": {"a": "b"},
+        "parallel_tool_calls": False,
+        "user": "u1",
+    }
 
 
 async def test_a_models_default_sampling_fills_only_what_the_request_leaves_out(
@@ -250,8 +253,13 @@ async def test_sampling_params_reach_the_engine(make_client: Any) -> None:
         0.9,
         ("x",),
     )
-    assert second.seed is not None
-    assert second.extra == {"presence_penalty": 0.1, "top_k": 5, "logit_bias": {"7": -100}}
+    # single passes every field through as given, the seed too.
+    assert second.extra == {
+        "presence_penalty": 0.1,
+        "top_k": 5,
+        "logit_bias": {"7": -100},
+        "seed": 3,
+    }
 
 
 async def test_budget_caps_and_cut_short_finish_reason(make_client: Any) -> None:
