@@ -56,60 +56,16 @@ app = create_app(config, FakeEngineState())
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=False, log_level="warning")
 """
 
-# The floor: the least a proxy on Ponder's own stack can do (uvicorn with the same
-# defaults, a bare ASGI callable, httpx in 8 pools as OpenAIEngine uses it). It forwards
-# the body as it came and relays the answer's bytes; no parsing, no validation, no logs.
-FLOOR_CODE = """
-import itertools, sys, httpx, uvicorn
-engine = sys.argv[2].rstrip("/")
-limits = httpx.Limits(max_connections=128, max_keepalive_connections=32)
-pools, turn = [], itertools.count()
+# Packages the benchmarks may use that Ponder's venv lacks (aiohttp, orjson), installed
+# with `python -m pip install --target .cache/pylibs aiohttp orjson`, never into the venv.
+PYLIBS = ROOT / ".cache" / "pylibs"
 
-async def app(scope, receive, send):
-    if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                pools.extend(httpx.AsyncClient(timeout=600, limits=limits) for _ in range(8))
-                await send({"type": "lifespan.startup.complete"})
-            else:
-                for pool in pools:
-                    await pool.aclose()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            break
-    client = pools[next(turn) % 8]
-    url = engine + scope["path"].removeprefix("/v1")
-    request = client.build_request(
-        "POST", url, content=body, headers={"content-type": "application/json"}
-    )
-    response = await client.send(request, stream=True)
-    kind = response.headers.get("content-type", "application/json")
-    try:
-        if kind.startswith("text/event-stream"):
-            start = {"type": "http.response.start", "status": response.status_code,
-                     "headers": [(b"content-type", kind.encode())]}
-            await send(start)
-            async for piece in response.aiter_raw():
-                await send({"type": "http.response.body", "body": piece, "more_body": True})
-            await send({"type": "http.response.body", "body": b""})
-        else:
-            data = await response.aread()
-            headers = [(b"content-type", kind.encode()), (b"content-length", b"%d" % len(data))]
-            start = {"type": "http.response.start", "status": response.status_code,
-                     "headers": headers}
-            await send(start)
-            await send({"type": "http.response.body", "body": data})
-    finally:
-        await response.aclose()
 
-uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=False, log_level="warning")
-"""
+def floor_cmd(target: Target, engine: Target, client: str) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of the floor (:mod:`benchmarks.floor`) with ``client``."""
+    cmd = [sys.executable, "-m", "benchmarks.floor", target.port, engine.url, client]
+    path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(PYLIBS)) if p)
+    return cmd, ({"PYTHONPATH": path} if client == "aiohttp" else {})
 
 
 def free_port() -> int:

@@ -4,14 +4,15 @@ A zero-latency fake OpenAI engine on loopback answers every chat completion with
 short fixed reply. The same non-streaming request is sent, at concurrency 1, 16 and 64,
 straight to the engine and through each proxy in pass-through mode: the floor (the least
 a proxy on Ponder's stack can do: uvicorn, a bare ASGI callable, httpx; see
-:data:`benchmarks.harness.FLOOR_CODE`), Ponder ``single`` and ``gsr(n=4)`` (two engine
-calls, four candidates), optillm approach ``none``, LiteLLM with one ``openai/<model>``
-deployment. Every server runs as its own subprocess; the load generator (raw asyncio
-HTTP/1.1) runs here. Reported: requests/s, the added latency p50/p99 (the proxy's
-percentile minus the direct one at the same concurrency) and **CPU milliseconds per
-request**: the proxy process tree's user+system time over the timed requests divided by
-the requests answered. CPU time is what survives a busy machine, so the ratios of the
-CPU columns are the result to read; wall times move with the load average (printed).
+:mod:`benchmarks.floor`, whose ``--floor-clients`` compare HTTP clients), Ponder
+``single`` and ``gsr(n=4)`` (two engine calls, four candidates), optillm approach
+``none``, LiteLLM with one ``openai/<model>`` deployment. Every server runs as its own
+subprocess; the load generator (raw asyncio HTTP/1.1) runs here. Reported: requests/s,
+the added latency p50/p99 (the proxy's percentile minus the direct one at the same
+concurrency) and **CPU milliseconds per request**: the proxy process tree's user+system
+time over the timed requests divided by the requests answered. CPU time is what survives
+a busy machine, so the ratios of the CPU columns are the result to read; wall times move
+with the load average (printed).
 
 ``--baseline REV`` also runs Ponder from git revision ``REV`` (unpacked to a temporary
 folder) beside the working tree's Ponder, for an A/B of a change in one run.
@@ -37,13 +38,13 @@ from pathlib import Path
 
 from benchmarks.harness import (
     ENGINE_CODE,
-    FLOOR_CODE,
     MODEL,
     CpuMeter,
     Result,
     Target,
     drive,
     ensure_venv,
+    floor_cmd,
     free_port,
     load_text,
     process,
@@ -72,6 +73,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1500, help="requests at c>1")
     parser.add_argument("--tools", default=TOOLS, help=f"what to measure ({TOOLS})")
     parser.add_argument("--baseline", help="also run Ponder from this git revision")
+    parser.add_argument(
+        "--floor-clients", default="httpx", help="the floor's HTTP clients (httpx,httpcore,aiohttp)"
+    )
     parser.add_argument("--ponder-args", default="", help="extra `ponder serve` flags")
     parser.add_argument("--start-timeout", type=float, default=240)
     args = parser.parse_args()
@@ -131,8 +135,9 @@ def main() -> None:
         wait_ready(engine, 60, engine_proc)
         measure(engine, engine_proc.pid)
         if "floor" in tools:
-            floor = local("floor")
-            proxied(floor, [sys.executable, "-c", FLOOR_CODE, floor.port, engine.url])
+            for client in args.floor_clients.split(","):
+                floor = local("floor" if client == "httpx" else f"floor {client}")
+                proxied(floor, *floor_cmd(floor, engine, client))
         if args.baseline:
             with source_at(args.baseline) as src:
                 base = local(f"ponder@{args.baseline}")

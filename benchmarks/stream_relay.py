@@ -2,7 +2,7 @@
 
 A zero-latency fake engine streams a reply of ``--words`` tokens (one SSE chunk each).
 The same streamed chat completion is read straight from the engine, through the floor
-(uvicorn + a bare ASGI relay of the engine's bytes + httpx, :mod:`benchmarks.harness`)
+(uvicorn + a bare ASGI relay of the engine's bytes + httpx, :mod:`benchmarks.floor`)
 and through Ponder ``single``, with one stream at a time and with 64 at once. Reported:
 tokens/s (wall, all streams together), the server's CPU seconds over the timed streams,
 and tokens per CPU-second (one core relaying flat out); for the direct rows that is the
@@ -22,12 +22,12 @@ import time
 from benchmarks.harness import (
     BODY,
     ENGINE_CODE,
-    FLOOR_CODE,
     MODEL,
     CpuMeter,
     Result,
     Target,
     drive,
+    floor_cmd,
     free_port,
     load_text,
     process,
@@ -81,7 +81,8 @@ def main() -> None:
         measure(engine, e.pid)
         if "floor" in tools:
             floor = local("floor")
-            proxied(floor, [sys.executable, "-c", FLOOR_CODE, floor.port, engine.url])
+            cmd, env = floor_cmd(floor, engine, "httpx")
+            proxied(floor, cmd, env=env)
         if args.baseline:
             with source_at(args.baseline) as src:
                 base = local(f"ponder@{args.baseline}")
