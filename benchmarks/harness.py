@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import os
 import socket
@@ -64,8 +65,18 @@ PYLIBS = ROOT / ".cache" / "pylibs"
 def floor_cmd(target: Target, engine: Target, client: str) -> tuple[list[str], dict[str, str]]:
     """The command and environment of the floor (:mod:`benchmarks.floor`) with ``client``."""
     cmd = [sys.executable, "-m", "benchmarks.floor", target.port, engine.url, client]
-    path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(PYLIBS)) if p)
-    return cmd, ({"PYTHONPATH": path} if client == "aiohttp" else {})
+    return cmd, with_pylibs(os.environ.get("PYTHONPATH"))
+
+
+def with_pylibs(path: str | None) -> dict[str, str]:
+    """A PYTHONPATH of ``path`` plus .cache/pylibs when it exists."""
+    parts = [p for p in (path, str(PYLIBS) if PYLIBS.is_dir() else None) if p]
+    return {"PYTHONPATH": os.pathsep.join(parts)} if parts else {}
+
+
+def default_floor_clients() -> str:
+    """The floor's clients: Ponder's (aiohttp when importable) first, then httpx."""
+    return "aiohttp,httpx" if importlib.util.find_spec("aiohttp") else "httpx"
 
 
 def free_port() -> int:

@@ -3,7 +3,7 @@
 A zero-latency fake OpenAI engine on loopback answers every chat completion with a
 short fixed reply. The same non-streaming request is sent, at concurrency 1, 16 and 64,
 straight to the engine and through each proxy in pass-through mode: the floor (the least
-a proxy on Ponder's stack can do: uvicorn, a bare ASGI callable, httpx; see
+a proxy on Ponder's stack can do: uvicorn, a bare ASGI callable, Ponder's client; see
 :mod:`benchmarks.floor`, whose ``--floor-clients`` compare HTTP clients), Ponder
 ``single`` and ``gsr(n=4)`` (two engine calls, four candidates), optillm approach
 ``none``, LiteLLM with one ``openai/<model>`` deployment. Every server runs as its own
@@ -42,6 +42,7 @@ from benchmarks.harness import (
     CpuMeter,
     Result,
     Target,
+    default_floor_clients,
     drive,
     ensure_venv,
     floor_cmd,
@@ -51,6 +52,7 @@ from benchmarks.harness import (
     source_at,
     version,
     wait_ready,
+    with_pylibs,
 )
 
 TOOLS = "floor,ponder,gsr,optillm,litellm"
@@ -74,7 +76,9 @@ def main() -> None:
     parser.add_argument("--tools", default=TOOLS, help=f"what to measure ({TOOLS})")
     parser.add_argument("--baseline", help="also run Ponder from this git revision")
     parser.add_argument(
-        "--floor-clients", default="httpx", help="the floor's HTTP clients (httpx,httpcore,aiohttp)"
+        "--floor-clients",
+        default=default_floor_clients(),
+        help="the floor's HTTP clients, the first is 'floor' (httpx, httpcore, aiohttp)",
     )
     parser.add_argument("--ponder-args", default="", help="extra `ponder serve` flags")
     parser.add_argument("--start-timeout", type=float, default=240)
@@ -135,14 +139,14 @@ def main() -> None:
         wait_ready(engine, 60, engine_proc)
         measure(engine, engine_proc.pid)
         if "floor" in tools:
-            for client in args.floor_clients.split(","):
-                floor = local("floor" if client == "httpx" else f"floor {client}")
+            for i, client in enumerate(args.floor_clients.split(",")):
+                floor = local("floor" if i == 0 else f"floor {client}")
                 proxied(floor, *floor_cmd(floor, engine, client))
         if args.baseline:
             with source_at(args.baseline) as src:
                 base = local(f"ponder@{args.baseline}")
                 cmd = ponder_cmd(engine, base.port, "single", extra)
-                proxied(base, cmd, env={"PYTHONPATH": str(src)}, cwd=src)
+                proxied(base, cmd, env=with_pylibs(str(src)), cwd=src)
         for tool, scaffold in (("ponder", "single"), ("gsr", "gsr(n=4)")):
             if tool in tools:
                 name = "ponder" if tool == "ponder" else f"ponder {scaffold}"

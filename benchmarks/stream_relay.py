@@ -2,7 +2,7 @@
 
 A zero-latency fake engine streams a reply of ``--words`` tokens (one SSE chunk each).
 The same streamed chat completion is read straight from the engine, through the floor
-(uvicorn + a bare ASGI relay of the engine's bytes + httpx, :mod:`benchmarks.floor`)
+(uvicorn + a bare ASGI relay of the engine's bytes, :mod:`benchmarks.floor`)
 and through Ponder ``single``, with one stream at a time and with 64 at once. Reported:
 tokens/s (wall, all streams together), the server's CPU seconds over the timed streams,
 and tokens per CPU-second (one core relaying flat out); for the direct rows that is the
@@ -26,6 +26,7 @@ from benchmarks.harness import (
     CpuMeter,
     Result,
     Target,
+    default_floor_clients,
     drive,
     floor_cmd,
     free_port,
@@ -34,6 +35,7 @@ from benchmarks.harness import (
     source_at,
     streamed_tokens,
     wait_ready,
+    with_pylibs,
 )
 from benchmarks.proxy_overhead import ponder_cmd
 
@@ -81,13 +83,13 @@ def main() -> None:
         measure(engine, e.pid)
         if "floor" in tools:
             floor = local("floor")
-            cmd, env = floor_cmd(floor, engine, "httpx")
+            cmd, env = floor_cmd(floor, engine, default_floor_clients().split(",")[0])
             proxied(floor, cmd, env=env)
         if args.baseline:
             with source_at(args.baseline) as src:
                 base = local(f"ponder@{args.baseline}")
                 cmd = ponder_cmd(engine, base.port, "single", extra)
-                proxied(base, cmd, env={"PYTHONPATH": str(src)}, cwd=src)
+                proxied(base, cmd, env=with_pylibs(str(src)), cwd=src)
         if "ponder" in tools:
             ponder = local("ponder")
             proxied(ponder, ponder_cmd(engine, ponder.port, "single", extra))
