@@ -144,7 +144,10 @@ def source_at(rev: str) -> Iterator[Path]:
     (to run a baseline Ponder beside the working tree's, A/B in one run)."""
     with tempfile.TemporaryDirectory(prefix="ponder-base-") as tmp:
         archive = Path(tmp) / "src.tar"
-        subprocess.run(["git", "-C", str(ROOT), "archive", "-o", str(archive), rev], check=True)
+        # Symlinked venvs (a worktree's .venv) are not source: leave them out.
+        skip = [":(exclude).venv", ":(exclude).venv-vllm"]
+        cmd = ["git", "-C", str(ROOT), "archive", "-o", str(archive), rev, "--", ".", *skip]
+        subprocess.run(cmd, check=True)
         with tarfile.open(archive) as tar:
             tar.extractall(Path(tmp) / "src", filter="data")
         yield Path(tmp) / "src"
