@@ -5,14 +5,14 @@ short fixed reply. The same non-streaming request is sent, at concurrency 1, 16 
 straight to the engine and through each proxy in pass-through mode: the floor (the least
 a proxy on Ponder's stack can do: uvicorn, a bare ASGI callable, Ponder's client; see
 :mod:`benchmarks.floor`, whose ``--floor-clients`` compare HTTP clients), Ponder
-``single`` and ``gsr(n=4)`` (two engine calls, four candidates), optillm approach
-``none``, LiteLLM with one ``openai/<model>`` deployment. Every server runs as its own
-subprocess; the load generator (raw asyncio HTTP/1.1) runs here. Reported: requests/s,
-the added latency p50/p99 (the proxy's percentile minus the direct one at the same
-concurrency) and **CPU milliseconds per request**: the proxy process tree's user+system
-time over the timed requests divided by the requests answered. CPU time is what survives
-a busy machine, so the ratios of the CPU columns are the result to read; wall times move
-with the load average (printed).
+``single`` (also with ``--workers 2``) and ``gsr(n=4)`` (two engine calls, four
+candidates), optillm approach ``none``, LiteLLM with one ``openai/<model>`` deployment.
+Every server runs as its own subprocess; the load generator (raw asyncio HTTP/1.1) runs
+here. Reported: requests/s, the added latency p50/p99 (the proxy's percentile minus the
+direct one at the same concurrency) and **CPU milliseconds per request**: the proxy
+process tree's user+system time over the timed requests divided by the requests
+answered. CPU time is what survives a busy machine, so the ratios of the CPU columns are
+the result to read; wall times move with the load average (printed).
 
 ``--baseline REV`` also runs Ponder from git revision ``REV`` (unpacked to a temporary
 folder) beside the working tree's Ponder, for an A/B of a change in one run.
@@ -55,7 +55,7 @@ from benchmarks.harness import (
     with_pylibs,
 )
 
-TOOLS = "floor,ponder,gsr,optillm,litellm"
+TOOLS = "floor,ponder,workers2,gsr,optillm,litellm"
 GOAL_ADDED_P50_MS = 0.5
 GOAL_X_DIRECT_C16 = 0.8
 GOAL_CPU_MS = 0.7
@@ -147,11 +147,14 @@ def main() -> None:
                 base = local(f"ponder@{args.baseline}")
                 cmd = ponder_cmd(engine, base.port, "single", extra)
                 proxied(base, cmd, env=with_pylibs(str(src)), cwd=src)
-        for tool, scaffold in (("ponder", "single"), ("gsr", "gsr(n=4)")):
+        for tool, name, scaffold, more in (
+            ("ponder", "ponder", "single", []),
+            ("workers2", "ponder --workers 2", "single", ["--workers", "2"]),
+            ("gsr", "ponder gsr(n=4)", "gsr(n=4)", []),
+        ):
             if tool in tools:
-                name = "ponder" if tool == "ponder" else f"ponder {scaffold}"
                 target = local(name)
-                proxied(target, ponder_cmd(engine, target.port, scaffold, extra))
+                proxied(target, ponder_cmd(engine, target.port, scaffold, [*extra, *more]))
         if bins.get("optillm"):
             # The engine key comes from OPENAI_API_KEY; a client key without the "sk-"
             # prefix keeps optillm on its one shared client instead of a client per call.
