@@ -103,12 +103,12 @@ class FastResponse:
                 lines = (rest + piece).split(b"\n")
                 rest = lines.pop()
                 for line in lines:
-                    yield line.rstrip(b"\r").decode()
+                    yield line.rstrip(b"\r").decode(errors="replace")
         except _failures() as exc:
             raise _mapped(exc, connecting=False) from exc
         self._done = True
         if rest:
-            yield rest.rstrip(b"\r").decode()
+            yield rest.rstrip(b"\r").decode(errors="replace")
 
     async def aclose(self) -> None:
         """Release the connection: back to the pool when read to its end, else closed."""
@@ -143,8 +143,9 @@ class AiohttpTransport:
                 total=None, sock_connect=self.connect_timeout, sock_read=self.read_timeout
             )
             connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0)
+            # trust_env: proxies from the environment, as httpx honours them.
             self._session = aiohttp.ClientSession(
-                connector=connector, timeout=timeout, raise_for_status=False
+                connector=connector, timeout=timeout, raise_for_status=False, trust_env=True
             )
             self._loop = loop
         return self._session
