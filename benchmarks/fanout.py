@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 import openai
 
-from benchmarks.proxy_overhead import Target, ensure_venv, free_port, process, version
+from benchmarks.harness import Target, ensure_venv, free_port, process, version
 from server.settings import Settings
 from testing.fake_engine import FakeEngineConfig, running_fake_engine
 from testing.ponder import running_ponder

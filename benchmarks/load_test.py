@@ -25,7 +25,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from benchmarks.proxy_overhead import (
+from benchmarks.harness import (
     BODY,
     MODEL,
     Target,

@@ -18,8 +18,8 @@ import asyncio
 import statistics
 import sys
 
+from benchmarks.harness import Target, free_port, process, wait_ready
 from benchmarks.load_test import BODY, ENGINE_CODE, MODEL, Run, sustain
-from benchmarks.proxy_overhead import Target, free_port, process, wait_ready
 
 
 def through_ponder(engine: Target, shards: int, concurrency: int, seconds: float) -> Run:

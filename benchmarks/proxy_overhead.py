@@ -1,18 +1,28 @@
-"""Proxy overhead: direct to an engine vs through Ponder, optillm and the LiteLLM proxy.
+"""Proxy overhead: direct to an engine vs through Ponder, a minimal floor, optillm and LiteLLM.
 
 A zero-latency fake OpenAI engine on loopback answers every chat completion with a
 short fixed reply. The same non-streaming request is sent, at concurrency 1, 16 and 64,
-straight to the engine and through each proxy in pass-through mode (Ponder ``single``,
-optillm approach ``none``, LiteLLM with one ``openai/<model>`` deployment). Every server
-runs as its own subprocess; the load generator (raw asyncio HTTP/1.1) runs here. Reported:
-requests/s, and the added latency p50/p99 = the proxy's percentile minus the direct
-percentile at the same concurrency. The limit is zero added latency.
+straight to the engine and through each proxy in pass-through mode: the floor (the least
+a proxy on Ponder's stack can do: uvicorn, a bare ASGI callable, Ponder's client; see
+:mod:`benchmarks.floor`, whose ``--floor-clients`` compare HTTP clients), Ponder
+``single`` (also with ``--workers 2``) and ``gsr(n=4)`` (two engine calls, four
+candidates), optillm approach ``none``, LiteLLM with one ``openai/<model>`` deployment.
+Every server runs as its own subprocess; the load generator (raw asyncio HTTP/1.1) runs
+here. Reported: requests/s, the added latency p50/p99 (the proxy's percentile minus the
+direct one at the same concurrency) and **CPU milliseconds per request**: the proxy
+process tree's user+system time over the timed requests divided by the requests
+answered. CPU time is what survives a busy machine, so the ratios of the CPU columns are
+the result to read; wall times move with the load average (printed).
+
+``--baseline REV`` also runs Ponder from git revision ``REV`` (unpacked to a temporary
+folder) beside the working tree's Ponder, for an A/B of a change in one run.
 
 optillm and ``litellm[proxy]`` are installed, when missing, into their own venvs under
 ``.cache/bench-venvs/`` (never into Ponder's venv); a tool whose install or start fails
 is reported unavailable and the rest are still measured.
 
     python -m benchmarks.proxy_overhead
+    python -m benchmarks.proxy_overhead --tools floor,ponder --baseline main --concurrency 16
 """
 
 from __future__ import annotations
@@ -20,252 +30,62 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
-import os
 import secrets
-import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
+from benchmarks.harness import (
+    ENGINE_CODE,
+    MODEL,
+    CpuMeter,
+    Result,
+    Target,
+    default_floor_clients,
+    drive,
+    ensure_venv,
+    floor_cmd,
+    free_port,
+    load_text,
+    process,
+    source_at,
+    version,
+    wait_ready,
+    with_pylibs,
+)
 
-from scaffolds.processes import owned_process
-
-ROOT = Path(__file__).resolve().parent.parent
-VENVS = ROOT / ".cache" / "bench-venvs"
-MODEL = "fake-model"
-INSTALL_TIMEOUT = 900.0  # seconds per pip install step
-BODY = {
-    "model": MODEL,
-    "messages": [{"role": "user", "content": "What is 6*7?"}],
-    "max_tokens": 8,
-    "temperature": 0,
-}
-# The fake engine as a subprocess with uvicorn's access log off, so that the engine costs
-# as little CPU as it can on these shared cores.
-ENGINE_CODE = """
-import sys, uvicorn
-from testing.fake_engine import FakeEngineConfig, FakeEngineState, create_app
-reply = lambda body: ["The answer is 42."]
-config = FakeEngineConfig(model=sys.argv[2], respond=reply, cached_tokens=0)
-app = create_app(config, FakeEngineState())
-uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=False, log_level="warning")
-"""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+TOOLS = "floor,ponder,workers2,gsr,optillm,litellm"
+GOAL_ADDED_P50_MS = 0.5
+GOAL_X_DIRECT_C16 = 0.8
+GOAL_CPU_MS = 0.7
 
 
-# -- installs -------------------------------------------------------------------------
-
-
-def pip(venv: Path, *args: str) -> tuple[bool, str]:
-    try:
-        done = subprocess.run(
-            [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *args],
-            capture_output=True,
-            text=True,
-            timeout=INSTALL_TIMEOUT,
-        )
-    except subprocess.TimeoutExpired:
-        return False, f"gave up after {INSTALL_TIMEOUT:.0f} s"
-    lines = (done.stdout + done.stderr).splitlines()
-    noise = ("is ignored", "Location")
-    kept = [line for line in lines if not any(word in line for word in noise)]
-    return done.returncode == 0, "\n".join(kept[-15:])
-
-
-def ensure_venv(name: str, entry: str, steps: list[list[str]]) -> Path | None:
-    """The venv's bin/ with ``entry`` in it, installing it first when missing."""
-    venv = VENVS / name
-    if (venv / "bin" / entry).exists():
-        return venv / "bin"
-    print(f"[setup] installing {name} into {venv} ...", flush=True)
-    if not (venv / "bin" / "python").exists():
-        made = subprocess.run(["python3", "-m", "venv", str(venv)], capture_output=True)
-        if made.returncode:
-            print(f"[setup] {name}: venv failed: {made.stderr.decode()[-500:]}")
-            return None
-    for step in steps:
-        ok, out = pip(venv, *step)
-        if not ok:
-            print(f"[setup] {name}: pip install {' '.join(step)} failed:\n{out}")
-            return None
-    if not (venv / "bin" / entry).exists():
-        print(f"[setup] {name}: installed, but bin/{entry} is missing")
-        return None
-    return venv / "bin"
-
-
-def version(bin_dir: Path, dist: str) -> str:
-    code = f"import importlib.metadata as m; print(m.version({dist!r}))"
-    done = subprocess.run([str(bin_dir / "python"), "-c", code], capture_output=True, text=True)
-    return done.stdout.strip() or "?"
-
-
-# -- servers --------------------------------------------------------------------------
-
-
-@dataclass
-class Target:
-    name: str
-    url: str  # base URL ending in /v1
-    note: str = ""
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-@contextlib.contextmanager
-def process(
-    cmd: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT
-) -> Iterator[subprocess.Popen[bytes]]:
-    with (
-        tempfile.TemporaryFile() as log,
-        owned_process(
-            cmd, grace_s=10, cwd=cwd, env={**os.environ, **(env or {})}, stdout=log,
-            stderr=subprocess.STDOUT,
-        ) as proc,
-    ):  # fmt: skip
-        try:
-            yield proc
-        except RuntimeError:
-            log.seek(0)
-            print(log.read().decode(errors="replace")[-2000:])
-            raise
-
-
-def wait_ready(target: Target, timeout: float, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + timeout
-    last = ""
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{target.name} exited with status {proc.returncode}")
-        try:
-            reply = httpx.post(
-                f"{target.url}/chat/completions", json=BODY, headers=target.headers, timeout=10
-            )
-            if reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"]:
-                return
-            last = f"{reply.status_code} {reply.text[:200]}"
-        except (httpx.HTTPError, ValueError, KeyError) as exc:
-            last = repr(exc)
-        time.sleep(0.5)
-    raise RuntimeError(f"{target.name} not ready after {timeout:.0f} s: {last}")
-
-
-# -- load -----------------------------------------------------------------------------
-
-
-@dataclass
-class Result:
-    rps: float
-    latencies: list[float]
-    errors: int
-
-    def pct(self, q: float) -> float:
-        ordered = sorted(self.latencies)
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def request_bytes(target: Target) -> tuple[str, int, bytes]:
-    url = httpx.URL(target.url)
-    payload = json.dumps(BODY).encode()
-    head = [
-        f"POST {url.path.rstrip('/')}/chat/completions HTTP/1.1",
-        f"Host: {url.host}:{url.port}",
-        "Content-Type: application/json",
-        f"Content-Length: {len(payload)}",
-        *(f"{k}: {v}" for k, v in target.headers.items()),
-    ]
-    return url.host, int(url.port or 80), ("\r\n".join(head) + "\r\n\r\n").encode() + payload
-
-
-async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes, bool]:
-    """(status, body, keep-alive) of one HTTP/1.1 response: Content-Length or chunked."""
-    head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-    status = int(head[0].split()[1])
-    headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in head[1:])}
-    if "content-length" in headers:
-        body = await reader.readexactly(int(headers["content-length"]))
-    elif headers.get("transfer-encoding", "").lower() == "chunked":
-        parts = []
-        while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
-            parts.append(await reader.readexactly(size + 2))
-        await reader.readuntil(b"\r\n")
-        body = b"".join(part[:-2] for part in parts)
-    else:
-        body = await reader.read()
-    keep = headers.get("connection", "").lower() != "close" and "content-length" in headers
-    return status, body, keep or headers.get("transfer-encoding", "").lower() == "chunked"
-
-
-async def drive(target: Target, concurrency: int, requests: int) -> Result:
-    """``concurrency`` keep-alive HTTP/1.1 connections on raw asyncio streams.
-
-    Not httpx.AsyncClient: on these cores its connection pool was itself the bottleneck
-    (about 80 req/s at c=64 against the fake engine, which serves 900+ req/s).
-    """
-    host, port, request = request_bytes(target)
-    latencies: list[float] = []
-    errors = 0
-    left = requests
-
-    async def worker(record: bool) -> None:
-        nonlocal left, errors
-        reader, writer = await asyncio.open_connection(host, port)
-        try:
-            while left > 0:
-                left -= 1
-                started = time.perf_counter()
-                writer.write(request)
-                await writer.drain()
-                status, body, keep = await read_response(reader)
-                elapsed = time.perf_counter() - started
-                if status != 200 or not json.loads(body)["choices"][0]["message"]["content"]:
-                    errors += 1
-                elif record:
-                    latencies.append(elapsed)
-                if not keep:
-                    writer.close()
-                    reader, writer = await asyncio.open_connection(host, port)
-        finally:
-            writer.close()
-
-    async def run(count: int, record: bool) -> float:
-        nonlocal left
-        left = count
-        started = time.perf_counter()
-        await asyncio.gather(*(worker(record) for _ in range(concurrency)))
-        return time.perf_counter() - started
-
-    await run(max(2 * concurrency, 20), False)  # warm-up: lazy imports, caches
-    wall = await run(requests, True)
-    return Result(requests / wall, latencies, errors)
-
-
-# -- main -----------------------------------------------------------------------------
+def ponder_cmd(engine: Target, port: str, scaffold: str, extra: list[str]) -> list[str]:
+    return [
+        sys.executable, "-m", "clients.cli", "serve", "--engine", engine.url, "--model", MODEL,
+        "--port", port, "--default-scaffold", scaffold, *extra,
+    ]  # fmt: skip
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--concurrency", default="1,16,64")
-    parser.add_argument("--requests-c1", type=int, default=200, help="requests at c=1")
-    parser.add_argument("--requests", type=int, default=1000, help="requests at c>1")
+    parser.add_argument("--requests-c1", type=int, default=300, help="requests at c=1")
+    parser.add_argument("--requests", type=int, default=1500, help="requests at c>1")
+    parser.add_argument("--tools", default=TOOLS, help=f"what to measure ({TOOLS})")
+    parser.add_argument("--baseline", help="also run Ponder from this git revision")
     parser.add_argument(
-        "--tools", default="ponder,optillm,litellm", help="proxies to measure (comma-separated)"
+        "--floor-clients",
+        default=default_floor_clients(),
+        help="the floor's HTTP clients, the first is 'floor' (httpx, httpcore, aiohttp)",
     )
+    parser.add_argument("--ponder-args", default="", help="extra `ponder serve` flags")
     parser.add_argument("--start-timeout", type=float, default=240)
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     tools = args.tools.split(",")
+    extra = args.ponder_args.split()
 
     def count(c: int) -> int:
         return args.requests_c1 if c == 1 else args.requests
@@ -277,137 +97,168 @@ def main() -> None:
     if "litellm" in tools:
         bins["litellm"] = ensure_venv("litellm", "litellm", [["litellm[proxy]"]])
     versions = {tool: version(b, tool) for tool, b in bins.items() if b}
-    ponder_bin = Path(sys.executable).parent / "ponder"
-    if "ponder" in tools and not ponder_bin.exists():
-        ponder_bin = Path(shutil.which("ponder") or "ponder")
 
     engine_port = free_port()
     engine = Target("direct", f"http://127.0.0.1:{engine_port}/v1")
     results: dict[str, dict[int, Result]] = {}
     unavailable: dict[str, str] = {tool: "install failed" for tool, b in bins.items() if b is None}
+    print(f"start: {load_text()}", flush=True)
 
-    def measure(target: Target) -> None:
+    def measure(target: Target, pid: int) -> None:
         results[target.name] = {}
         for c in levels:
-            result = asyncio.run(drive(target, c, count(c)))
+            result = asyncio.run(drive(target, c, count(c), meter=CpuMeter(pid)))
             results[target.name][c] = result
             print(
-                f"  {target.name:<16} c={c:<3} {result.rps:8.0f} req/s  "
-                f"p50 {result.pct(0.5) * 1000:7.2f} ms  p99 {result.pct(0.99) * 1000:7.2f} ms"
+                f"  {target.name:<18} c={c:<3} {result.rps:8.0f} req/s  "
+                f"p50 {result.pct(0.5) * 1000:7.2f} ms  p99 {result.pct(0.99) * 1000:7.2f} ms  "
+                f"cpu {result.cpu_ms or 0:6.3f} ms/req"
                 + (f"  errors {result.errors}" if result.errors else ""),
                 flush=True,
             )
 
-    def proxied(target: Target, cmd: list[str], env: dict[str, str] | None = None) -> None:
-        print(f"[{target.name}] starting: {' '.join(cmd)}", flush=True)
+    def proxied(
+        target: Target, cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> None:
+        print(f"[{target.name}] starting: {' '.join(cmd[-12:])}", flush=True)
         try:
-            with process(cmd, env) as proc:
+            with process(cmd, env, **({"cwd": cwd} if cwd else {})) as proc:
                 started = time.monotonic()
                 wait_ready(target, args.start_timeout, proc)
                 print(f"[{target.name}] ready in {time.monotonic() - started:.1f} s", flush=True)
-                measure(target)
+                measure(target, proc.pid)
         except RuntimeError as exc:
             print(f"[{target.name}] unavailable: {exc}")
             unavailable[target.name] = str(exc)[:200]
 
+    def local(name: str) -> Target:
+        return Target(name, f"http://127.0.0.1:{free_port()}/v1")
+
     engine_cmd = [sys.executable, "-c", ENGINE_CODE, str(engine_port), MODEL]
     with process(engine_cmd) as engine_proc:
         wait_ready(engine, 60, engine_proc)
-        measure(engine)
-        if "ponder" in tools:
-            port = free_port()
-            common = ["serve", "--engine", engine.url, "--model", MODEL, "--port", str(port)]
-            proxied(
-                Target("ponder", f"http://127.0.0.1:{port}/v1"),
-                [str(ponder_bin), *common, "--default-scaffold", "single"],
-            )
-            port = free_port()
-            common = ["serve", "--engine", engine.url, "--model", MODEL, "--port", str(port)]
-            proxied(
-                Target("ponder (mcr=64)", f"http://127.0.0.1:{port}/v1"),
-                [
-                    str(ponder_bin),
-                    *common,
-                    "--default-scaffold",
-                    "single",
-                    "--max-concurrent-runs",
-                    "64",
-                ],
-            )
+        measure(engine, engine_proc.pid)
+        if "floor" in tools:
+            for i, client in enumerate(args.floor_clients.split(",")):
+                floor = local("floor" if i == 0 else f"floor {client}")
+                proxied(floor, *floor_cmd(floor, engine, client))
+        if args.baseline:
+            with source_at(args.baseline) as src:
+                base = local(f"ponder@{args.baseline}")
+                cmd = ponder_cmd(engine, base.port, "single", extra)
+                proxied(base, cmd, env=with_pylibs(str(src)), cwd=src)
+        for tool, name, scaffold, more in (
+            ("ponder", "ponder", "single", []),
+            ("workers2", "ponder --workers 2", "single", ["--workers", "2"]),
+            ("gsr", "ponder gsr(n=4)", "gsr(n=4)", []),
+        ):
+            if tool in tools:
+                target = local(name)
+                proxied(target, ponder_cmd(engine, target.port, scaffold, [*extra, *more]))
         if bins.get("optillm"):
-            port = free_port()
             # The engine key comes from OPENAI_API_KEY; a client key without the "sk-"
             # prefix keeps optillm on its one shared client instead of a client per call.
+            target = local("optillm")
+            target.headers = {"Authorization": "x"}
             proxied(
-                Target("optillm", f"http://127.0.0.1:{port}/v1", headers={"Authorization": "x"}),
-                [
-                    str(bins["optillm"] / "optillm"),
-                    "--base-url",
-                    engine.url,
-                    "--approach",
-                    "none",
-                    "--port",
-                    str(port),
-                ],
+                target,
+                [str(bins["optillm"] / "optillm"), "--base-url", engine.url, "--approach",
+                 "none", "--port", target.port],
                 env={"OPENAI_API_KEY": "none", "OPTILLM_LOG_CONVERSATIONS": "false"},
-            )
+            )  # fmt: skip
         if bins.get("litellm"):
-            port = free_port()
+            target = local("litellm")
             key = f"sk-{secrets.token_hex(24)}"  # LiteLLM refuses to start without one
+            target.headers = {"Authorization": f"Bearer {key}"}
             with tempfile.TemporaryDirectory() as tmp:
                 config = Path(tmp) / "cfg.yaml"
                 config.write_text(
-                    "model_list:\n"
-                    f"  - model_name: {MODEL}\n"
-                    "    litellm_params:\n"
-                    f"      model: openai/{MODEL}\n"
-                    f"      api_base: {engine.url}\n"
-                    "      api_key: none\n"
-                    "general_settings:\n"
-                    f"  master_key: {key}\n"
+                    f"model_list:\n  - model_name: {MODEL}\n    litellm_params:\n"
+                    f"      model: openai/{MODEL}\n      api_base: {engine.url}\n"
+                    f"      api_key: none\ngeneral_settings:\n  master_key: {key}\n"
                 )
                 proxied(
-                    Target(
-                        "litellm",
-                        f"http://127.0.0.1:{port}/v1",
-                        headers={"Authorization": f"Bearer {key}"},
-                    ),
-                    [
-                        str(bins["litellm"] / "litellm"),
-                        "--config",
-                        str(config),
-                        "--port",
-                        str(port),
-                        "--host",
-                        "127.0.0.1",
-                    ],
+                    target,
+                    [str(bins["litellm"] / "litellm"), "--config", str(config), "--port",
+                     target.port, "--host", "127.0.0.1"],
                     env={"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False"},
-                )
+                )  # fmt: skip
         # Direct again at the end: the spread between the two direct runs is the noise.
-        engine_again = Target("direct (again)", engine.url)
-        measure(engine_again)
+        measure(Target("direct (again)", engine.url), engine_proc.pid)
+    print(f"end: {load_text()}")
+    report(results, versions, unavailable)
 
+
+def report(
+    results: dict[str, dict[int, Result]], versions: dict[str, str], unavailable: dict[str, str]
+) -> None:
     direct = results["direct"]
     print()
     print(f"versions: {versions or 'none installed'}")
     for tool, why in unavailable.items():
         print(f"unavailable: {tool}: {why}")
-    print("| target | c | req/s | x direct | p50 | p99 | added p50 | added p99 |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| target | c | req/s | x direct | p50 | p99 | added p50 | added p99 | CPU / req |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, by_level in results.items():
         for c, r in by_level.items():
             d = direct[c]
             p50, p99 = r.pct(0.5) * 1000, r.pct(0.99) * 1000
             added = (
-                ""
+                "- | -"
                 if name.startswith("direct")
                 else f"{p50 - d.pct(0.5) * 1000:+.2f} ms | {p99 - d.pct(0.99) * 1000:+.2f} ms"
             )
             print(
                 f"| {name} | {c} | {r.rps:,.0f} | {r.rps / d.rps:.2f} | {p50:.2f} ms "
-                f"| {p99:.2f} ms | {added or '- | -'} |"
+                f"| {p99:.2f} ms | {added} | {r.cpu_ms or 0:.3f} ms |"
                 + (f" ({r.errors} errors)" if r.errors else "")
             )
+    cpu_table(results)
+    goals(results)
+
+
+def cpu_table(results: dict[str, dict[int, Result]]) -> None:
+    """Ponder's CPU per request against the floor's, and LiteLLM's and optillm's against it."""
+    print()
+    print("CPU per request (the proxy's user+sys time / requests answered), side by side:")
+    print("| Ponder | c | CPU / req | x floor | LiteLLM / Ponder | optillm / Ponder |")
+    print("|---|---|---|---|---|---|")
+
+    def ratio(other: str, c: int, mine: float, *, invert: bool) -> str:
+        theirs = results.get(other, {}).get(c)
+        if theirs is None or not theirs.cpu_ms or not mine:
+            return "-"
+        return f"{(theirs.cpu_ms / mine) if invert else (mine / theirs.cpu_ms):.2f}x"
+
+    for name, by_level in results.items():
+        if not name.startswith("ponder"):
+            continue
+        for c, r in by_level.items():
+            mine = r.cpu_ms or 0.0
+            print(
+                f"| {name} | {c} | {mine:.3f} ms | {ratio('floor', c, mine, invert=False)} "
+                f"| {ratio('litellm', c, mine, invert=True)} "
+                f"| {ratio('optillm', c, mine, invert=True)} |"
+            )
+
+
+def goals(results: dict[str, dict[int, Result]]) -> None:
+    """Issue 23's goals, for Ponder ``single``."""
+    ponder, direct = results.get("ponder"), results["direct"]
+    if not ponder:
+        return
+    print()
+    with contextlib.suppress(KeyError):
+        added = (ponder[1].pct(0.5) - direct[1].pct(0.5)) * 1000
+        print(f"goal: added p50 at c=1 {added:+.2f} ms (goal <= {GOAL_ADDED_P50_MS} ms)")
+    with contextlib.suppress(KeyError):
+        ratio = ponder[16].rps / direct[16].rps
+        print(f"goal: req/s at c=16 {ratio:.2f}x direct (goal >= {GOAL_X_DIRECT_C16}x)")
+    cpus = [r.cpu_ms for r in ponder.values() if r.cpu_ms]
+    if cpus:
+        best = min(cpus)
+        print(f"goal: CPU per request {best:.3f} ms at best = {1000 / best:,.0f} req/s per core "
+              f"(goal <= {GOAL_CPU_MS} ms)")  # fmt: skip
 
 
 if __name__ == "__main__":

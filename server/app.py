@@ -14,17 +14,24 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import signal
+import tempfile
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI
 
 from scaffolds.engine import Engine
+from scaffolds.processes import set_parent_death_signal
 from server.auth import APIKeyAuth, RequireAPIKey
 from server.errors import install_error_handlers
 from server.limits import BodySizeLimit
 from server.logs import RequestContext, configure_logging
-from server.metrics import Metrics
+from server.metrics import MULTIPROC_ENV, Metrics
 from server.playground import mount_playground
 from server.routes import api_router, ops_router
 from server.serving import Serving
@@ -53,6 +60,7 @@ def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = Non
             yield
         finally:
             await serving.aclose()
+            metrics.worker_exited()
 
     app = FastAPI(
         title="Ponder",
@@ -71,27 +79,79 @@ def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = Non
     # Added last = outermost: request id, then auth, then the body limit.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, metrics=metrics)
     app.add_middleware(RequireAPIKey, auth=auth, metrics=metrics)
-    app.add_middleware(RequestContext)
+    app.add_middleware(RequestContext, access_log_rate=settings.access_log_rate)
     return app
 
 
 def serve(settings: Settings) -> None:
-    """Run the app under uvicorn until SIGINT/SIGTERM.
+    """Run the app under uvicorn until SIGINT/SIGTERM, in ``settings.workers`` processes.
 
     On SIGTERM uvicorn stops accepting connections, lets in-flight requests finish for
     ``graceful_timeout_s``, then cancels them (which cancels their runs and engine calls).
+    With several workers the parent passes SIGTERM on to each, and each drains its own.
     """
     import uvicorn
 
+    options: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_config": None,
+        "access_log": False,
+        "timeout_graceful_shutdown": math.ceil(settings.graceful_timeout_s),
+        "lifespan": "on",
+    }
+    if settings.workers > 1:
+        serve_workers(settings, options)
+        return
     app = create_app(settings)  # fails (naming the bad setting) before logging is touched
     configure_logging(settings.log_level, json_logs=settings.log_json)
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=math.ceil(settings.graceful_timeout_s),
-        lifespan="on",
-    )
-    uvicorn.Server(config).run()
+    uvicorn.Server(uvicorn.Config(app, **options)).run()
+
+
+@dataclass(frozen=True)
+class WorkerApp:
+    """Builds one server process's app; uvicorn pickles it to each worker it starts.
+
+    >>> import pickle
+    >>> factory = WorkerApp(Settings(model="m", engines=("http://unused/v1",)))
+    >>> pickle.loads(pickle.dumps(factory)).settings.model
+    'm'
+    """
+
+    settings: Settings
+    parent: int | None = None
+    """The supervisor's pid, when this runs in a worker process."""
+
+    def __call__(self) -> FastAPI:
+        if self.parent is not None:
+            # A worker stops (draining) when its supervisor goes, however that went.
+            set_parent_death_signal(signal.SIGTERM)
+            if os.getppid() != self.parent:
+                os.kill(os.getpid(), signal.SIGTERM)
+            configure_logging(self.settings.log_level, json_logs=self.settings.log_json)
+        return create_app(self.settings)
+
+
+def serve_workers(settings: Settings, options: dict[str, Any]) -> None:
+    """``settings.workers`` uvicorn workers on one listening socket, with Prometheus in
+    multiprocess mode: each worker writes its metrics to files in ``PROMETHEUS_MULTIPROC_DIR``
+    (a temporary folder unless set), and any worker's ``/metrics`` sums them all."""
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    with tempfile.TemporaryDirectory(prefix="ponder-metrics-") as scratch:
+        folder = Path(os.environ.get(MULTIPROC_ENV) or scratch)
+        folder.mkdir(parents=True, exist_ok=True)
+        for stale in folder.glob("*.db"):  # a previous run's values must not count
+            stale.unlink()
+        os.environ[MULTIPROC_ENV] = str(folder)  # read by each worker as it starts
+        create_app(settings)  # fails (naming the bad setting) before logging is touched
+        configure_logging(settings.log_level, json_logs=settings.log_json)
+        factory = WorkerApp(settings, parent=os.getpid())
+        config = uvicorn.Config(factory, factory=True, workers=settings.workers, **options)
+        sock = config.bind_socket()
+        log.info("starting %d workers on %s:%d", settings.workers, settings.host, settings.port)
+        try:
+            Multiprocess(config, sockets=[sock]).run()
+        finally:
+            sock.close()

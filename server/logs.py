@@ -81,11 +81,45 @@ def configure_logging(level: str = "info", *, json_logs: bool = True) -> None:
     logging.getLogger("uvicorn.access").disabled = True  # our access log replaces it
 
 
-class RequestContext:
-    """ASGI middleware: request id in, ``X-Request-Id`` out, one access-log line."""
+class AccessSampler:
+    """Which access-log lines to write: every error, and successful requests up to
+    ``rate`` lines per second (a token bucket; 0 means every line). A written line
+    carries ``sampled``, the requests it stands for (itself and those skipped since).
 
-    def __init__(self, app: ASGIApp):
+    >>> sampler = AccessSampler(rate=2.0)
+    >>> [sampler.take(200, now=10.0) for _ in range(4)]
+    [1, 1, 0, 0]
+    >>> sampler.take(500, now=10.0), sampler.take(200, now=11.0)
+    (1, 3)
+    """
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self._tokens = rate
+        self._last = 0.0
+        self._skipped = 0
+
+    def take(self, status: int, *, now: float) -> int:
+        """0 to skip this request's line, else how many requests the line stands for."""
+        if self.rate <= 0 or status >= 400:
+            return 1
+        self._tokens = min(self.rate, self._tokens + (now - self._last) * self.rate)
+        self._last = now
+        if self._tokens < 1:
+            self._skipped += 1
+            return 0
+        self._tokens -= 1
+        sampled, self._skipped = self._skipped + 1, 0
+        return sampled
+
+
+class RequestContext:
+    """ASGI middleware: request id in, ``X-Request-Id`` out, one access-log line
+    (sampled past ``access_log_rate`` successful requests a second)."""
+
+    def __init__(self, app: ASGIApp, access_log_rate: float = 0.0):
         self.app = app
+        self.sampler = AccessSampler(access_log_rate)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -100,27 +134,30 @@ class RequestContext:
         token = request_id_var.set(rid)
         status = 0
         started = time.perf_counter()
+        rid_header = (b"x-request-id", rid.encode())
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                headers = list(message.get("headers", []))
-                headers.append((b"x-request-id", rid.encode()))
-                message = {**message, "headers": headers}
+                message = {**message, "headers": [*message.get("headers", ()), rid_header]}
             await send(message)
 
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            log.info(
-                "%s %s %s",
-                scope.get("method"),
-                scope.get("path"),
-                status,
-                extra={
-                    "status": status,
-                    "duration_ms": round((time.perf_counter() - started) * 1000, 1),
-                },
-            )
+            ended = time.perf_counter()
+            sampled = self.sampler.take(status, now=ended) if log.isEnabledFor(logging.INFO) else 0
+            if sampled:
+                log.info(
+                    "%s %s %s",
+                    scope.get("method"),
+                    scope.get("path"),
+                    status,
+                    extra={
+                        "status": status,
+                        "duration_ms": round((ended - started) * 1000, 1),
+                        "sampled": sampled,
+                    },
+                )
             request_id_var.reset(token)

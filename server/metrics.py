@@ -1,5 +1,12 @@
 """Prometheus metrics, in a registry of their own per app (so tests can build many apps).
 
+With ``ponder serve --workers N`` every worker writes its values to files in
+``PROMETHEUS_MULTIPROC_DIR`` (prometheus_client's multiprocess mode, chosen by that
+variable when the worker starts), and :meth:`Metrics.render` sums the files of every
+worker: counters and histograms add up, the in-flight and queued gauges are the live
+workers' sum. Labelled children are looked up once per label set and then taken from a
+plain dict, so a request costs no lock and no label validation.
+
 >>> m = Metrics()
 >>> m.requests.labels(endpoint="chat", model="m", scaffold="gsr", status="200").inc()
 >>> b"ponder_requests_total" in m.render()
@@ -8,14 +15,56 @@ True
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
     generate_latest,
+    multiprocess,
 )
+from prometheus_client import Counter as _Counter
+from prometheus_client import Gauge as _Gauge
+from prometheus_client import Histogram as _Histogram
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+class _CachedLabels:
+    """``labels()`` from a dict after the first call with a label set."""
+
+    _children: dict[Any, Any]
+
+    def labels(self, *values: object, **names: object) -> Any:
+        key = values or tuple(names.items())
+        try:
+            return self._children[key]
+        except AttributeError:
+            self._children = {}
+        except KeyError:
+            pass
+        child = super().labels(*values, **names)  # type: ignore[misc]
+        self._children[key] = child
+        return child
+
+
+class Counter(_CachedLabels, _Counter):
+    pass
+
+
+class Gauge(_CachedLabels, _Gauge):
+    pass
+
+
+class Histogram(_CachedLabels, _Histogram):
+    pass
+
+
+def multiprocess_dir() -> str | None:
+    """The multiprocess mode's folder when this process runs in that mode."""
+    return os.environ.get(MULTIPROC_ENV) or None
+
 
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 
@@ -64,10 +113,16 @@ class Metrics:
             registry=r,
         )
         self.runs_in_flight = Gauge(
-            "ponder_runs_in_flight", "Scaffold runs executing now.", registry=r
+            "ponder_runs_in_flight",
+            "Scaffold runs executing now.",
+            registry=r,
+            multiprocess_mode="livesum",
         )
         self.runs_queued = Gauge(
-            "ponder_runs_queued", "Requests waiting for a run slot.", registry=r
+            "ponder_runs_queued",
+            "Requests waiting for a run slot.",
+            registry=r,
+            multiprocess_mode="livesum",
         )
         self.budget_cutoffs = Counter(
             "ponder_budget_cutoffs_total",
@@ -105,18 +160,21 @@ class Metrics:
             "1 when an engine replica takes calls (health check passing, breaker closed).",
             ["model", "replica"],
             registry=r,
+            multiprocess_mode="livemin",
         )
         self.replica_outstanding = Gauge(
             "ponder_engine_replica_outstanding",
             "Engine calls in flight on each replica.",
             ["model", "replica"],
             registry=r,
+            multiprocess_mode="livesum",
         )
         self.replica_breaker = Gauge(
             "ponder_engine_replica_breaker_state",
             "Circuit breaker of each replica: 0 closed, 1 half-open, 2 open.",
             ["model", "replica"],
             registry=r,
+            multiprocess_mode="livemax",
         )
         self.replica_retries = Counter(
             "ponder_engine_replica_retries_total",
@@ -126,5 +184,15 @@ class Metrics:
         )
 
     def render(self) -> bytes:
-        """The text exposition format."""
-        return generate_latest(self.registry)
+        """The text exposition format (every worker's values summed in multiprocess mode)."""
+        folder = multiprocess_dir()
+        if folder is None:
+            return generate_latest(self.registry)
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=folder)  # type: ignore[no-untyped-call]
+        return generate_latest(registry)
+
+    def worker_exited(self) -> None:
+        """Drop this worker's live gauges from the sums (multiprocess mode only)."""
+        if multiprocess_dir() is not None:
+            multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]

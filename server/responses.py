@@ -11,6 +11,9 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from fastapi.responses import JSONResponse
+
+from scaffolds import fastjson
 from scaffolds.run import RunResult
 from scaffolds.spec import spec_string
 from scaffolds.strategies.base import Solution
@@ -21,12 +24,20 @@ from server.streaming import ChoiceRouter, sse_event
 
 __all__ = [
     "ChunkMaker",
+    "FastJSONResponse",
     "finish_reasons",
     "reasoning_tokens",
     "response_body",
     "response_extra",
     "response_id",
 ]
+
+
+class FastJSONResponse(JSONResponse):
+    """A JSON response written by :mod:`scaffolds.fastjson` (orjson when installed)."""
+
+    def render(self, content: Any) -> bytes:
+        return fastjson.dumps(content)
 
 
 def response_id(endpoint: Endpoint) -> str:

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
 from scaffolds.answer_pool import AnswerChecker
 from scaffolds.engine import Engine
@@ -41,6 +41,7 @@ from server.planning import AnyRequest, RunPlan, plan_run
 from server.protocol import Endpoint, delta_choice
 from server.responses import (
     ChunkMaker,
+    FastJSONResponse,
     finish_reasons,
     reasoning_tokens,
     response_body,
@@ -165,7 +166,7 @@ class Serving:
         finally:
             slot.release()
         self._observe(labels, 200, started)
-        return JSONResponse(response)
+        return FastJSONResponse(response)
 
     def _observe(self, labels: Mapping[str, str], status: int, started: float) -> None:
         self.metrics.requests.labels(**labels, status=str(status)).inc()

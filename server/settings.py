@@ -118,6 +118,9 @@ class Settings(ModelOptions, BaseSettings):
     request's n): majority(k=1024) is one call but 1,024 generations."""
     graceful_timeout_s: Annotated[float, Flag("--graceful-timeout")] = Field(default=30.0, ge=0)
     """On SIGTERM, seconds in-flight requests get to finish before they are cancelled."""
+    workers: int = Field(default=1, ge=1, le=256)
+    """Server processes sharing the port. Each has its own run slots and queue
+    (--max-concurrent-runs and --queue-size are per worker); /metrics sums them all."""
 
     # -- engines -----------------------------------------------------------------------
     engine_connect_timeout_s: Annotated[float, Flag("--engine-connect-timeout")] = Field(
@@ -156,6 +159,9 @@ class Settings(ModelOptions, BaseSettings):
     """Log level: debug, info, warning or error."""
     log_json: Annotated[bool, Flag("--log-json", off="--log-text")] = True
     """JSON log lines (--log-text: plain text)."""
+    access_log_rate: float = Field(default=20.0, ge=0)
+    """Access-log lines per second for successful requests (per worker); past it lines are
+    sampled, each saying how many it stands for. Errors are always logged; 0: every line."""
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:

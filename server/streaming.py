@@ -28,7 +28,6 @@ answer) or ``reasoning`` (intermediate steps: candidates, summaries, feedback...
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from typing import Any, Literal
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from scaffolds import fastjson
 from scaffolds.trace import (
     RunFinished,
     StepDelta,
@@ -271,8 +271,9 @@ class SSEResponse(StreamingResponse):
 
 def sse_event(data: Any) -> bytes:
     """One ``data:`` event (JSON unless it is already a string, like ``[DONE]``)."""
-    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
-    return f"data: {payload}\n\n".encode()
+    if isinstance(data, str):
+        return f"data: {data}\n\n".encode()
+    return b"data: " + fastjson.dumps(data) + b"\n\n"
 
 
 def stream_event_json(event: TraceEvent) -> dict[str, Any]:

@@ -45,6 +45,7 @@ from scaffolds.engine import (
 from scaffolds.engines.context_fit import no_room
 from scaffolds.engines.dialects import Dialect, error_message, get_dialect
 from scaffolds.engines.greedy import greedy_samples, one_by_one
+from scaffolds.engines.http_transport import AiohttpTransport, FastResponse, aiohttp_available
 from scaffolds.engines.openai_context import ContextWindow
 from scaffolds.engines.openai_parse import Choice, ResponseParser, parse_retry_after, retry_status
 from scaffolds.errors import (
@@ -103,7 +104,9 @@ class OpenAIEngine:
     (:class:`~scaffolds.engines.openai_context.ContextWindow`: ``max_model_len``, else what
     the server reports). A client passed in is
     used as is and not closed by :meth:`aclose`; otherwise the engine creates and owns
-    one on first use.
+    one on first use, and with ``transport="auto"`` (the default) sends its calls over
+    aiohttp when it is installed (:mod:`~scaffolds.engines.http_transport`; ``"httpx"``
+    keeps them on httpx).
 
     Per-sample ``completion_tokens``: exact when token ids (or logprobs) came back;
     otherwise the call's total is split evenly over the samples whose count is unknown,
@@ -125,6 +128,7 @@ class OpenAIEngine:
         dialect: str | Dialect = "vllm",
         pool_shards: int = POOL_SHARDS,
         max_model_len: int | None = None,
+        transport: str = "auto",
     ) -> None:
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0 (got {max_retries})")
@@ -149,6 +153,13 @@ class OpenAIEngine:
         self._backoff = wait_random_exponential(multiplier=backoff_base, max=backoff_max)
         self._aborts: set[asyncio.Task[None]] = set()
         self._context = ContextWindow(self, max_model_len)
+        # Calls go over aiohttp when it is installed ("auto") and no client was passed in.
+        fast = transport == "aiohttp" or (transport == "auto" and aiohttp_available())
+        self._fast = (
+            AiohttpTransport(connect_timeout=connect_timeout, read_timeout=read_timeout)
+            if fast and client is None
+            else None
+        )
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -177,6 +188,8 @@ class OpenAIEngine:
         """Close the HTTP clients this engine created (after pending aborts)."""
         if self._aborts:
             await asyncio.gather(*self._aborts, return_exceptions=True)
+        if self._fast is not None:
+            await self._fast.aclose()
         pool, self._pool = self._pool, []
         for client in pool:
             await client.aclose()
@@ -357,7 +370,9 @@ class OpenAIEngine:
             await response.aclose()
         return self.parser.decode(raw)
 
-    async def _open(self, method: str, path: str, body: dict[str, Any] | None) -> httpx.Response:
+    async def _open(
+        self, method: str, path: str, body: dict[str, Any] | None
+    ) -> httpx.Response | FastResponse:
         """Send a request, retrying as configured; return the (unread) 2xx response."""
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.max_retries + 1),
@@ -376,12 +391,18 @@ class OpenAIEngine:
             raise self._map_error(exc, attempts=attempts, started=False) from exc
         raise AssertionError("unreachable: tenacity either returns or raises")
 
-    async def _attempt(self, method: str, url: str, body: dict[str, Any] | None) -> httpx.Response:
-        client = self.client
-        request = client.build_request(
-            method, url, json=body, headers=self.auth_headers(), timeout=self._timeout
-        )
-        response = await client.send(request, stream=True)
+    async def _attempt(
+        self, method: str, url: str, body: dict[str, Any] | None
+    ) -> httpx.Response | FastResponse:
+        response: httpx.Response | FastResponse
+        if self._fast is not None:
+            response = await self._fast.send(method, url, body, self.auth_headers())
+        else:
+            client = self.client
+            request = client.build_request(
+                method, url, json=body, headers=self.auth_headers(), timeout=self._timeout
+            )
+            response = await client.send(request, stream=True)
         if response.is_success:
             return response
         try:

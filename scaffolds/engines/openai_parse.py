@@ -17,12 +17,12 @@ shapes (see :mod:`scaffolds.engines.dialects`), so it needs no dialect.
 from __future__ import annotations
 
 import email.utils
-import json
 import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from scaffolds import fastjson
 from scaffolds.engine import Completion, EngineDelta, GenerateResult, Usage
 from scaffolds.engines.dialects import reported_error
 from scaffolds.errors import EngineError, EngineRejectedError
@@ -56,7 +56,7 @@ class ResponseParser:
 
     def decode(self, raw: bytes | str) -> Any:
         try:
-            return json.loads(raw)
+            return fastjson.loads(raw)
         except ValueError as exc:
             text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
             raise self.malformed(f"invalid JSON ({exc}): {text[:_SNIPPET]!r}") from exc

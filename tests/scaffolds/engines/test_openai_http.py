@@ -22,6 +22,8 @@ from scaffolds.engine import (
     StreamItem,
     chat,
 )
+from scaffolds.engines import openai_http
+from scaffolds.engines.http_transport import aiohttp_available
 from scaffolds.engines.openai_http import OpenAIEngine
 from scaffolds.engines.openai_parse import parse_retry_after as _parse_retry_after
 from scaffolds.errors import (
@@ -38,6 +40,16 @@ from testing.fake_engine import (
 )
 
 MODEL = "fake-model"
+
+
+@pytest.fixture(autouse=True, params=["httpx", "aiohttp"])
+def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs over both transports of the engine's calls (aiohttp when installed)."""
+    if request.param == "aiohttp" and not aiohttp_available():
+        pytest.skip("aiohttp is not installed")
+    if request.param == "httpx":
+        monkeypatch.setattr(openai_http, "aiohttp_available", lambda: False)
+    return str(request.param)
 
 
 @pytest.fixture

@@ -1,0 +1,121 @@
+"""The aiohttp transport of OpenAIEngine on raw loopback servers: what the fake engine
+cannot do (bytes split anywhere, a server that stops mid-body or goes silent).
+
+The behaviours shared with httpx (retries, timeouts, cancellation, streams) run over both
+transports in test_openai_http.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+from scaffolds.engine import EngineDelta, GenerateRequest, GenerateResult, chat
+from scaffolds.engines.http_transport import aiohttp_available
+from scaffolds.engines.openai_http import OpenAIEngine
+from scaffolds.errors import EngineTimeoutError, EngineUnavailableError
+
+pytestmark = pytest.mark.skipif(not aiohttp_available(), reason="aiohttp is not installed")
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Coroutine[Any, Any, None]]
+
+
+@asynccontextmanager
+async def raw_server(handler: Handler) -> AsyncIterator[str]:
+    """A loopback TCP server answering each connection with ``handler``; yields its /v1 URL."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")  # the request head (bodies are small)
+            await handler(reader, writer)
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+def sse(*chunks: dict[str, Any]) -> bytes:
+    return b"".join(f"data: {json.dumps(c)}\r\n\r\n".encode() for c in chunks) + b"data: [DONE]\n\n"
+
+
+def delta(text: str, finish: str | None = None) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]}
+
+
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+
+
+def engine(url: str, **kw: Any) -> OpenAIEngine:
+    eng = OpenAIEngine(url, "m", max_retries=0, transport="aiohttp", **kw)
+    assert eng._fast is not None
+    return eng
+
+
+async def test_sse_lines_split_anywhere_are_joined() -> None:
+    body = sse(delta("Hel"), delta("lo ✓"), delta("!", "stop"))
+
+    async def handler(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(HEAD)
+        for i in range(0, len(body), 7):  # 7-byte pieces cut lines, CRLFs and UTF-8 alike
+            writer.write(body[i : i + 7])
+            await writer.drain()
+            await asyncio.sleep(0)
+
+    async with raw_server(handler) as url, engine(url) as eng:
+        items = [item async for item in eng.stream(GenerateRequest(chat("hi")))]
+    texts = [i.text for i in items if isinstance(i, EngineDelta)]
+    assert texts == ["Hel", "lo ✓", "!"]
+    final = items[-1]
+    assert isinstance(final, GenerateResult) and final.completions[0].text == "Hello ✓!"
+
+
+async def test_a_body_cut_short_is_a_lost_connection() -> None:
+    async def handler(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+        writer.write(b'Content-Length: 500\r\n\r\n{"choices": [')
+        await writer.drain()
+
+    async with raw_server(handler) as url, engine(url) as eng:
+        with pytest.raises(EngineUnavailableError, match="lost the connection"):
+            await eng.generate(GenerateRequest("p"))
+
+
+async def test_a_silent_stream_times_out_between_chunks() -> None:
+    async def handler(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(HEAD + sse(delta("a"))[: -len(b"data: [DONE]\n\n")])
+        await writer.drain()
+        await asyncio.sleep(30)
+
+    async with raw_server(handler) as url, engine(url, read_timeout=0.3) as eng:
+        seen: list[object] = []
+        with pytest.raises(EngineTimeoutError):
+            async for item in eng.stream(GenerateRequest(chat("hi"))):
+                seen.append(item)
+    assert len(seen) == 1
+
+
+async def test_closing_an_unread_stream_closes_its_connection() -> None:
+    closed = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(HEAD + sse(delta("a"))[: -len(b"data: [DONE]\n\n")])
+        await writer.drain()
+        await reader.read()  # returns b"" once the client closes its end
+        closed.set()
+
+    async with raw_server(handler) as url, engine(url) as eng:
+        stream = eng.stream(GenerateRequest(chat("hi")))
+        assert isinstance(await anext(stream), EngineDelta)
+        await stream.aclose()
+        await asyncio.wait_for(closed.wait(), 10)
