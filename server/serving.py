@@ -28,6 +28,7 @@ from fastapi.responses import Response
 
 from scaffolds.answer_pool import AnswerChecker
 from scaffolds.engine import Engine
+from scaffolds.fanout import gather
 from scaffolds.problem import Problem
 from scaffolds.run import RunResult, run_scaffold
 from scaffolds.spec import Registry, SpecLimits
@@ -186,16 +187,12 @@ class Serving:
         the other runs."""
         problems = plan.problems or (plan.problem,)
         recorders = [TraceRecorder() for _ in problems]
-        tasks = [
-            asyncio.ensure_future(self._run(plan, recorder, problem))
-            for recorder, problem in zip(recorders, problems, strict=True)
-        ]
-        try:
-            results = await asyncio.gather(*tasks)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        results = await gather(
+            *(
+                self._run(plan, recorder, problem)
+                for recorder, problem in zip(recorders, problems, strict=True)
+            )
+        )
         return list(zip(results, recorders, strict=True))
 
     async def _run(

@@ -18,11 +18,11 @@ samples in order, the usage summed (still one call of the scaffold's plan).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
 
 from scaffolds.engine import GenerateRequest, GenerateResult, Usage
+from scaffolds.fanout import gather
 
 __all__ = ["greedy_samples", "one_by_one"]
 
@@ -40,13 +40,7 @@ async def one_by_one(
     The first failure is raised as is and cancels the other calls.
     """
     single = dataclasses.replace(request, params=request.params.replace(n=1))
-    tasks = [asyncio.ensure_future(generate(single)) for _ in range(request.params.n)]
-    try:
-        results = await asyncio.gather(*tasks)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    results = await gather(*(generate(single) for _ in range(request.params.n)))
     usage = sum((r.usage for r in results), Usage())
     return GenerateResult(
         tuple(c for r in results for c in r.completions),
