@@ -18,6 +18,7 @@ after its thinking continues the same message too (:func:`continued_prompt`).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from scaffolds.answers import extract_answer
@@ -59,14 +60,19 @@ def forced_prompt(
 def with_forced_answer(completion: Completion, cue: str, extra: Completion) -> Completion:
     """The cut ``completion`` with the cue and the forced answer ``extra`` appended
     (still finished by ``length``: the budget cut it)."""
-    return Completion(
-        text=completion.text + cue + extra.text,
+    return _forced(completion, completion.text + cue + extra.text, extra)
+
+
+def _forced(completion: Completion, text: str, extra: Completion) -> Completion:
+    """``completion`` with its text now ``text``, charged ``extra``'s tokens; still
+    finished by ``length`` (the budget cut it), its token ids and logprobs its own. The
+    engine's wire fields go: they describe one generation, and this answer is two."""
+    return dataclasses.replace(
+        completion,
+        text=text,
         finish_reason="length",
-        reasoning=completion.reasoning,
         completion_tokens=completion.completion_tokens + extra.completion_tokens,
-        token_ids=completion.token_ids,
-        logprobs=completion.logprobs,
-        top_logprobs=completion.top_logprobs,
+        extra=None,
     )
 
 
@@ -164,15 +170,7 @@ def with_closed_thinking(
         text = answer
     else:
         text = completion.text + cue + thinking.end + answer
-    return Completion(
-        text=text,
-        finish_reason="length",
-        reasoning=completion.reasoning,
-        completion_tokens=completion.completion_tokens + extra.completion_tokens,
-        token_ids=completion.token_ids,
-        logprobs=completion.logprobs,
-        top_logprobs=completion.top_logprobs,
-    )
+    return _forced(completion, text, extra)
 
 
 @dataclass(frozen=True, slots=True)
