@@ -18,9 +18,14 @@ import httpx
 import openai
 import pytest
 
+from scaffolds.engine import GenerateRequest, batch_engine
+from scaffolds.engines.mock import MockEngine
+from server.engines import MeteredEngine, ReplicaEngine
+from server.metrics import Metrics
 from server.settings import Settings
 from testing.fake_engine import FakeEngineHandle, running_fake_engine
 from testing.ponder import running_ponder
+from tests.scaffolds.engines.test_coalesce import ListEngine, numbered
 
 PROMPTS = ["2+2=", "the capital of France is", "12*3="]
 
@@ -136,3 +141,19 @@ def _eventually(predicate: Any, within: float = 20.0) -> bool:
             return False
         time.sleep(0.02)
     return True
+
+
+async def test_metered_replicas_send_a_batch_to_one_replica_as_one_call() -> None:
+    replicas = [ListEngine(numbered), ListEngine(numbered)]
+    metrics = Metrics()
+    engine = MeteredEngine(ReplicaEngine(replicas, health_interval_s=0), metrics, "m")
+    assert batch_engine(engine) is engine
+    requests = [GenerateRequest(p, affinity_key="k") for p in PROMPTS]
+    results = await engine.generate_batch(requests)
+    assert [r.completions[0].text for r in results] == [f"{p}#0" for p in PROMPTS]
+    assert sorted(len(r.batches) for r in replicas) == [0, 1]
+    sample = {"model": "m", "outcome": "ok"}
+    assert metrics.registry.get_sample_value("ponder_engine_calls_total", sample) == 1
+    # A pool with a replica that takes no list does not claim to take one.
+    mixed = ReplicaEngine([ListEngine(numbered), MockEngine(numbered)], health_interval_s=0)
+    assert batch_engine(MeteredEngine(mixed, Metrics(), "m")) is None
