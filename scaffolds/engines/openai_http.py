@@ -20,6 +20,7 @@ Typical use (needs a running server)::
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 from collections.abc import AsyncIterator, Sequence
@@ -237,20 +238,22 @@ class OpenAIEngine:
 
     async def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
         """Text prompts with the same params as ONE request (``prompt: [...]``), split
-        back per prompt (:func:`~scaffolds.engines.prompt_lists.split_result`). Where one
-        request cannot carry them (greedy samples the server refuses, or a prompt whose
-        ``max_tokens`` the context lowers), each goes as its own request instead."""
+        back per prompt (:func:`~scaffolds.engines.prompt_lists.split_result`). Greedy
+        samples the server refuses in one call go as each prompt ``n`` times with
+        ``n: 1`` (the same choice order). Where one request cannot carry them (a prompt
+        whose ``max_tokens`` the context lowers), each goes as its own request."""
         if not batchable(requests):
             raise ValueError("generate_batch takes text prompts with the same params")
         first, n = requests[0], requests[0].params.n
-        each = len(requests) == 1 or not self.takes_prompt_lists
-        if each or (greedy_samples(first) and not self.dialect.greedy_samples()):
+        if len(requests) == 1 or not self.takes_prompt_lists:
             return await gather(*(self.generate(r) for r in requests))
         fitted = await gather(*(self._context.fit(r) for r in requests))
         if any(f is None or f.params != first.params for f in fitted):
             return await gather(*(self.generate(r) for r in requests))
-        path, body = self._build_body(first, stream=False)
-        body["prompt"] = [r.prompt for r in requests]
+        repeat = n if greedy_samples(first) and not self.dialect.greedy_samples() else 1
+        one = dataclasses.replace(first, params=first.params.replace(n=n // repeat))
+        path, body = self._build_body(one, stream=False)
+        body["prompt"] = [r.prompt for r in requests for _ in range(repeat)]
         try:
             data = await self._request_json("POST", path, body)
         except (asyncio.CancelledError, EngineTimeoutError):

@@ -57,13 +57,16 @@ async def test_without_prompt_token_ids_prompt_tokens_are_shared_by_size(
     assert sum(shares) == reported and shares[1] > shares[0] > shares[2]
 
 
-async def test_greedy_samples_vllm_refuses_go_one_request_each(fake: FakeEngineHandle) -> None:
+async def test_greedy_samples_vllm_refuses_go_as_repeated_prompts(fake: FakeEngineHandle) -> None:
     params = SamplingParams(n=2, max_tokens=4, temperature=0.0)
     async with OpenAIEngine(fake.base_url, MODEL) as engine:
         batch = await engine.generate_batch([GenerateRequest(p, params) for p in PROMPTS])
-    assert fake.state.calls == len(PROMPTS) * 2
-    assert all(isinstance(r.body["prompt"], str) and r.body["n"] == 1 for r in fake.state.requests)
-    assert [len(r.completions) for r in batch] == [2, 2, 2]
+    [sent] = [r.body for r in fake.state.requests]
+    assert sent["prompt"] == [p for p in PROMPTS for _ in range(2)] and sent["n"] == 1
+    texts = [[c.text for c in r.completions] for r in batch]
+    one = fake.config.respond({"prompt": PROMPTS[1], "n": 1})[0]
+    assert len(texts) == 3 and texts[1] == [" ".join(one.split()[:4])] * 2
+    assert sum((r.usage for r in batch), Usage()).calls == 1
 
 
 async def test_a_dialect_without_lists_sends_one_request_per_prompt(fake: FakeEngineHandle) -> None:
