@@ -261,6 +261,53 @@ class Engine(Protocol):
 
 
 @runtime_checkable
+class BatchEngine(Engine, Protocol):
+    """An engine that can send several text prompts as ONE engine request
+    (``prompt: [...]`` on ``/v1/completions``), e.g. the HTTP engine in front of vLLM.
+
+    ``takes_prompt_lists`` says whether it can now (a wrapper asks what it wraps).
+    ``generate_batch`` takes requests that :func:`batchable` accepts and returns one
+    result per request, in order: request ``p``'s samples are the engine's choices
+    ``p * n .. p * n + n - 1``. The engine reports one usage for the request, so the
+    results' usages add up to it, with ``calls`` 1 in all (see
+    :mod:`scaffolds.engines.prompt_lists` for how it is shared out).
+    """
+
+    takes_prompt_lists: bool
+
+    async def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]: ...
+
+
+def batch_engine(engine: Engine) -> BatchEngine | None:
+    """``engine`` when it can send a list of prompts as one request now, else None.
+
+    >>> from scaffolds.engines.mock import MockEngine
+    >>> batch_engine(MockEngine(lambda r: "4")) is None
+    True
+    """
+    if getattr(engine, "takes_prompt_lists", False) and isinstance(engine, BatchEngine):
+        return engine
+    return None
+
+
+def batchable(requests: Sequence[GenerateRequest]) -> bool:
+    """Whether ``requests`` can be one engine request: text prompts, the same params.
+
+    >>> batchable([GenerateRequest("a"), GenerateRequest("b")])
+    True
+    >>> batchable([GenerateRequest("a"), GenerateRequest("b", SamplingParams(n=2))])
+    False
+    """
+    first = requests[0]
+    return all(
+        isinstance(r.prompt, str)
+        and r.params == first.params
+        and r.continue_final == first.continue_final
+        for r in requests
+    )
+
+
+@runtime_checkable
 class RewardModel(Protocol):
     """Scores candidates for a problem: higher is better, one float per candidate
     (for ``best_of_n(judge="reward")``). Whoever builds a run passes one in, e.g.

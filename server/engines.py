@@ -23,11 +23,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from scaffolds.engine import Engine, GenerateRequest, GenerateResult, StreamItem
+from scaffolds.engine import (
+    Engine,
+    GenerateRequest,
+    GenerateResult,
+    StreamItem,
+    Usage,
+    batch_engine,
+)
 from scaffolds.engines.factory import EngineOptions, engine_from_url
+from scaffolds.fanout import gather
 from server.replicas import ReplicaEngine, engine_health
 
 if TYPE_CHECKING:
@@ -89,6 +97,28 @@ class MeteredEngine:
         if result is not None:
             m.prompt_tokens.labels(model=self.model).inc(result.usage.prompt_tokens)
             m.completion_tokens.labels(model=self.model).inc(result.usage.completion_tokens)
+
+    @property
+    def takes_prompt_lists(self) -> bool:
+        return batch_engine(self.inner) is not None
+
+    async def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
+        """Several prompts as one call of the inner engine (one each where it cannot)."""
+        inner = batch_engine(self.inner)
+        if inner is None:
+            return await gather(*(self.generate(r) for r in requests))
+        started = time.perf_counter()
+        try:
+            results = await inner.generate_batch(requests)
+        except asyncio.CancelledError:
+            self._record(started, "cancelled", None)
+            raise
+        except Exception:
+            self._record(started, "error", None)
+            raise
+        usage = sum((r.usage for r in results), Usage())
+        self._record(started, "ok", GenerateResult((), usage))
+        return results
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
         started = time.perf_counter()

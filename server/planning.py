@@ -63,7 +63,8 @@ class RunPlan:
     stream_trace: bool = False
     problems: tuple[Problem, ...] = ()
     """Every prompt's problem when a completions request holds several (``problem`` is
-    the first): each is its own run, and choice ``i`` of prompt ``p`` is ``p * n + i``."""
+    the first): each is its own run, and choice ``i`` of prompt ``p`` is ``p * n + i``
+    (``single``'s runs share one engine request: ``Serving._run_all``)."""
 
     @property
     def scaffold(self) -> str:

@@ -131,7 +131,8 @@ class ChatCompletionRequest(_CommonRequest):
 
 class CompletionRequest(_CommonRequest):
     prompt: str | list[str]
-    """One prompt, or several: each is its own run (choices ``prompt_index * n + i``)."""
+    """One prompt, or several: each is its own run (choices ``prompt_index * n + i``);
+    through ``single``, their calls are one engine request (:mod:`scaffolds.engines.coalesce`)."""
 
 
 # -- responses ------------------------------------------------------------------------------

@@ -47,14 +47,15 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from scaffolds.engine import Engine, GenerateRequest, GenerateResult, StreamItem
+from scaffolds.engine import Engine, GenerateRequest, GenerateResult, StreamItem, batch_engine
 from scaffolds.errors import (
     EngineRejectedError,
     EngineUnavailableError,
 )
+from scaffolds.fanout import gather
 from server.breaker import BreakerState, CircuitBreaker
 from server.replica import Lease, Replica, is_replica_fault
 
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
     from server.metrics import Metrics
 
 log = logging.getLogger("ponder.replicas")
+T = TypeVar("T")
 
 
 class ReplicaEngine:
@@ -185,15 +187,34 @@ class ReplicaEngine:
         return None
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
+        return await self._routed(request, lambda engine: engine.generate(request))
+
+    @property
+    def takes_prompt_lists(self) -> bool:
+        return all(batch_engine(r.engine) is not None for r in self.replicas)
+
+    async def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
+        """The requests as one call on one replica (chosen by the first's affinity)."""
+
+        async def batch(engine: Engine) -> list[GenerateResult]:
+            lists = batch_engine(engine)
+            if lists is None:
+                return await gather(*(engine.generate(r) for r in requests))
+            return await lists.generate_batch(requests)
+
+        return await self._routed(requests[0], batch)
+
+    async def _routed(self, request: GenerateRequest, call: Callable[[Engine], Awaitable[T]]) -> T:
+        """``call`` on the replica picked for ``request``, failing over as the module says."""
         tried: frozenset[int] = frozenset()
         while True:
             lease = self.pick(request, tried).lease()
             tried |= {lease.replica.index}
             # In a task of its own, so the health poll can pull it off a silent replica.
-            call = asyncio.ensure_future(lease.replica.engine.generate(request))
-            lease.silent = call
+            call_task = asyncio.ensure_future(call(lease.replica.engine))
+            lease.silent = call_task
             try:
-                result = await call
+                result = await call_task
             except BaseException as exc:
                 error = self._settle_failure(lease, exc, tried, produced=False)
                 if error is None:

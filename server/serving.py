@@ -27,7 +27,8 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from scaffolds.answer_pool import AnswerChecker
-from scaffolds.engine import Engine
+from scaffolds.engine import Engine, batch_engine
+from scaffolds.engines.coalesce import Coalescer
 from scaffolds.fanout import gather
 from scaffolds.problem import Problem
 from scaffolds.run import RunResult, run_scaffold
@@ -183,26 +184,42 @@ class Serving:
     async def _run_all(self, plan: RunPlan) -> list[tuple[RunResult, TraceRecorder]]:
         """One run per prompt (just one for chat), concurrently, each with its recorder.
 
-        The first failure is raised as is (its status is the response's) and cancels
-        the other runs."""
+        ``single`` over several prompts shares one :class:`Coalescer` for this request,
+        so the runs' calls go to the engine as ONE request when it takes a list of
+        prompts (a multi-step scaffold's runs each call the engine on their own). The
+        first failure is raised as is (its status is the response's) and cancels the
+        other runs."""
         problems = plan.problems or (plan.problem,)
         recorders = [TraceRecorder() for _ in problems]
-        results = await gather(
-            *(
-                self._run(plan, recorder, problem)
-                for recorder, problem in zip(recorders, problems, strict=True)
+        lists = batch_engine(plan.served.engine)
+        if lists is None or len(problems) == 1 or plan.strategy.name != "single":
+            runs = [self._run(plan, r, p) for r, p in zip(recorders, problems, strict=True)]
+            results = await gather(*runs)
+            return list(zip(results, recorders, strict=True))
+        coalescer = Coalescer(lists, len(problems))
+        try:
+            results = await gather(
+                *(
+                    coalescer.member(self._run(plan, recorder, problem, coalescer))
+                    for recorder, problem in zip(recorders, problems, strict=True)
+                )
             )
-        )
+        finally:
+            await coalescer.aclose()
         return list(zip(results, recorders, strict=True))
 
     async def _run(
-        self, plan: RunPlan, recorder: TraceRecorder, problem: Problem | None = None
+        self,
+        plan: RunPlan,
+        recorder: TraceRecorder,
+        problem: Problem | None = None,
+        engine: Engine | None = None,
     ) -> RunResult:
         try:
             result = await run_scaffold(
                 plan.strategy,
                 problem or plan.problem,
-                plan.served.engine,
+                engine or plan.served.engine,
                 n=plan.n,
                 budget=plan.budget,
                 params=plan.params,

@@ -115,6 +115,11 @@ class Dialect:
         """Whether one call may ask for several samples at temperature 0 (vLLM refuses)."""
         return True
 
+    def prompt_lists(self) -> bool:
+        """Whether ``/v1/completions`` takes a list of prompts in one request (OpenAI's
+        and vLLM's do), answering prompt ``p``'s samples at ``p * n + i``."""
+        return True
+
     def health_route(self) -> tuple[bool, str]:
         """``(at_root, path)`` of the health check: ``/health`` at the root by default."""
         return (True, "/health")
@@ -208,6 +213,11 @@ class SGLangDialect(Dialect, name="sglang"):
 
     def request_id(self) -> str | None:
         return f"ponder-{uuid.uuid4().hex}"
+
+    def prompt_lists(self) -> bool:
+        # Not tried against a running SGLang (it cannot run here), and a list's calls
+        # would need one rid each to abort: one request per prompt, as before.
+        return False
 
     def abort_ids(self, body: Mapping[str, Any]) -> list[str]:
         rid = body.get("rid")

@@ -20,9 +20,10 @@ Typical use (needs a running server)::
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -40,6 +41,7 @@ from scaffolds.engine import (
     GenerateResult,
     StreamItem,
     Usage,
+    batchable,
     stream_from_generate,
 )
 from scaffolds.engines.context_fit import no_room
@@ -48,12 +50,14 @@ from scaffolds.engines.greedy import greedy_samples, one_by_one
 from scaffolds.engines.http_transport import AiohttpTransport, FastResponse, aiohttp_available
 from scaffolds.engines.openai_context import ContextWindow
 from scaffolds.engines.openai_parse import Choice, ResponseParser, parse_retry_after, retry_status
+from scaffolds.engines.prompt_lists import split_result
 from scaffolds.errors import (
     EngineError,
     EngineRejectedError,
     EngineTimeoutError,
     EngineUnavailableError,
 )
+from scaffolds.fanout import gather
 
 __all__ = ["Dialect", "OpenAIEngine"]
 
@@ -225,6 +229,48 @@ class OpenAIEngine:
         self.parser.absorb(data, accs, "message" if request.is_chat else None)
         usage = self.parser.usage(data.get("usage"))
         return self.parser.result(request.params.n, accs, usage, self.parser.prompt_ids(data))
+
+    @property
+    def takes_prompt_lists(self) -> bool:
+        """Whether :meth:`generate_batch` sends a list of prompts as one request (the
+        dialect says whether the server takes one)."""
+        return self.dialect.prompt_lists()
+
+    async def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
+        """Text prompts with the same params as ONE request (``prompt: [...]``), split
+        back per prompt (:func:`~scaffolds.engines.prompt_lists.split_result`). Greedy
+        samples the server refuses in one call go as each prompt ``n`` times with
+        ``n: 1`` (the same choice order). Where one request cannot carry them (a prompt
+        whose ``max_tokens`` the context lowers), each goes as its own request."""
+        if not batchable(requests):
+            raise ValueError("generate_batch takes text prompts with the same params")
+        first, n = requests[0], requests[0].params.n
+        if len(requests) == 1 or not self.takes_prompt_lists:
+            return await gather(*(self.generate(r) for r in requests))
+        fitted = await gather(*(self._context.fit(r) for r in requests))
+        if any(f is None or f.params != first.params for f in fitted):
+            return await gather(*(self.generate(r) for r in requests))
+        repeat = n if greedy_samples(first) and not self.dialect.greedy_samples() else 1
+        one = dataclasses.replace(first, params=first.params.replace(n=n // repeat))
+        path, body = self._build_body(one, stream=False)
+        body["prompt"] = [r.prompt for r in requests for _ in range(repeat)]
+        try:
+            data = await self._request_json("POST", path, body)
+        except (asyncio.CancelledError, EngineTimeoutError):
+            self._abort_later(body)
+            raise
+        accs: dict[int, Choice] = {}
+        self.parser.absorb(data, accs, None)
+        usage = self.parser.usage(data.get("usage"))
+        whole = self.parser.result(len(requests) * n, accs, usage, None)
+        ids = [self.parser.prompt_ids({"choices": [c]}) for c in self._choices_at(data, n)]
+        sizes = [len(i) if i else len(str(r.prompt)) for i, r in zip(ids, requests, strict=True)]
+        return split_result(whole, n=n, sizes=sizes, prompt_ids=ids)
+
+    def _choices_at(self, data: dict[str, Any], n: int) -> list[dict[str, Any]]:
+        """The first choice of each prompt (index ``p * n``), in prompt order."""
+        by_index = {self.parser.index(c): c for c in data["choices"]}
+        return [by_index[i] for i in range(0, len(by_index), n)]
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamItem]:
         """Yield :class:`EngineDelta` pieces as they arrive, then one final result.

@@ -1,7 +1,8 @@
 """A fake OpenAI-compatible engine server for tests and benchmarks.
 
 It speaks enough of the vLLM/OpenAI API (``/health``, ``/v1/models``,
-``/v1/completions``, ``/v1/chat/completions``; streaming, ``n``, usage with cached
+``/v1/completions`` (a list of prompts too, unstreamed, answered as vLLM does),
+``/v1/chat/completions``; streaming, ``n``, usage with cached
 tokens, logprobs with ``token_id:N`` tokens, ``reasoning_content``) for engine clients to
 be tested over real HTTP. A mutable :class:`FakeEngineConfig` controls what it answers,
 how slowly, and how it fails: a status for the next N calls (``fail_next``), fixed or

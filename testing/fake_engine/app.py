@@ -20,7 +20,15 @@ from testing.fake_engine.config import (
     FakeEngineState,
     RecordedRequest,
 )
-from testing.fake_engine.generation import error_body, full_body, make_plan, stream_body, validate
+from testing.fake_engine.generation import (
+    each_prompt,
+    error_body,
+    list_body,
+    make_plan,
+    stream_body,
+    summed_usage,
+    validate,
+)
 from testing.threaded import serving_in_thread
 
 
@@ -95,14 +103,15 @@ def create_app(config: FakeEngineConfig, state: FakeEngineState) -> FastAPI:
             return _error(failure.status, failure.message, headers, config)
         if (problem := validate(body, chat)) is not None:
             return _error(400, problem, config=config)
-        plan = make_plan(body, chat, config, state)
+        plans = [make_plan(one, chat, config, state) for one in each_prompt(body)]
+        plan = plans[0]
         if body.get("stream") and not config.hang:
             return StreamingResponse(
                 stream_body(plan, config, state), media_type="text/event-stream"
             )
         state.enter()
         try:
-            wait = math.inf if config.hang else sum(plan.step_delays)
+            wait = math.inf if config.hang else max(sum(p.step_delays) for p in plans)
             if not await _sleep_unless_gone(request, wait, config, state):
                 state.cancelled += 1
                 if state.stopping:  # shutting down: what a real server answers then
@@ -111,8 +120,8 @@ def create_app(config: FakeEngineConfig, state: FakeEngineState) -> FastAPI:
             state.completed += 1
             if config.malformed:
                 return Response(b'{"choices": [', media_type="application/json")
-            state.reported_usage.append(plan.usage())
-            return JSONResponse(full_body(plan, config))
+            state.reported_usage.append(summed_usage(plans))
+            return JSONResponse(list_body(plans, config))
         finally:
             state.open_calls -= 1
 

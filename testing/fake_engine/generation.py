@@ -36,8 +36,14 @@ def validate(body: Any, chat: bool) -> str | None:
                 )
             if msgs[-1].get("role") != "assistant":
                 return "continue_final_message needs a final assistant message"
+    elif isinstance(body.get("prompt"), list):
+        prompts = body["prompt"]
+        if not prompts or not all(isinstance(p, str) for p in prompts):
+            return "'prompt' must be a string or a non-empty list of strings"
+        if body.get("stream"):
+            return "the fake engine does not stream a list of prompts"
     elif not isinstance(body.get("prompt"), str):
-        return "'prompt' must be a string"
+        return "'prompt' must be a string or a non-empty list of strings"
     for name in ("n", "max_tokens", "max_completion_tokens"):
         value = body.get(name)
         if value is not None and (not isinstance(value, int) or value < 1):
@@ -191,6 +197,46 @@ def full_body(plan: Plan, config: FakeEngineConfig) -> dict[str, Any]:
     out |= {"choices": choices, "usage": plan.usage()}
     if plan.body.get("return_token_ids"):
         out["prompt_token_ids"] = [token_id(p) for p in plan.prompt_pieces]
+    return out
+
+
+def each_prompt(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The body once per prompt of a list (``prompt: [...]``), else just the body."""
+    prompts = body.get("prompt")
+    if not isinstance(prompts, list):
+        return [body]
+    return [{**body, "prompt": prompt} for prompt in prompts]
+
+
+def list_body(plans: list[Plan], config: FakeEngineConfig) -> dict[str, Any]:
+    """One answer to a list of prompts, as vLLM gives it: prompt ``p``'s samples at
+    ``p * n + i``, each choice with its prompt's token ids (when asked), the usage summed."""
+    if len(plans) == 1 and not isinstance(plans[0].body.get("prompt"), list):
+        return full_body(plans[0], config)
+    out = full_body(plans[0], config)
+    out.pop("prompt_token_ids", None)
+    choices = []
+    for p, plan in enumerate(plans):
+        one = full_body(plan, config)
+        for choice in one["choices"]:
+            choice["index"] += p * len(plan.samples)
+            if "prompt_token_ids" in one:
+                choice["prompt_token_ids"] = one["prompt_token_ids"]
+            choices.append(choice)
+    out["choices"] = choices
+    out["usage"] = summed_usage(plans)
+    return out
+
+
+def summed_usage(plans: list[Plan]) -> dict[str, Any]:
+    """The usage of one request over ``plans`` (one per prompt)."""
+    usages = [plan.usage() for plan in plans]
+    if len(usages) == 1:
+        return usages[0]
+    out = dict(usages[0])
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        out[key] = sum(u[key] for u in usages)
+    out["prompt_tokens_details"] = {"cached_tokens": sum(plan.cached for plan in plans)}
     return out
 
 

@@ -4,7 +4,7 @@
   scores; the ``maj4`` alias completes, and Ponder's usage adds up to vLLM's counters.
 - ``loglikelihood`` (multiple choice) through ``local-completions``, four prompts per
   request (``echo``, ``logprobs``, ``max_tokens: 1``): ``single`` gives vLLM's
-  loglikelihoods and accuracy.
+  loglikelihoods and accuracy, with one engine request per request lm-eval sends.
 """
 
 from __future__ import annotations
@@ -160,9 +160,17 @@ def test_loglikelihood_through_completions_matches_vllm(served: Served, tasks: P
     direct = _lm_eval(
         tasks, "mc-vllm", "local-completions", args(served.vllm.base_url), task, *batch
     )
+    requests = served.metric("ponder_requests_total", endpoint="completions", status="200")
+    calls = served.metric("ponder_engine_calls_total", model=MODEL)
     single = _lm_eval(
         tasks, "mc-single", "local-completions", args(f"{served.ponder}/v1"), task, *batch
     )
+    # Each request's list of prompts went to vLLM as one request, as lm-eval sent it.
+    requests = (
+        served.metric("ponder_requests_total", endpoint="completions", status="200") - requests
+    )
+    assert served.metric("ponder_engine_calls_total", model=MODEL) - calls == requests
+    assert 0 < requests < 3 * PROBLEMS
     assert single["results"]["acc,none"] == direct["results"]["acc,none"]
     assert direct["results"]["acc,none"] > 0
     # Each choice's loglikelihood, as lm-eval logged it (a string per choice).

@@ -50,10 +50,19 @@ def test_chat_logprobs_come_back_as_vllm_sent_them(served: Served) -> None:
 
 
 def test_completions_echo_a_list_of_prompts_as_vllm_does(served: Served) -> None:
-    body = {"prompt": ["12+34=", "500+500="], "echo": True, "logprobs": 1, "max_tokens": 1}
+    # What lm-eval's loglikelihood tasks send: a list of prompts, echo, logprobs, 1 token.
+    prompts = ["12+34=", "500+500=", "7+8="]
+    body = {"prompt": prompts, "echo": True, "logprobs": 1, "max_tokens": 1}
+    calls = served.metric("ponder_engine_calls_total", model=MODEL)
     vllm, ponder = _both(served, "/completions", body)
-    assert [c["text"][:6] for c in ponder["choices"]] == ["12+34=", "500+50"]
-    assert [c["index"] for c in ponder["choices"]] == [0, 1]
+    # The three prompts went to vLLM as ONE request, and its usage is that request's.
+    assert served.metric("ponder_engine_calls_total", model=MODEL) == calls + 1
+    assert ponder["usage"]["engine_calls"] == 1
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        assert ponder["usage"][key] == vllm["usage"][key]
+    echoed = [c["text"][: len(p)] for c, p in zip(ponder["choices"], prompts, strict=True)]
+    assert echoed == prompts
+    assert [c["index"] for c in ponder["choices"]] == [0, 1, 2]
     for ours, theirs in zip(ponder["choices"], vllm["choices"], strict=True):
         assert ours["text"] == theirs["text"]
         assert ours["finish_reason"] == theirs["finish_reason"] == "length"
