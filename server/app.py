@@ -29,6 +29,7 @@ from scaffolds.engine import Engine
 from scaffolds.processes import set_parent_death_signal
 from server.auth import APIKeyAuth, RequireAPIKey
 from server.errors import install_error_handlers
+from server.fast_routes import CompletionRoutes
 from server.limits import BodySizeLimit
 from server.logs import RequestContext, configure_logging
 from server.metrics import MULTIPROC_ENV, Metrics
@@ -76,7 +77,9 @@ def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = Non
     app.include_router(api_router())
     app.include_router(ops_router())
     mount_playground(app)
-    # Added last = outermost: request id, then auth, then the body limit.
+    # Added last = outermost: request id, then auth, then the body limit, then the
+    # completion routes served without FastAPI's routing (the same routes as api_router's).
+    app.add_middleware(CompletionRoutes, serving=serving, metrics=metrics)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, metrics=metrics)
     app.add_middleware(RequireAPIKey, auth=auth, metrics=metrics)
     app.add_middleware(RequestContext, access_log_rate=settings.access_log_rate)

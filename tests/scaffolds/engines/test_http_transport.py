@@ -153,9 +153,12 @@ async def recording_server(text: str) -> AsyncIterator[tuple[str, list[str]]]:
 async def test_calls_go_through_the_environments_proxy_unless_no_proxy_names_the_host(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    async with recording_server("via proxy") as (proxy, relayed), recording_server("direct") as (
-        direct,
-        received,
+    async with (
+        recording_server("via proxy") as (proxy, relayed),
+        recording_server("direct") as (
+            direct,
+            received,
+        ),
     ):
         monkeypatch.setenv("HTTP_PROXY", proxy)
         monkeypatch.delenv("NO_PROXY", raising=False)
