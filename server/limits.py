@@ -41,6 +41,11 @@ class RunSlot:
         self._running = False
         self._released = False
 
+    @property
+    def free(self) -> bool:
+        """Whether :meth:`acquire` would take a run slot at once, without waiting."""
+        return not self._limiter.semaphore.locked()
+
     async def acquire(self) -> None:
         limiter = self._limiter
         metrics = limiter.metrics

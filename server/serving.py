@@ -137,7 +137,10 @@ class Serving:
             self._observe(labels, api_error(exc).status, started)
             raise
         try:
-            await self._until_disconnect(receive, slot.acquire())
+            if slot.free:  # taken at once: no wait for the client to leave during
+                await slot.acquire()
+            else:
+                await self._until_disconnect(receive, slot.acquire())
         except BaseException as exc:
             slot.release()
             self._observe(labels, _status_of(exc), started)
