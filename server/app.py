@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 import os
@@ -41,6 +42,8 @@ from server.settings import Settings
 log = logging.getLogger("ponder.server")
 
 VERSION = "0.1.0"
+ONE_WRITE = "server.one_write:OneWriteProtocol"
+"""uvicorn's HTTP protocol for ``ponder serve`` (a name, so that workers can load it)."""
 
 
 def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = None) -> FastAPI:
@@ -103,6 +106,8 @@ def serve(settings: Settings) -> None:
         "timeout_graceful_shutdown": math.ceil(settings.graceful_timeout_s),
         "lifespan": "on",
     }
+    if importlib.util.find_spec("httptools") is not None:
+        options["http"] = ONE_WRITE  # a response's head and body in one socket write
     if settings.workers > 1:
         serve_workers(settings, options)
         return
