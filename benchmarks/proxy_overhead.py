@@ -15,7 +15,12 @@ answered. CPU time is what survives a busy machine, so the ratios of the CPU col
 the result to read; wall times move with the load average (printed).
 
 ``--baseline REV`` also runs Ponder from git revision ``REV`` (unpacked to a temporary
-folder) beside the working tree's Ponder, for an A/B of a change in one run.
+folder) beside the working tree's Ponder, for an A/B of a change in one run; several
+revisions (``--baseline A,B,C``) measure a series of changes side by side. With
+``--rounds N`` the Ponders are measured N times in turn (baselines, then the working
+tree's, N times over), and each one's rounds are pooled (requests, CPU seconds and
+latencies summed, req/s averaged), so that a load that drifts during the run is spread
+over every side alike.
 
 optillm and ``litellm[proxy]`` are installed, when missing, into their own venvs under
 ``.cache/bench-venvs/`` (never into Ponder's venv); a tool whose install or start fails
@@ -23,6 +28,7 @@ is reported unavailable and the rest are still measured.
 
     python -m benchmarks.proxy_overhead
     python -m benchmarks.proxy_overhead --tools floor,ponder --baseline main --concurrency 16
+    python -m benchmarks.proxy_overhead --tools ponder --baseline b4cfe4a,85cce36 --rounds 3
 """
 
 from __future__ import annotations
@@ -74,7 +80,8 @@ def main() -> None:
     parser.add_argument("--requests-c1", type=int, default=300, help="requests at c=1")
     parser.add_argument("--requests", type=int, default=1500, help="requests at c>1")
     parser.add_argument("--tools", default=TOOLS, help=f"what to measure ({TOOLS})")
-    parser.add_argument("--baseline", help="also run Ponder from this git revision")
+    parser.add_argument("--baseline", help="also run Ponder from these git revisions (A,B)")
+    parser.add_argument("--rounds", type=int, default=1, help="times to measure each Ponder")
     parser.add_argument(
         "--floor-clients",
         default=default_floor_clients(),
@@ -105,10 +112,10 @@ def main() -> None:
     print(f"start: {load_text()}", flush=True)
 
     def measure(target: Target, pid: int) -> None:
-        results[target.name] = {}
+        pooled = results.setdefault(target.name, {})
         for c in levels:
             result = asyncio.run(drive(target, c, count(c), meter=CpuMeter(pid)))
-            results[target.name][c] = result
+            pooled[c] = pool(pooled[c], result) if c in pooled else result
             print(
                 f"  {target.name:<18} c={c:<3} {result.rps:8.0f} req/s  "
                 f"p50 {result.pct(0.5) * 1000:7.2f} ms  p99 {result.pct(0.99) * 1000:7.2f} ms  "
@@ -142,19 +149,20 @@ def main() -> None:
             for i, client in enumerate(args.floor_clients.split(",")):
                 floor = local("floor" if i == 0 else f"floor {client}")
                 proxied(floor, *floor_cmd(floor, engine, client))
-        if args.baseline:
-            with source_at(args.baseline) as src:
-                base = local(f"ponder@{args.baseline}")
-                cmd = ponder_cmd(engine, base.port, "single", extra)
-                proxied(base, cmd, env=with_pylibs(str(src)), cwd=src)
-        for tool, name, scaffold, more in (
-            ("ponder", "ponder", "single", []),
-            ("workers2", "ponder --workers 2", "single", ["--workers", "2"]),
-            ("gsr", "ponder gsr(n=4)", "gsr(n=4)", []),
-        ):
-            if tool in tools:
-                target = local(name)
-                proxied(target, ponder_cmd(engine, target.port, scaffold, [*extra, *more]))
+        for _ in range(args.rounds):
+            for rev in args.baseline.split(",") if args.baseline else ():
+                with source_at(rev) as src:
+                    base = local(f"ponder@{rev}")
+                    cmd = ponder_cmd(engine, base.port, "single", extra)
+                    proxied(base, cmd, env=with_pylibs(str(src)), cwd=src)
+            for tool, name, scaffold, more in (
+                ("ponder", "ponder", "single", []),
+                ("workers2", "ponder --workers 2", "single", ["--workers", "2"]),
+                ("gsr", "ponder gsr(n=4)", "gsr(n=4)", []),
+            ):
+                if tool in tools:
+                    target = local(name)
+                    proxied(target, ponder_cmd(engine, target.port, scaffold, [*extra, *more]))
         if bins.get("optillm"):
             # The engine key comes from OPENAI_API_KEY; a client key without the "sk-"
             # prefix keeps optillm on its one shared client instead of a client per call.
@@ -187,6 +195,14 @@ def main() -> None:
         measure(Target("direct (again)", engine.url), engine_proc.pid)
     print(f"end: {load_text()}")
     report(results, versions, unavailable)
+
+
+def pool(a: Result, b: Result) -> Result:
+    """Two measurements of one target as one: requests, CPU seconds and latencies summed,
+    req/s averaged."""
+    cpu = None if a.cpu_s is None or b.cpu_s is None else a.cpu_s + b.cpu_s
+    return Result((a.rps + b.rps) / 2, a.latencies + b.latencies, a.errors + b.errors, cpu,
+                  a.count + b.count)  # fmt: skip
 
 
 def report(

@@ -14,6 +14,7 @@ process pool under a time limit (and, when that fails, calls these functions wit
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
@@ -132,6 +133,7 @@ def _split_think(text: str) -> tuple[str, str | None]:
     return before, (after if after.strip() else None)
 
 
+@functools.lru_cache(maxsize=32)  # a step's answers are read again as its solutions
 def extract_answer(text: str) -> str | None:
     r"""The final answer of a solution, or None.
 

@@ -24,8 +24,11 @@ T = TypeVar("T")
 async def gather(*aws: Awaitable[T]) -> list[T]:
     """Run awaitables concurrently in a TaskGroup; results in order.
 
-    One failure cancels the rest, and cancelling the caller cancels all of them.
+    One failure cancels the rest, and cancelling the caller cancels all of them. A single
+    awaitable is awaited as it is, in the caller's task (nothing to run beside it).
     """
+    if len(aws) == 1:
+        return [await aws[0]]
     try:
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(_as_coroutine(aw)) for aw in aws]

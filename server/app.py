@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 import os
@@ -29,6 +30,7 @@ from scaffolds.engine import Engine
 from scaffolds.processes import set_parent_death_signal
 from server.auth import APIKeyAuth, RequireAPIKey
 from server.errors import install_error_handlers
+from server.fast_routes import CompletionRoutes
 from server.limits import BodySizeLimit
 from server.logs import RequestContext, configure_logging
 from server.metrics import MULTIPROC_ENV, Metrics
@@ -40,6 +42,8 @@ from server.settings import Settings
 log = logging.getLogger("ponder.server")
 
 VERSION = "0.1.0"
+ONE_WRITE = "server.one_write:OneWriteProtocol"
+"""uvicorn's HTTP protocol for ``ponder serve`` (a name, so that workers can load it)."""
 
 
 def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = None) -> FastAPI:
@@ -76,7 +80,9 @@ def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = Non
     app.include_router(api_router())
     app.include_router(ops_router())
     mount_playground(app)
-    # Added last = outermost: request id, then auth, then the body limit.
+    # Added last = outermost: request id, then auth, then the body limit, then the
+    # completion routes served without FastAPI's routing (the same routes as api_router's).
+    app.add_middleware(CompletionRoutes, serving=serving, metrics=metrics)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, metrics=metrics)
     app.add_middleware(RequireAPIKey, auth=auth, metrics=metrics)
     app.add_middleware(RequestContext, access_log_rate=settings.access_log_rate)
@@ -100,6 +106,8 @@ def serve(settings: Settings) -> None:
         "timeout_graceful_shutdown": math.ceil(settings.graceful_timeout_s),
         "lifespan": "on",
     }
+    if importlib.util.find_spec("httptools") is not None:
+        options["http"] = ONE_WRITE  # a response's head and body in one socket write
     if settings.workers > 1:
         serve_workers(settings, options)
         return

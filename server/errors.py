@@ -48,6 +48,7 @@ __all__ = [
     "NotFoundError",
     "OverloadedError",
     "api_error",
+    "error_response",
     "install_error_handlers",
 ]
 
@@ -271,7 +272,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 def _respond(request: Request, error: APIError, exc: BaseException) -> JSONResponse:
-    metrics = getattr(request.app.state, "metrics", None)
+    return error_response(error, exc, getattr(request.app.state, "metrics", None))
+
+
+def error_response(error: APIError, exc: BaseException, metrics: Any = None) -> JSONResponse:
+    """``error``'s response, counted as a rejection in ``metrics`` and logged."""
     if metrics is not None and error.status in (400, 401, 404, 413, 429):
         metrics.rejected.labels(reason=error.code or str(error.status)).inc()
     if error.status >= 500:

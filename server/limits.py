@@ -41,16 +41,22 @@ class RunSlot:
         self._running = False
         self._released = False
 
+    @property
+    def free(self) -> bool:
+        """Whether :meth:`acquire` would take a run slot at once, without waiting."""
+        return not self._limiter.semaphore.locked()
+
     async def acquire(self) -> None:
         limiter = self._limiter
         metrics = limiter.metrics
-        if metrics is not None:
-            metrics.runs_queued.inc()
-        try:
-            await limiter.semaphore.acquire()
-        finally:
-            if metrics is not None:
+        if not self.free and metrics is not None:
+            metrics.runs_queued.inc()  # counted as queued while it waits
+            try:
+                await limiter.semaphore.acquire()
+            finally:
                 metrics.runs_queued.dec()
+        else:
+            await limiter.semaphore.acquire()  # a free slot is taken at once
         self._running = True
         if metrics is not None:
             metrics.runs_in_flight.inc()

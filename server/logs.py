@@ -16,9 +16,9 @@ import contextvars
 import json
 import logging
 import re
+import secrets
 import sys
 import time
-import uuid
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -129,7 +129,7 @@ class RequestContext:
         for name, value in scope.get("headers", ()):
             if name == b"x-request-id":
                 incoming = value.decode("latin-1")
-        rid = incoming if incoming and _SAFE_ID.match(incoming) else uuid.uuid4().hex
+        rid = incoming if incoming and _SAFE_ID.match(incoming) else secrets.token_hex(16)
         scope.setdefault("state", {})["request_id"] = rid
         token = request_id_var.set(rid)
         status = 0

@@ -6,8 +6,8 @@
 
 from __future__ import annotations
 
+import secrets
 import time
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,7 +43,7 @@ class FastJSONResponse(JSONResponse):
 def response_id(endpoint: Endpoint) -> str:
     """A fresh OpenAI-style response id for ``endpoint``."""
     prefix = "chatcmpl" if endpoint == "chat" else "cmpl"
-    return f"{prefix}-{uuid.uuid4().hex}"
+    return f"{prefix}-{secrets.token_hex(16)}"
 
 
 def response_extra(

@@ -31,11 +31,11 @@ def api_router() -> APIRouter:
 
     @router.post("/chat/completions", summary="Chat completion through a scaffold")
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
-        return await _serving(request).handle("chat", body, request)
+        return await _serving(request).handle("chat", body, request.receive)
 
     @router.post("/completions", summary="Text completion through a scaffold")
     async def completions(body: CompletionRequest, request: Request) -> Response:
-        return await _serving(request).handle("completions", body, request)
+        return await _serving(request).handle("completions", body, request.receive)
 
     @router.get("/models", summary="Served models and scaffold aliases")
     async def list_models(request: Request) -> dict[str, Any]:

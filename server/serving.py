@@ -23,7 +23,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
-from fastapi import Request
 from fastapi.responses import Response
 
 from scaffolds.answer_pool import AnswerChecker
@@ -35,7 +34,7 @@ from scaffolds.run import RunResult, run_scaffold
 from scaffolds.spec import Registry, SpecLimits
 from scaffolds.strategies.base import Strategy
 from scaffolds.trace import TraceRecorder
-from server.disconnect import until_disconnect
+from server.disconnect import Receive, until_disconnect
 from server.errors import ClientDisconnectedError, api_error
 from server.limits import RunLimiter
 from server.metrics import Metrics
@@ -124,8 +123,9 @@ class Serving:
         return await self.served.readiness()
 
     # -- handling ----------------------------------------------------------------------
-    async def handle(self, endpoint: Endpoint, req: AnyRequest, request: Request) -> Response:
-        """Plan, admit, run and answer one completion request."""
+    async def handle(self, endpoint: Endpoint, req: AnyRequest, receive: Receive) -> Response:
+        """Plan, admit, run and answer one completion request; ``receive`` is the request's
+        ASGI receive (its disconnect cancels the run)."""
         started = time.perf_counter()
         base = req.model.partition("+")[0]  # labels stay bounded whatever the client sends
         labels = {"endpoint": endpoint, "model": base if base in self.models else "unknown"}
@@ -138,7 +138,10 @@ class Serving:
             self._observe(labels, api_error(exc).status, started)
             raise
         try:
-            await self._until_disconnect(request, slot.acquire())
+            if slot.free:  # taken at once: no wait for the client to leave during
+                await slot.acquire()
+            else:
+                await self._until_disconnect(receive, slot.acquire())
         except BaseException as exc:
             slot.release()
             self._observe(labels, _status_of(exc), started)
@@ -160,7 +163,7 @@ class Serving:
 
             return SSEResponse(self._sse(plan, observe), on_close=close)
         try:
-            runs = await self._until_disconnect(request, self._run_all(plan))
+            runs = await self._until_disconnect(receive, self._run_all(plan))
             response = response_body(plan, runs)
         except BaseException as exc:
             self._observe(labels, _status_of(exc), started)
@@ -174,9 +177,9 @@ class Serving:
         self.metrics.requests.labels(**labels, status=str(status)).inc()
         self.metrics.request_latency.labels(**labels).observe(time.perf_counter() - started)
 
-    async def _until_disconnect(self, request: Request, work: Awaitable[T]) -> T:
+    async def _until_disconnect(self, receive: Receive, work: Awaitable[T]) -> T:
         try:
-            return await until_disconnect(request.receive, work)
+            return await until_disconnect(receive, work)
         except ClientDisconnectedError:
             self.metrics.disconnects.inc()
             raise

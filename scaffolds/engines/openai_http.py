@@ -419,7 +419,18 @@ class OpenAIEngine:
     async def _open(
         self, method: str, path: str, body: dict[str, Any] | None
     ) -> httpx.Response | FastResponse:
-        """Send a request, retrying as configured; return the (unread) 2xx response."""
+        """Send a request, retrying as configured; return the (unread) 2xx response.
+
+        The first attempt runs outside tenacity (whose machinery costs as much CPU as a
+        fast engine call); a retryable failure then enters the retry loop as its first
+        attempt, so waits, logs and the attempt count are the same."""
+        url = self.base_url + path
+        try:
+            return await self._attempt(method, url, body)
+        except (_RetryableStatus, httpx.HTTPError) as exc:
+            if not _is_retryable(exc):
+                raise self._map_error(exc, attempts=1, started=False) from exc
+            first: BaseException | None = exc
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.max_retries + 1),
             wait=self._wait,
@@ -432,7 +443,10 @@ class OpenAIEngine:
             async for attempt in retrying:
                 with attempt:
                     attempts += 1
-                    return await self._attempt(method, self.base_url + path, body)
+                    if first is not None:
+                        failed, first = first, None
+                        raise failed
+                    return await self._attempt(method, url, body)
         except (_RetryableStatus, httpx.HTTPError) as exc:
             raise self._map_error(exc, attempts=attempts, started=False) from exc
         raise AssertionError("unreachable: tenacity either returns or raises")

@@ -59,6 +59,8 @@ class PromptSet:
 
     def merged(self, *others: PromptSet) -> PromptSet:
         """This set with the templates and texts of ``others`` added (later ones win)."""
+        if not others:
+            return self  # read-only already: nothing to copy
         templates, texts = dict(self.templates), dict(self.texts)
         for other in others:
             templates.update(other.templates)

@@ -119,3 +119,58 @@ async def test_closing_an_unread_stream_closes_its_connection() -> None:
         assert isinstance(await anext(stream), EngineDelta)
         await stream.aclose()
         await asyncio.wait_for(closed.wait(), 10)
+
+
+def completion(text: str) -> bytes:
+    body = json.dumps({"choices": [{"index": 0, "text": text, "finish_reason": "stop"}]})
+    head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
+    return f"{head}\r\nConnection: close\r\n\r\n{body}".encode()
+
+
+@asynccontextmanager
+async def recording_server(text: str) -> AsyncIterator[tuple[str, list[str]]]:
+    """A loopback server answering every request with a completion of ``text``; yields its
+    origin and the request lines it got."""
+    lines: list[str] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines.append(head.split(b"\r\n")[0].decode())
+            writer.write(completion(text))
+            await writer.drain()
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", lines
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_calls_go_through_the_environments_proxy_unless_no_proxy_names_the_host(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with (
+        recording_server("via proxy") as (proxy, relayed),
+        recording_server("direct") as (
+            direct,
+            received,
+        ),
+    ):
+        monkeypatch.setenv("HTTP_PROXY", proxy)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        async with engine("http://engine.invalid/v1") as eng:
+            for _ in range(2):  # the second call takes the proxy found for the first
+                done = await eng.generate(GenerateRequest("p"))
+                assert done.completions[0].text == "via proxy"
+        assert relayed == ["POST http://engine.invalid/v1/completions HTTP/1.1"] * 2
+
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        async with engine(f"{direct}/v1") as eng:
+            done = await eng.generate(GenerateRequest("p"))
+        assert done.completions[0].text == "direct"
+        assert received == ["POST /v1/completions HTTP/1.1"] and len(relayed) == 2

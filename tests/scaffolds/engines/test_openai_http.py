@@ -237,6 +237,27 @@ async def test_gives_up_after_max_retries(fake: FakeEngineHandle) -> None:
     assert fake.base_url in str(info.value) and "upstream is sad" in str(info.value)
 
 
+@pytest.mark.parametrize("retries", [0, 2])
+async def test_each_attempt_is_counted_and_each_retry_logged(
+    fake: FakeEngineHandle, retries: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first attempt runs outside the retry loop: the count and logs are the same."""
+    fake.config.fail_next(503, times=10)
+    async with make_engine(fake, max_retries=retries) as engine:
+        with (
+            caplog.at_level("WARNING", logger=openai_http.logger.name),
+            pytest.raises(EngineUnavailableError) as info,
+        ):
+            await engine.generate(GenerateRequest("p"))
+    tries = retries + 1
+    assert fake.state.calls == tries
+    assert f"after {tries} attempt{'s' if tries > 1 else ''}:" in str(info.value)
+    logged = [r.getMessage() for r in caplog.records if "retrying in" in r.getMessage()]
+    assert [m.split("(")[0].split(": ")[1] for m in logged] == [
+        f"attempt {i} failed " for i in range(1, tries)
+    ]
+
+
 async def test_429_honours_retry_after(fake: FakeEngineHandle) -> None:
     fake.config.fail_next(429, retry_after="1")
     async with make_engine(fake, backoff_max=5.0) as engine:
