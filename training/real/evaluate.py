@@ -116,18 +116,22 @@ async def _run_seed(
 async def evaluate(
     exp: Experiment, problems: Sequence[ProblemRow], models: Sequence[str], seeds: Sequence[int]
 ) -> None:
-    """Run every (model, seed) that is not finished; one engine set for all of them."""
+    """Run every (model, seed) that is not finished (``vllm-merged``: one model's vLLM
+    after another)."""
     from scaffolds.engines.factory import engine_scheme
     from training.runs import progress_bar
 
     parallel = engine_scheme("local:x" if exp.engine == "local" else "http://x/v1").parallel
     total = len(problems) * len(models) * len(seeds)
-    async with open_engines(exp, models) as engines:
-        with progress_bar(f"{exp.scaffold} eval", total, enabled=exp.progress) as advance:
-            for model in models:
-                for seed in seeds:
-                    path = exp.run / "eval" / model / f"seed-{seed}.jsonl"
-                    await _run_seed(exp, engines[model], problems, path, seed, advance, parallel)
+    groups = [[m] for m in models] if exp.engine == "vllm-merged" else [list(models)]
+    with progress_bar(f"{exp.scaffold} eval", total, enabled=exp.progress) as advance:
+        for group in groups:
+            async with open_engines(exp, group) as engines:
+                for model in group:
+                    for seed in seeds:
+                        path = exp.run / "eval" / model / f"seed-{seed}.jsonl"
+                        engine = engines[model]
+                        await _run_seed(exp, engine, problems, path, seed, advance, parallel)
 
 
 def _conditions(rows: Sequence[Mapping[str, Any]], n: int) -> dict[str, dict[str, list[float]]]:
