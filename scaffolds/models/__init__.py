@@ -29,6 +29,8 @@ scaffolds.errors.NotFoundError: unknown model 'nope' (known: ponder-addition, ..
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -101,9 +103,20 @@ def _registry() -> Mapping[str, KnownModel]:
         smollm2.MODEL,
     )
     registry = {m.name: m for m in models}
-    for adapted in adapter_models(SHIPPED / "adapters", adapters_home(), bases=registry):
-        registry.setdefault(adapted.name, adapted)  # a built-in name is never replaced
+    roots = (SHIPPED / "adapters", adapters_home())
+    for adapted in adapter_models(*roots, bases=registry, folder_of=_folder):
+        base = registry[str(adapted.base)]
+        check = functools.partial(_base_missing, base)
+        # a built-in name is never replaced
+        registry.setdefault(adapted.name, dataclasses.replace(adapted, check_source=check))
     return MappingProxyType(registry)
+
+
+def _base_missing(base: KnownModel) -> str | None:
+    """What an adapter model lacks: nothing once its base is ready, else the base's source."""
+    if model_status(base).ready:
+        return None
+    return base.check_source() if base.check_source else None
 
 
 def known_models() -> list[KnownModel]:

@@ -91,21 +91,9 @@ def merge_lora(base: Path, adapter: Path, target: Path, say: Callable[[str], Non
             shutil.copy(base / extra, target / extra)
 
 
-def _prepare(base: KnownModel, adapter: Path, target: Path, say: Callable[[str], None]) -> None:
-    from scaffolds.models.prepare import prepare_model
-
-    merge_lora(prepare_model(base, say), adapter, target, say)
-
-
-def _base_missing(base: KnownModel) -> str | None:
-    from scaffolds.models import model_status
-
-    if model_status(base).ready:
-        return None
-    return base.check_source() if base.check_source else None
-
-
-def _adapter_model(folder: Path, bases: Mapping[str, KnownModel]) -> KnownModel | None:
+def _adapter_model(
+    folder: Path, bases: Mapping[str, KnownModel], folder_of: Callable[[KnownModel], Path]
+) -> KnownModel | None:
     try:
         info = json.loads((folder / ADAPTER_INFO).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -120,21 +108,27 @@ def _adapter_model(folder: Path, bases: Mapping[str, KnownModel]) -> KnownModel 
         prompts=str(info.get("prompts") or base.prompts),
         shipped=None,
         source=f"{base.name} + the LoRA adapter in {folder}",
-        prepare=functools.partial(_prepare, base, folder),
-        check_source=functools.partial(_base_missing, base),
+        prepare=functools.partial(merge_lora, folder_of(base), folder),
+        check_source=None,
         base=base.name,
     )
 
 
-def adapter_models(*roots: Path, bases: Mapping[str, KnownModel] | None = None) -> list[KnownModel]:
+def adapter_models(
+    *roots: Path,
+    bases: Mapping[str, KnownModel] | None = None,
+    folder_of: Callable[[KnownModel], Path] = lambda model: Path(model.name),
+) -> list[KnownModel]:
     """The adapter models in each of ``roots`` (folders of adapter folders) whose base is
-    one of ``bases``; folders that are not adapters are skipped."""
+    one of ``bases`` (``folder_of(base)``: where the base's files are once prepared;
+    :func:`scaffolds.models.prepare.prepare_model` prepares the base first); folders
+    that are not adapters are skipped."""
     found: list[KnownModel] = []
     for root in roots:
         if not root.is_dir():
             continue
         for folder in sorted(root.iterdir()):
-            if (model := _adapter_model(folder, bases or {})) is not None:
+            if (model := _adapter_model(folder, bases or {}, folder_of)) is not None:
                 found.append(model)
     return found
 
