@@ -194,5 +194,6 @@ def report(
     (exp.run / "report.md").write_text(table)
     if ids:
         title = f"{exp.base}: {exp.scaffold}, {len(ids)} problems, seeds {list(seeds)}"
-        stats.plot(results, exp.run / "accuracy_vs_tokens.png", title=title)
+        markers = {"single": "o", maj: "^", refine: "D"}
+        stats.plot(results, exp.run / "accuracy_vs_tokens.png", title=title, markers=markers)
     return results
