@@ -22,15 +22,9 @@ from pathlib import Path
 
 from scaffolds.models import get_model
 from scaffolds.models.prepare import prepare_model
-from training.demo.experiments import (
-    Condition,
-    add_pairs,
-    evaluate_model,
-    markdown,
-    per_problem,
-    plot,
-)
+from training.demo.experiments import Condition, evaluate_model, plot
 from training.demo.task import problems
+from training.stats import add_pairs, markdown, per_problem
 
 ROOT = Path(__file__).resolve().parents[1]
 CONDITIONS = (

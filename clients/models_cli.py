@@ -3,12 +3,19 @@
     ponder models list                            # each known model, and whether it is ready
     ponder models prepare smollm2-135m-instruct   # convert it once (run again: nothing to do)
     ponder models path smollm2-135m-instruct      # the folder of a prepared model
+    ponder models prepare smollm2-gsr --adapter runs/gsr/sft/final   # base + LoRA, merged
+
+An adapter (``ponder train sft --lora``'s ``final/``) is registered under NAME on its base
+(``--base``, else the base it was trained from when that is a known model), merged into
+a folder of its own, and served by ``ponder serve``'s embedded default beside its base.
 
 Prepared models live under ``$PONDER_HOME/models`` (default ``~/.cache/ponder/models``).
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -45,13 +52,58 @@ def list_models() -> None:
     Console().print(table)
 
 
+def _base_of(adapter: Path, base: str | None) -> str:
+    """``--base``, else the known model the adapter was trained from (peft records the
+    folder it loaded: ``.../models/smollm2-135m-instruct``)."""
+    from scaffolds.models import get_model
+    from scaffolds.models.known import ModelPreparationError
+
+    if base is not None:
+        return base
+    try:
+        config = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelPreparationError(f"{adapter}: {exc}", param="adapter") from None
+    trained_from = Path(str(config.get("base_model_name_or_path") or "")).name
+    try:
+        return get_model(trained_from).name
+    except PonderError:
+        raise ModelPreparationError(
+            f"{adapter} was trained from {trained_from!r}, not a known model: pass --base",
+            param="base",
+        ) from None
+
+
+def _register(name: str, adapter: Path, base: str | None, prompts: str | None) -> None:
+    from scaffolds.models import adapters_home, get_model, known_models
+    from scaffolds.models.adapters import register_adapter
+    from scaffolds.models.known import ModelPreparationError
+
+    base_model = get_model(_base_of(adapter, base))
+    registered = (adapters_home() / name).is_dir()  # registering it again is a no-op
+    if not registered and name in {m.name for m in known_models()}:
+        raise ModelPreparationError(f"{name!r} is a known model already", param="name")
+    folder = register_adapter(adapter, name, base_model, adapters_home(), prompts=prompts)
+    err.log(f"adapter {name!r} on {base_model.name} registered in {folder}")
+
+
 @models_app.command()
-def prepare(name: Annotated[str, typer.Argument(help="a model from `ponder models list`")]) -> None:
-    """Prepare NAME once (check its source file, convert it); print its folder."""
+def prepare(
+    name: Annotated[str, typer.Argument(help="a model from `ponder models list`")],
+    adapter: Annotated[
+        Path | None, typer.Option(help="a LoRA adapter folder: register it as NAME first")
+    ] = None,
+    base: Annotated[str | None, typer.Option(help="the adapter's base model")] = None,
+    prompts: Annotated[str | None, typer.Option(help="prompt set [the base's]")] = None,
+) -> None:
+    """Prepare NAME once (check its source file, convert it, or merge its adapter);
+    print its folder."""
     from scaffolds.models import model_status
     from scaffolds.models.prepare import prepare_model
 
     try:
+        if adapter is not None:
+            _register(name, adapter, base, prompts)
         if model_status(name).ready:
             err.print(f"{name} is already prepared")
         with err.status(f"preparing {name}") as spinner:

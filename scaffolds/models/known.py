@@ -54,6 +54,8 @@ class KnownModel:
     :data:`scaffolds.thinking.THINKING_OFF`); None: the model does not think."""
     reasoning_parser: str | None = None
     """The vLLM reasoning parser that separates its thinking (``--reasoning-parser``)."""
+    base: str | None = None
+    """For a base plus a LoRA adapter (:mod:`scaffolds.models.adapters`): the base's name."""
 
 
 @dataclass(frozen=True)

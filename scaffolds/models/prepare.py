@@ -50,6 +50,8 @@ def prepare_model(name: str | KnownModel, say: Callable[[str], None] = lambda _:
     status = model_status(model)
     if status.ready:
         return status.path
+    if model.base is not None:  # an adapter model: merged into its base, prepared first
+        prepare_model(get_model(model.base), say)
     if model.prepare is None:
         raise ModelNotReadyError(f"model {name!r} is not ready ({status.detail})", param="model")
     if model.check_source is not None and (missing := model.check_source()):

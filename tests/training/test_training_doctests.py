@@ -20,6 +20,8 @@ MODULES = [
     "training.verl_loop",
     "training.common",
     "training.sft",
+    "training.lora",
+    "training.stats",
     "training.cli",
 ]
 

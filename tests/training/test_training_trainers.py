@@ -118,3 +118,67 @@ def test_grpo_two_steps_with_scaffold_rollout(tiny_model_dir: Path, tmp_path: Pa
             assert sampled["prompt"] == compact.template("gsr_refine").render(
                 problem=row["prompt"], candidates=compact.candidates(candidates), count="2"
             )
+
+
+def test_sft_lora_saves_an_adapter_and_resumes(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """LoRA trains adapters only, final/ holds just the adapter, a rerun with more steps
+    resumes from the checkpoint, and train.log tells the step and the ETA."""
+    from safetensors.torch import load_file
+
+    from training.common import TrainSettings
+    from training.lora import LoraSettings
+    from training.sft import run_sft
+
+    rows = [
+        {"prompt": f"{a}+{b}=", "completion": str(a + b), "kind": "direct"}
+        for a in range(10, 14)
+        for b in range(20, 22)
+    ]
+    lora = LoraSettings(r=4, alpha=8, targets="q,v,up")
+    out = tmp_path / "lora"
+
+    def train(steps: int) -> Path:
+        settings = TrainSettings(
+            max_steps=steps,
+            batch_size=4,
+            learning_rate=1e-2,
+            progress=False,
+            use_cpu=True,
+            save_steps=2,
+            logging_steps=1,
+        )
+        return run_sft(tiny_model_dir, rows, out, settings, lora=lora, max_length=64)
+
+    final = train(2)
+    assert (out / "checkpoint-2").is_dir()
+    assert {"adapter_model.safetensors", "adapter_config.json"} <= {p.name for p in final.iterdir()}
+    assert not (final / "model.safetensors").exists()
+    config = json.loads((final / "adapter_config.json").read_text())
+    assert config["r"] == 4 and config["lora_alpha"] == 8
+    assert sorted(config["target_modules"]) == ["q_proj", "up_proj", "v_proj"]
+    weights = load_file(str(final / "adapter_model.safetensors"))
+    names = set(weights)
+    assert any("q_proj.lora_B" in n for n in names) and any("up_proj.lora_A" in n for n in names)
+    assert not any("k_proj" in n for n in names)
+    assert any(w.abs().sum() > 0 for n, w in weights.items() if "lora_B" in n)  # trained
+
+    final = train(3)  # resumes from checkpoint-2: one more step
+    meta = json.loads((final / "ponder_training.json").read_text())
+    assert meta["global_step"] == 3 and meta["lora"]["r"] == 4
+    log = (out / "train.log").read_text()
+    assert "start at step 2/3" in log
+    assert "step 3/3" in log and "eta 0:00:00" in log
+
+
+def test_lora_settings_refuse_bad_values() -> None:
+    from training.lora import LoraSettings
+
+    with pytest.raises(ValueError, match="lora r"):
+        LoraSettings(r=0)
+    with pytest.raises(ValueError, match="lora targets"):
+        LoraSettings(targets=" , ")
+    assert LoraSettings(targets="q, gate,down").target_modules() == [
+        "q_proj",
+        "gate_proj",
+        "down_proj",
+    ]

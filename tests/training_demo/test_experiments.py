@@ -13,20 +13,10 @@ import pytest
 from scaffolds import solve
 from scaffolds.engine import GenerateRequest
 from scaffolds.engines.mock import MockEngine
-from training.demo.experiments import (
-    GREEDY,
-    GSR4,
-    MAJ4,
-    SINGLE,
-    add_pairs,
-    markdown,
-    paired,
-    per_problem,
-    run_condition,
-    summarize,
-)
+from training.demo.experiments import GREEDY, GSR4, MAJ4, SINGLE, run_condition
 from training.demo.gsr_train import direct_row, encode_rows, lr_at, refine_rows
 from training.demo.task import AdditionProblem, parse_problem, problems
+from training.stats import add_pairs, markdown, paired, per_problem, summarize
 
 
 def test_summary_is_over_problems_averaged_over_seeds() -> None:

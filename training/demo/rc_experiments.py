@@ -41,16 +41,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from training.demo.experiments import (
-    RESULTS,
-    _mean,
-    add_pairs,
-    markdown,
-    per_problem,
-    request_seed,
-    summarize,
-)
+from training.demo.experiments import RESULTS, request_seed
 from training.demo.listsum_task import READ_PER_CHUNK, ListSumProblem, problems
+from training.stats import add_pairs, markdown, per_problem, summarize
+from training.stats import mean as _mean
 
 MAX_TOKENS = 16
 """Per-call budget of ``single``: a chunk is at most 10 tokens."""

