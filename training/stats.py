@@ -161,6 +161,13 @@ def plot(
     ax.set_ylabel("accuracy (95% CI over problems)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
+    return save_figure(fig, path)
+
+
+def save_figure(fig: Any, path: Path) -> Path:
+    """Lay ``fig`` out, write it to ``path`` as a PNG (folders made) and close it."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

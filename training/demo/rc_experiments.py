@@ -43,7 +43,7 @@ from typing import Any
 
 from training.demo.experiments import RESULTS, request_seed
 from training.demo.listsum_task import READ_PER_CHUNK, ListSumProblem, problems
-from training.stats import add_pairs, markdown, per_problem, summarize
+from training.stats import add_pairs, markdown, per_problem, save_figure, summarize
 from training.stats import mean as _mean
 
 MAX_TOKENS = 16
@@ -331,11 +331,7 @@ def plot(results: dict[str, Any], path: Path) -> Path:
     for ax in (left, right):
         ax.axhline(0.1, color="grey", linewidth=0.8)
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_steps(steps: dict[str, dict[str, dict[str, list[int]]]], path: Path) -> Path:
@@ -368,10 +364,7 @@ def plot_steps(steps: dict[str, dict[str, dict[str, list[int]]]], path: Path) ->
     ax.set_title("RC steps of the list-sum model, one step at a time")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def pairs_for(lengths: Sequence[int]) -> list[tuple[str, str]]:
