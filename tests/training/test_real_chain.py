@@ -41,14 +41,18 @@ def test_data_train_eval_report_on_a_tiny_model(tmp_path: Path) -> None:
     train, held_out, run = tmp_path / "train.jsonl", tmp_path / "eval.jsonl", tmp_path / "run"
     write_rows(train, addition_problems(12, seed=7))
     write_rows(held_out, addition_problems(6, seed=2000))
-    with pytest.raises(SystemExit, match="in the evaluation set"):
+    with pytest.raises(SystemExit, match="every training problem is in the evaluation set"):
         main(["data", str(run), *COMMON, "--problems", str(train), "--eval-problems", str(train)])
 
-    main(["data", str(run), *COMMON, "--problems", str(train), "--eval-problems", str(held_out)])
+    # Two training problems are also held out: they are dropped, the other 10 are traced.
+    overlapping = tmp_path / "overlapping.jsonl"
+    write_rows(overlapping, [*addition_problems(6, seed=2000), *addition_problems(2, seed=7)])
+    main(["data", str(run), *COMMON, "--problems", str(train), "--eval-problems", str(overlapping)])
     data = run / "data" / "data"
     direct = _lines(data / "direct.jsonl")
-    assert len(_lines(run / "data" / "traces.jsonl")) == 12
-    assert 0 < len(direct) <= 12 * 2 * 4  # --samples 2 runs of 4 candidates, right ones kept
+    traced = {str(t["id"]) for t in _lines(run / "data" / "traces.jsonl")}
+    assert traced == {p["id"] for p in addition_problems(12, seed=7)[2:]}
+    assert 0 < len(direct) <= 10 * 2 * 4  # --samples 2 runs of 4 candidates, right ones kept
     assert all(row["correct"] and row["kind"] == "direct" for row in direct)
 
     items = [parse_problem(str(p["problem"])) for p in addition_problems(12, seed=7)]
