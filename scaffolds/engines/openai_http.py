@@ -220,11 +220,7 @@ class OpenAIEngine:
         if fitted is None:
             return no_room(request.params.n)
         path, body = self._build_body(fitted, stream=False)
-        try:
-            data = await self._request_json("POST", path, body)
-        except (asyncio.CancelledError, EngineTimeoutError):
-            self._abort_later(body)  # the server may still be generating it
-            raise
+        data = await self._post_json(path, body)
         accs: dict[int, Choice] = {}
         self.parser.absorb(data, accs, "message" if request.is_chat else None)
         usage = self.parser.usage(data.get("usage"))
@@ -254,11 +250,7 @@ class OpenAIEngine:
         one = dataclasses.replace(first, params=first.params.replace(n=n // repeat))
         path, body = self._build_body(one, stream=False)
         body["prompt"] = [r.prompt for r in requests for _ in range(repeat)]
-        try:
-            data = await self._request_json("POST", path, body)
-        except (asyncio.CancelledError, EngineTimeoutError):
-            self._abort_later(body)
-            raise
+        data = await self._post_json(path, body)
         accs: dict[int, Choice] = {}
         self.parser.absorb(data, accs, None)
         usage = self.parser.usage(data.get("usage"))
@@ -266,6 +258,15 @@ class OpenAIEngine:
         ids = [self.parser.prompt_ids({"choices": [c]}) for c in self._choices_at(data, n)]
         sizes = [len(i) if i else len(str(r.prompt)) for i, r in zip(ids, requests, strict=True)]
         return split_result(whole, n=n, sizes=sizes, prompt_ids=ids)
+
+    async def _post_json(self, path: str, body: dict[str, Any]) -> Any:
+        """POST a generation and read its JSON; cancelled or timed out, the server may
+        still be generating it, so it is aborted."""
+        try:
+            return await self._request_json("POST", path, body)
+        except (asyncio.CancelledError, EngineTimeoutError):
+            self._abort_later(body)
+            raise
 
     def _choices_at(self, data: dict[str, Any], n: int) -> list[dict[str, Any]]:
         """The first choice of each prompt (index ``p * n``), in prompt order."""
