@@ -90,6 +90,9 @@ def data(
         float | None, typer.Option(help="share of direct-solve rows in the SFT mix")
     ] = None,
     gsr_keep: Annotated[str, typer.Option(help="all | all_wrong | some_right")] = "all",
+    gsr_borrow: Annotated[
+        bool, typer.Option(help="a wrong refinement trains toward a right sample of its problem")
+    ] = False,
     rc_summaries: Annotated[str, typer.Option(help="next_correct | all")] = "next_correct",
     min_accuracy: Annotated[float, typer.Option(help="abstraction notes kept at")] = 0.5,
     grade_workers: Annotated[int, typer.Option(min=1)] = 2,
@@ -136,6 +139,7 @@ def data(
                     sft_kinds=_split(sft_kinds),
                     direct_ratio=direct_ratio,
                     gsr_keep=cast(Literal["all", "all_wrong", "some_right"], gsr_keep),
+                    gsr_borrow=gsr_borrow,
                     rc_summaries=cast(Literal["next_correct", "all"], rc_summaries),
                     min_accuracy=min_accuracy,
                     grade_workers=grade_workers,

@@ -53,7 +53,7 @@ step builders; :func:`row_kinds` lists them all.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from scaffolds.answers import is_correct
@@ -66,7 +66,9 @@ __all__ = [
     "Grade",
     "build_rows",
     "mix_rows",
+    "right_solutions",
     "row_builders",
+    "row_inputs",
     "row_kinds",
     "sft_columns",
 ]
@@ -98,9 +100,11 @@ def row_kinds(registry: Registry | None = None) -> tuple[str, ...]:
 
 
 def _row(record: TraceRecord, step: TracedStep, sample: int, kind: str, **extra: Any) -> Row:
+    # A row rule may train the step's prompt toward another text (``completion_text``).
+    target = extra.pop("completion_text", None)
     return {
         "prompt": record.step_prompt(step),
-        "completion": record.completion_for(step.texts[sample]),
+        "completion": record.completion_for(step.texts[sample] if target is None else target),
         "kind": kind,
         "id": record.id,
         "answer": record.answer,
@@ -109,6 +113,23 @@ def _row(record: TraceRecord, step: TracedStep, sample: int, kind: str, **extra:
         "prompt_set": record.prompt_set,
         **extra,
     }
+
+
+def row_inputs(
+    record: TraceRecord,
+    grade: Grade = is_correct,
+    registry: Registry | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> RowInputs:
+    """What the row rules read of ``record``: its steps, prompt set and a grader."""
+    answer = record.answer
+    return RowInputs(
+        record.view(),
+        get_prompt_set(record.prompt_set, registry),
+        record.problem,
+        lambda text: None if answer is None else grade(answer, text),
+        options or {},
+    )
 
 
 def build_rows(
@@ -137,15 +158,8 @@ def build_rows(
     if unknown := wanted - set(builders):
         known = ", ".join(builders)
         raise ValueError(f"unknown row kinds {sorted(unknown)} (known: {known})")
-    answer = record.answer
-    view = record.view()
-    inputs = RowInputs(
-        view,
-        get_prompt_set(record.prompt_set, registry),
-        record.problem,
-        lambda text: None if answer is None else grade(answer, text),
-        options,
-    )
+    inputs = row_inputs(record, grade, registry, options)
+    view = inputs.view
     rows: list[Row] = []
     for kind, builder in builders.items():
         if kind not in wanted or builder.rows is None:
@@ -165,6 +179,21 @@ def build_rows(
     order = {step.step_id: step.order for step in view.steps}
     rows.sort(key=lambda row: (order.get(row["step_id"], 0), row["sample"]))
     return rows
+
+
+def right_solutions(
+    records: Iterable[TraceRecord], grade: Grade = is_correct, registry: Registry | None = None
+) -> dict[str, list[str]]:
+    """Per problem id, the right direct solutions (candidates) its records hold, in
+    trace order: what ``gsr_borrow`` lends a refine row whose own refinement is wrong."""
+    pool: dict[str, list[str]] = {}
+    for record in records:
+        for row in build_rows(record, grade, kinds=["direct"], registry=registry):
+            text = row["completion"]
+            pool.setdefault(record.id, []).append(
+                text if isinstance(text, str) else text[-1]["content"]
+            )
+    return pool
 
 
 def mix_rows(

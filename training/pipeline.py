@@ -21,6 +21,7 @@ SFT mix ``data/sft.jsonl``.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,7 @@ from scaffolds.context import Budget
 from scaffolds.engine import Engine, SamplingParams
 from scaffolds.spec import build_strategy
 from training.collect import CollectStats, GradeBook, ProblemRow, collect
-from training.data import build_rows, mix_rows, row_kinds, sft_columns
+from training.data import build_rows, mix_rows, right_solutions, row_kinds, sft_columns
 from training.rollouts import context_columns
 from training.runs import RunDir, progress_bar
 
@@ -63,6 +64,7 @@ async def make_data(
     sft_kinds: Sequence[str] | None = None,
     direct_ratio: float | None = None,
     gsr_keep: Literal["all", "all_wrong", "some_right"] = "all",
+    gsr_borrow: bool = False,
     rc_summaries: Literal["next_correct", "all"] = "next_correct",
     min_accuracy: float = 0.5,
     grade_workers: int = 2,
@@ -75,7 +77,9 @@ async def make_data(
 
     ``sft_kinds`` go into ``data/sft.jsonl`` (default: every non-direct kind found);
     with ``direct_ratio`` that share of it is direct-solve rows (the GSR recipe),
-    otherwise direct rows are added only if listed in ``sft_kinds``.
+    otherwise direct rows are added only if listed in ``sft_kinds``. ``gsr_borrow``: a
+    refine whose answer is wrong still trains toward a right solution of the same problem
+    (a right candidate it read, else another sample's), where the problem has one.
     """
     strategy = build_strategy(scaffold)
     run.agree(
@@ -104,12 +108,19 @@ async def make_data(
         records, workers=grade_workers, timeout_s=grade_timeout, inline=inline_grading
     )
     by_kind: dict[str, list[dict[str, Any]]] = {kind: [] for kind in row_kinds()}
+    pools = right_solutions(records, grade) if gsr_borrow else {}
+    lent: Counter[str] = Counter()
     for record in records:
+        # Each sample of a problem borrows from a different place in its pool.
+        pool = pools.get(record.id, [])
+        start = lent[record.id] % len(pool) if pool else 0
+        lent[record.id] += 1
         for row in build_rows(
             record,
             grade,
             kinds=kinds,
             gsr_keep=gsr_keep,
+            gsr_borrow=pool[start:] + pool[:start] if gsr_borrow else None,
             rc_summaries=rc_summaries,
             min_accuracy=min_accuracy,
         ):

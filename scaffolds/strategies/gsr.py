@@ -59,15 +59,30 @@ async def _draw_candidates(
 
 
 def _refine_row(step: TracedStep, sample: int, inputs: RowInputs) -> dict[str, Any] | None:
-    """Kept when the refinement is right (``gsr_keep``: all, all_wrong, some_right)."""
-    grades = [inputs.grade(c) for c in step.fields["candidates"]]
+    """Kept when the refinement is right (``gsr_keep``: all, all_wrong, some_right).
+
+    With ``gsr_borrow`` (right solutions the same model wrote for this problem, maybe
+    none), a wrong refinement still makes a row: its target is a right candidate it read,
+    else the first borrowed solution (solving afresh). Its ``target`` says which.
+    """
+    candidates = step.fields["candidates"]
+    grades = [inputs.grade(c) for c in candidates]
     right = None if None in grades else sum(bool(g) for g in grades)
     keep = inputs.options.get("gsr_keep", "all")
     if (keep == "all_wrong" and right != 0) or (keep == "some_right" and not right):
         return None
-    if not inputs.grade(step.texts[sample]):
+    row = {"correct": True, "candidates_correct": right, "num_candidates": len(grades)}
+    if inputs.grade(step.texts[sample]):
+        return row | {"target": "refined"}
+    borrowed = inputs.options.get("gsr_borrow")
+    if borrowed is None:
         return None
-    return {"correct": True, "candidates_correct": right, "num_candidates": len(grades)}
+    shown = [c for c, g in zip(candidates, grades, strict=True) if g]
+    if shown:
+        return row | {"target": "candidate", "completion_text": shown[0]}
+    if borrowed:
+        return row | {"target": "borrowed", "completion_text": borrowed[0]}
+    return None
 
 
 REFINE = StepBuilder(

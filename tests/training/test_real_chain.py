@@ -2,10 +2,10 @@
 1M-parameter addition model, in process: data, LoRA training of both arms, the paired
 evaluation and the report.
 
-The data stage runs for real; the base model never writes a right refinement (it never
-saw the refine format: RESULTS.md part 1), so before training the test adds refine
-rows with gold completions rendered by the strategy's own step builder (the demo's
-recipe, ``training.demo.gsr_train.refine_rows``).
+Both data stages run for real: gsr traces (wrong refinements borrow a right candidate),
+then plain samples regrouped into refine rows. The base model never writes a right
+refinement (it never saw the refine format: RESULTS.md part 1), so the refine rows come
+from its right samples.
 """
 
 from __future__ import annotations
@@ -33,48 +33,50 @@ def test_data_train_eval_report_on_a_tiny_model(tmp_path: Path) -> None:
     from transformers import AutoTokenizer
 
     from scaffolds.models import model_path
-    from training.demo.gsr_train import refine_rows
-    from training.demo.task import parse_problem
     from training.real.__main__ import main
     from training.real.arms import row_tokens
 
     train, held_out, run = tmp_path / "train.jsonl", tmp_path / "eval.jsonl", tmp_path / "run"
-    write_rows(train, addition_problems(12, seed=7))
+    write_rows(train, addition_problems(16, seed=7))
     write_rows(held_out, addition_problems(6, seed=2000))
     with pytest.raises(SystemExit, match="every training problem is in the evaluation set"):
         main(["data", str(run), *COMMON, "--problems", str(train), "--eval-problems", str(train)])
 
-    # Two training problems are also held out: they are dropped, the other 10 are traced.
+    # Two training problems are also held out: they are dropped, the next 6 are traced.
     overlapping = tmp_path / "overlapping.jsonl"
     write_rows(overlapping, [*addition_problems(6, seed=2000), *addition_problems(2, seed=7)])
-    main(["data", str(run), *COMMON, "--problems", str(train), "--eval-problems", str(overlapping)])
+    held = ["--problems", str(train), "--eval-problems", str(overlapping)]
+    main(["data", str(run), *COMMON, *held, "--limit", "6", "--borrow"])
     data = run / "data" / "data"
     direct = _lines(data / "direct.jsonl")
     traced = {str(t["id"]) for t in _lines(run / "data" / "traces.jsonl")}
-    assert traced == {p["id"] for p in addition_problems(12, seed=7)[2:]}
-    assert 0 < len(direct) <= 10 * 2 * 4  # --samples 2 runs of 4 candidates, right ones kept
+    assert traced == {p["id"] for p in addition_problems(16, seed=7)[2:8]}
+    assert 0 < len(direct) <= 6 * 2 * 4  # --samples 2 runs of 4 candidates, right ones kept
     assert all(row["correct"] and row["kind"] == "direct" for row in direct)
 
-    items = [parse_problem(str(p["problem"])) for p in addition_problems(12, seed=7)]
-    refine = [
-        row
-        | {
-            "prompt": [{"role": "user", "content": row["prompt"]}],
-            "completion": [{"role": "assistant", "content": row["completion"]}],
-        }
-        for row in refine_rows(items, [[i.answer, "1", "2", "3"] for i in items])
-    ]
-    write_rows(data / "sft.jsonl", [*refine, *direct[:4]])
+    # The rest are sampled (k=8, one request each) and regrouped into refine rows.
+    main(["sample", str(run), *COMMON, *held, "--k", "8"])
+    sampled = {str(t["id"]) for t in _lines(run / "sample" / "traces.jsonl")}
+    assert sampled == {p["id"] for p in addition_problems(16, seed=7)[8:]}
+    regrouped = _lines(run / "sample" / "data" / "gsr_refine.jsonl")
+    assert regrouped and all(r["target"] in ("candidate", "borrowed") for r in regrouped)
+    assert all(
+        r["id"] in sampled and r["completion"][0]["content"] == r["answer"] for r in regrouped
+    )
+
     train_args = ["--max-steps", "2", "--batch-size", "4", "--lora-r", "4", "--lora-alpha", "8"]
     main(["train", str(run), *COMMON, *train_args, "--save-steps", "1"])
     for arm in ("gsr", "direct"):
         final = run / "train" / arm / "final"
         assert (final / "adapter_model.safetensors").exists(), arm
         assert "step 2/2" in (run / "train" / arm / "train.log").read_text()
+    mixed = _lines(run / "train" / "gsr" / "rows.jsonl")
+    refine = [r for r in mixed if r["kind"] == "gsr_refine"]
+    assert len(refine) >= len(regrouped) and len(mixed) - len(refine) >= 1  # + 25% direct
     control = _lines(run / "train" / "direct" / "rows.jsonl")
     assert control and all(row["kind"] == "direct" for row in control)
     count = row_tokens(AutoTokenizer.from_pretrained(model_path("ponder-addition")))
-    mix = sum(count(row) for row in _lines(run / "train" / "gsr" / "rows.jsonl"))
+    mix = sum(count(row) for row in mixed)
     drawn = [count(row) for row in control]
     assert sum(drawn) - drawn[-1] < mix <= sum(drawn)  # the same training tokens
 

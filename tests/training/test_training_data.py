@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,7 @@ from scaffolds.run import run_scaffold
 from scaffolds.spec import get_prompt_set
 from scaffolds.strategies import GSR, RC, RSA, Abstraction, SelfRefine, Strategy
 from scaffolds.trace import TRACE_SCHEMA, StepStarted
-from training.data import Row, build_rows, mix_rows, sft_columns
+from training.data import Row, build_rows, mix_rows, right_solutions, sft_columns
 from training.traces import TraceRecord
 
 PROBLEM = "What is 3+4?"
@@ -302,3 +303,70 @@ def test_adaptive_notes_round_trip_through_saved_records() -> None:
     [note] = [e for e in again.events if isinstance(e, StepNote)]
     assert note.values["probability"] == 31 / 32 and note.values["reason"] == "settled"
     assert build_rows(again, kinds=["direct"]) == []  # all 8s: wrong, no rows
+
+
+def test_gsr_borrow_targets_a_right_candidate_the_refine_read() -> None:
+    engine = MockEngine(
+        lambda r: "Merged: \\boxed{8}" if "Candidate" in r.prompt_text() else ["9", "\\boxed{7}"]
+    )
+    record = record_of(GSR(n=2), engine=engine)
+    assert gsr_rows(record) == []  # the refinement is wrong: no row without borrowing
+    [row] = build_rows(record, kinds=["gsr_refine"], gsr_borrow=["elsewhere: \\boxed{7}"])
+    assert (row["target"], row["completion"], row["candidates_correct"]) == (
+        "candidate",
+        "\\boxed{7}",
+        1,
+    )
+    assert row["prompt"] == started(record, row["step_id"]).prompt  # the prompt as sent
+    assert "completion_text" not in row
+
+
+def test_gsr_borrow_solves_afresh_when_every_candidate_is_wrong() -> None:
+    record = record_of(GSR(n=2), engine=MockEngine(lambda r: "\\boxed{8}"), chat=True)
+    assert build_rows(record, kinds=["gsr_refine"], gsr_borrow=[]) == []
+    [row] = build_rows(record, kinds=["gsr_refine"], gsr_borrow=["a: \\boxed{7}", "b"])
+    assert row["target"] == "borrowed" and row["candidates_correct"] == 0
+    assert row["completion"] == [{"role": "assistant", "content": "a: \\boxed{7}"}]
+
+
+def test_right_solutions_pool_each_problems_right_candidates() -> None:
+    right = record_of(
+        GSR(n=2),
+        engine=MockEngine(lambda r: "8" if "Candidate" in r.prompt_text() else ["\\boxed{7}", "9"]),
+    )
+    wrong = record_of(GSR(n=2), engine=MockEngine(lambda r: "\\boxed{8}"), chat=True)
+    assert right_solutions([right, wrong]) == {"p1": ["\\boxed{7}"]}
+    assert right_solutions([wrong]) == {}
+
+
+def test_make_data_lends_other_samples_solutions(tmp_path: Path) -> None:
+    from training.collect import ProblemRow
+    from training.pipeline import make_data
+    from training.runs import RunDir
+
+    calls = iter(range(1000))
+
+    def model(request: GenerateRequest) -> str | list[str]:
+        if "[" in request.prompt_text():
+            return "8"  # every refinement is wrong
+        return ["7", "9"] if next(calls) == 0 else ["9", "9"]  # only the first sample is right
+
+    async def data(borrow: bool) -> tuple[dict[str, int], list[Row]]:
+        run = RunDir(tmp_path / str(borrow))
+        report = await make_data(
+            run, [ProblemRow("p", "3+4=", "7")], MockEngine(model), scaffold="gsr(n=2)",
+            samples=2, prompt_set="compact", concurrency=1, progress=False,
+            inline_grading=True, gsr_borrow=borrow,
+        )  # fmt: skip
+        path = report.paths.get("gsr_refine")
+        rows = [json.loads(line) for line in path.read_text().splitlines()] if path else []
+        return report.counts, rows
+
+    assert asyncio.run(data(False))[0] == {"direct": 1}
+    calls = iter(range(1000))
+    counts, rows = asyncio.run(data(True))
+    assert counts == {"direct": 1, "gsr_refine": 2}
+    assert sorted((r["target"], r["completion"]) for r in rows) == [
+        ("borrowed", "7"),
+        ("candidate", "7"),
+    ]

@@ -74,12 +74,45 @@ def _data(args: argparse.Namespace) -> None:
                 params=exp.params,
                 concurrency=exp.concurrency if exp.engine != "local" else 1,
                 direct_ratio=args.direct_ratio,
+                gsr_borrow=args.borrow,
                 progress=exp.progress,
             )
         print(f"{report.records}/{report.problems} problems traced; rows {report.counts}")
         print(f"SFT mix: {report.sft_rows} rows in {report.paths.get('sft')}")
 
     asyncio.run(run())
+
+
+def _sample(args: argparse.Namespace) -> None:
+    from training.collect import GradeBook
+    from training.pipeline import make_data
+    from training.real.arms import open_engines
+    from training.regroup import regrouped_refine_rows
+    from training.runs import RunDir
+
+    exp = _experiment(args)
+    traced = RunDir(exp.run / "data").done_ids()  # gsr traces already cover these
+    problems = [
+        p for p in _held_out_dropped(args.problems, args.eval_problems, None) if p.id not in traced
+    ][: args.limit]
+    run = RunDir(exp.run / "sample")
+
+    async def run_it() -> None:
+        async with open_engines(exp, ["base"]) as engines:
+            report = await make_data(
+                run, problems, engines["base"], scaffold=f"majority(k={args.k})",
+                prompt_set=exp.prompts, chat=True, params=exp.params,
+                concurrency=exp.concurrency, sft_kinds=["direct"], progress=exp.progress,
+            )  # fmt: skip
+        wanted = {p.id for p in problems}
+        records = [r for r in run.records() if r.id in wanted]
+        grade = await GradeBook.for_records(records)
+        rows = regrouped_refine_rows(records, grade, n=exp.n)
+        path = run.write_rows("gsr_refine", rows)
+        print(f"{report.records}/{report.problems} problems sampled; rows {report.counts}")
+        print(f"{len(rows)} regrouped refine rows in {path}")
+
+    asyncio.run(run_it())
 
 
 def _train(args: argparse.Namespace) -> None:
@@ -101,7 +134,10 @@ def _train(args: argparse.Namespace) -> None:
         progress=not args.no_progress,
     )
     lora = LoraSettings(r=args.lora_r, alpha=args.lora_alpha, targets=args.lora_targets)
-    for arm, adapter in train_arms(_experiment(args), settings, lora, arms=args.arms).items():
+    arms = train_arms(
+        _experiment(args), settings, lora, arms=args.arms, direct_ratio=args.direct_ratio
+    )
+    for arm, adapter in arms.items():
         print(f"{arm}: adapter in {adapter}")
 
 
@@ -128,6 +164,7 @@ def parser() -> argparse.ArgumentParser:
     stages = top.add_subparsers(dest="stage", required=True)
     for name, run, what in (
         ("data", _data, "gsr runs on the base model -> refine and direct rows"),
+        ("sample", _sample, "k samples per problem on the base -> regrouped refine rows"),
         ("train", _train, "LoRA SFT of the gsr arm and the direct control"),
         ("eval", _eval, "gsr(n) per held-out problem, model and seed; then the report"),
         ("report", _report, "the table and plot from what eval finished"),
@@ -145,14 +182,22 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--threads", type=int, default=None, help="torch threads")
         p.add_argument("--limit", type=int, default=None, help="first N problems")
         p.add_argument("--no-progress", action="store_true")
-        if name in ("data", "eval", "report"):
+        if name in ("data", "sample", "eval", "report"):
             p.add_argument("--problems", type=Path, required=True, help="JSONL problems")
-        if name == "data":
+        if name in ("data", "sample"):
             p.add_argument("--eval-problems", type=Path, help="drop training problems in these")
+        if name == "sample":
+            p.add_argument("--k", type=int, default=16, help="samples per problem (one request)")
+        if name == "data":
             p.add_argument("--samples", type=int, default=2, help="gsr runs per problem")
             p.add_argument("--direct-ratio", type=float, default=0.25)
+            p.add_argument(
+                "--borrow", action="store_true",
+                help="wrong refinements train toward a right candidate of the same problem",
+            )  # fmt: skip
         if name == "train":
             p.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+            p.add_argument("--direct-ratio", type=float, default=0.25, help="in the gsr arm")
             p.add_argument("--epochs", type=float, default=1.0)
             p.add_argument("--max-steps", type=int, default=-1)
             p.add_argument("--batch-size", type=int, default=8)

@@ -2,7 +2,8 @@
 
 Run directory::
 
-    RUN/data/            ponder train data's run (traces.jsonl, data/sft.jsonl, data/direct.jsonl)
+    RUN/data/     ponder train data: gsr traces.jsonl, data/gsr_refine.jsonl, data/direct.jsonl
+    RUN/sample/   majority(k) traces.jsonl, data/direct.jsonl, data/gsr_refine.jsonl (regrouped)
     RUN/train/ARM/       rows.jsonl (fixed on first use), checkpoint-N/, train.log, final/ (adapter)
     RUN/merged/ARM/      the adapter merged into the base (--engine local or vllm-merged)
     RUN/eval/, RUN/report.*                      see training.real.evaluate
@@ -195,20 +196,33 @@ def _write_rows(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     tmp.replace(path)
 
 
-def arm_rows(exp: Experiment, seed: int = 0) -> dict[str, list[dict[str, Any]]]:
+def _data_rows(exp: Experiment, kind: str) -> list[dict[str, Any]]:
+    """Rows of ``kind`` from every data stage that ran: ``data`` (gsr traces) and
+    ``sample`` (plain samples, refine rows regrouped from them)."""
+    from training.runs import read_rows
+
+    paths = [exp.run / stage / "data" / f"{kind}.jsonl" for stage in ("data", "sample")]
+    return [row for path in paths if path.exists() for row in read_rows(path)]
+
+
+def arm_rows(
+    exp: Experiment, seed: int = 0, direct_ratio: float = 0.25
+) -> dict[str, list[dict[str, Any]]]:
     """Each arm's training rows, fixed on first use (a resumed run trains on the same):
-    ``gsr`` is ``data/sft.jsonl``; ``direct`` draws direct rows up to the same tokens."""
+    ``gsr`` is every refine row plus ``direct_ratio`` direct rows (the GSR mix);
+    ``direct`` draws direct rows up to the same tokens."""
     from transformers import AutoTokenizer
 
+    from training.data import mix_rows
     from training.runs import read_rows
 
     paths = {arm: exp.arm_dir(arm) / "rows.jsonl" for arm in ARMS}
     if all(p.exists() for p in paths.values()):
         return {arm: read_rows(p) for arm, p in paths.items()}
-    data = exp.run / "data" / "data"
-    mix, direct = read_rows(data / "sft.jsonl"), read_rows(data / "direct.jsonl")
-    if not mix or not direct:
-        raise ValueError(f"{data}: no SFT mix or no direct rows yet (run data on more problems)")
+    refine, direct = _data_rows(exp, "gsr_refine"), _data_rows(exp, "direct")
+    if not refine or not direct:
+        raise ValueError(f"{exp.run}: no refine or no direct rows yet (run data or sample)")
+    mix = mix_rows(refine, direct, direct_ratio, seed=seed)
     count = row_tokens(AutoTokenizer.from_pretrained(exp.base_dir()))
     control = token_matched(direct, sum(count(r) for r in mix), len_of=count, seed=seed + 1)
     rows = {"gsr": mix, "direct": control}
@@ -223,13 +237,14 @@ def train_arms(
     lora: Any,
     *,
     arms: Sequence[str] = ARMS,
-    max_length: int = 1024,
+    max_length: int = 2048,
+    direct_ratio: float = 0.25,
 ) -> dict[str, Path]:
     """LoRA SFT of each arm from the base (resuming from its newest checkpoint); returns
     each arm's adapter folder. ``settings``/``lora``: TrainSettings, LoraSettings."""
     from training.sft import run_sft
 
-    rows = arm_rows(exp, seed=settings.seed)
+    rows = arm_rows(exp, seed=settings.seed, direct_ratio=direct_ratio)
     out = {}
     for arm in arms:
         print(f"training arm {arm!r}: {len(rows[arm])} rows; progress in {exp.arm_dir(arm)}")
