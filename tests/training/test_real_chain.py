@@ -30,6 +30,8 @@ def _lines(path: Path) -> list[dict[str, object]]:
 
 
 def test_data_train_eval_report_on_a_tiny_model(tmp_path: Path) -> None:
+    import torch
+    from safetensors.torch import load_file
     from transformers import AutoTokenizer
 
     from scaffolds.models import model_path
@@ -79,6 +81,16 @@ def test_data_train_eval_report_on_a_tiny_model(tmp_path: Path) -> None:
     mix = sum(count(row) for row in mixed)
     drawn = [count(row) for row in control]
     assert sum(drawn) - drawn[-1] < mix <= sum(drawn)  # the same training tokens
+
+    main(["ship", str(run), *COMMON, "--name", "addition-gsr", "--to", str(tmp_path / "shipped")])
+    shipped = tmp_path / "shipped" / "addition-gsr"
+    info = json.loads((shipped / "ponder_adapter.json").read_text())
+    assert info == {"name": "addition-gsr", "base": "ponder-addition", "prompts": "compact"}
+    trained_dir = run / "train" / "gsr" / "final"
+    halved, trained = (load_file(f / "adapter_model.safetensors") for f in (shipped, trained_dir))
+    assert halved.keys() == trained.keys()
+    assert all(halved[k].dtype == torch.float16 for k in halved)
+    assert all(torch.allclose(halved[k].float(), trained[k], atol=1e-3) for k in halved)
 
     evaluation = ["--problems", str(held_out), "--seeds", "0", "1"]
     main(["eval", str(run), *COMMON, *evaluation])

