@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,7 @@ COMMON = [
 ]  # fmt: skip
 
 
-def _lines(path: Path) -> list[dict[str, object]]:
+def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line]
 
 
@@ -95,7 +96,7 @@ def test_data_train_eval_report_on_a_tiny_model(tmp_path: Path) -> None:
     evaluation = ["--problems", str(held_out), "--seeds", "0", "1"]
     main(["eval", str(run), *COMMON, *evaluation])
     rows = _lines(run / "eval" / "gsr" / "seed-1.jsonl")
-    assert len(rows) == 6 and all(len(r["candidates"]) == 4 for r in rows)  # type: ignore[arg-type]
+    assert len(rows) == 6 and all(len(r["candidates"]) == 4 for r in rows)
     report = json.loads((run / "report.json").read_text())
     assert report["problems"] == 6 and set(report["models"]) == {"base", "gsr", "direct"}
     assert set(report["models"]["gsr"]) == {"single", "maj@4", "refine@4"}
