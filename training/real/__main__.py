@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -54,10 +55,16 @@ def _held_out_dropped(train: Path, held_out: Path | None, limit: int | None) -> 
     return problems[:limit] if limit is not None else problems
 
 
+def _targets(rows: Sequence[dict[str, object]]) -> str:
+    """How many refine rows train toward each kind of target, over how many problems."""
+    counts = Counter(str(row.get("target", "refined")) for row in rows)
+    return f"targets {dict(sorted(counts.items()))} over {len({r['id'] for r in rows})} problems"
+
+
 def _data(args: argparse.Namespace) -> None:
     from training.pipeline import make_data
     from training.real.arms import open_engines
-    from training.runs import RunDir
+    from training.runs import RunDir, read_rows
 
     exp = _experiment(args)
     problems = _held_out_dropped(args.problems, args.eval_problems, args.limit)
@@ -80,6 +87,8 @@ def _data(args: argparse.Namespace) -> None:
             )
         print(f"{report.records}/{report.problems} problems traced; rows {report.counts}")
         print(f"SFT mix: {report.sft_rows} rows in {report.paths.get('sft')}")
+        if "gsr_refine" in report.paths:
+            print(f"refine rows: {_targets(read_rows(report.paths['gsr_refine']))}")
 
     asyncio.run(run())
 
@@ -111,7 +120,7 @@ def _sample(args: argparse.Namespace) -> None:
         rows = regrouped_refine_rows(records, grade, n=exp.n)
         path = run.write_rows("gsr_refine", rows)
         print(f"{report.records}/{report.problems} problems sampled; rows {report.counts}")
-        print(f"{len(rows)} regrouped refine rows in {path}")
+        print(f"{len(rows)} regrouped refine rows in {path}; {_targets(rows)}")
 
     asyncio.run(run_it())
 
