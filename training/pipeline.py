@@ -51,7 +51,7 @@ class DataReport:
 async def make_data(
     run: RunDir,
     problems: Sequence[ProblemRow],
-    engine: Engine,
+    engine: Engine | None,
     *,
     scaffold: str,
     samples: int = 1,
@@ -73,7 +73,8 @@ async def make_data(
     seed: int = 0,
     progress: bool = True,
 ) -> DataReport:
-    """Collect missing traces into ``run``, then (re)build every dataset from all traces.
+    """Collect missing traces into ``run``, then (re)build every dataset from all traces
+    (``engine`` may be None when every problem is traced already).
 
     ``sft_kinds`` go into ``data/sft.jsonl`` (default: every non-direct kind found);
     with ``direct_ratio`` that share of it is direct-solve rows (the GSR recipe),
@@ -88,20 +89,24 @@ async def make_data(
     )
     done = run.done_ids()
     todo = [p for p in problems if p.id not in done]
+    stats = CollectStats()
+    if todo and engine is None:
+        raise ValueError(f"{len(todo)} problems are not traced yet and no engine was given")
     with progress_bar("collect", len(todo), enabled=progress and bool(todo)) as advance:
-        stats = await collect(
-            strategy,
-            todo,
-            engine,
-            sink=run.append_record,
-            samples=samples,
-            prompt_set=prompt_set,
-            chat=chat,
-            params=params,
-            budget=budget,
-            concurrency=concurrency,
-            on_progress=advance,
-        )
+        if engine is not None and todo:
+            stats = await collect(
+                strategy,
+                todo,
+                engine,
+                sink=run.append_record,
+                samples=samples,
+                prompt_set=prompt_set,
+                chat=chat,
+                params=params,
+                budget=budget,
+                concurrency=concurrency,
+                on_progress=advance,
+            )
     wanted = {p.id for p in problems}
     records = [r for r in run.records() if r.id in wanted]
     grade = await GradeBook.for_records(

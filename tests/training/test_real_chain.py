@@ -67,6 +67,13 @@ def test_data_train_eval_report_on_a_tiny_model(tmp_path: Path) -> None:
         r["id"] in sampled and r["completion"][0]["content"] == r["answer"] for r in regrouped
     )
 
+    # Rows rebuilt from the traces there are: nothing new is traced, the same rows come out.
+    before = (data / "gsr_refine.jsonl").read_text() if (data / "gsr_refine.jsonl").exists() else ""
+    main(["data", str(run), *COMMON, *held, "--rebuild", "--borrow"])
+    assert len(_lines(run / "data" / "traces.jsonl")) == len(traced)
+    after = (data / "gsr_refine.jsonl").read_text() if (data / "gsr_refine.jsonl").exists() else ""
+    assert after == before
+
     train_args = ["--max-steps", "2", "--batch-size", "4", "--lora-r", "4", "--lora-alpha", "8"]
     main(["train", str(run), *COMMON, *train_args, "--save-steps", "1"])
     for arm in ("gsr", "direct"):

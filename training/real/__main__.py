@@ -68,13 +68,17 @@ def _data(args: argparse.Namespace) -> None:
 
     exp = _experiment(args)
     problems = _held_out_dropped(args.problems, args.eval_problems, args.limit)
+    traced = RunDir(exp.run / "data").done_ids()
+    if args.rebuild:  # only the rows, from the traces there are
+        problems = [p for p in problems if p.id in traced]
+    todo = [p for p in problems if p.id not in traced]
 
     async def run() -> None:
-        async with open_engines(exp, ["base"]) as engines:
+        async with open_engines(exp, ["base"] if todo else []) as engines:
             report = await make_data(
                 RunDir(exp.run / "data"),
                 problems,
-                engines["base"],
+                engines.get("base"),
                 scaffold=exp.scaffold,
                 samples=args.samples,
                 prompt_set=exp.prompts,
@@ -218,6 +222,10 @@ def parser() -> argparse.ArgumentParser:
         if name == "data":
             p.add_argument("--samples", type=int, default=2, help="gsr runs per problem")
             p.add_argument("--direct-ratio", type=float, default=0.25)
+            p.add_argument(
+                "--rebuild", action="store_true",
+                help="no new traces: rebuild the rows of the problems traced so far",
+            )  # fmt: skip
             p.add_argument(
                 "--borrow", action="store_true",
                 help="wrong refinements train toward a right candidate of the same problem",

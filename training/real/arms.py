@@ -107,7 +107,9 @@ async def open_engines(exp: Experiment, models: Sequence[str]) -> AsyncIterator[
 
     engines: dict[str, Engine] = {}
     with contextlib.ExitStack() as stack:
-        if exp.engine == "local":
+        if not models:
+            pass  # nothing to serve (a stage with nothing left to generate)
+        elif exp.engine == "local":
             for model in models:
                 folder = exp.base_dir() if model == "base" else _merged(exp, model)
                 options = EngineOptions(threads=exp.threads, load=True)
