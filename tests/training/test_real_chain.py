@@ -73,6 +73,9 @@ def test_data_train_eval_report_on_a_tiny_model(tmp_path: Path) -> None:
     assert len(_lines(run / "data" / "traces.jsonl")) == len(traced)
     after = (data / "gsr_refine.jsonl").read_text() if (data / "gsr_refine.jsonl").exists() else ""
     assert after == before
+    regrouped_before = (run / "sample" / "data" / "gsr_refine.jsonl").read_text()
+    main(["sample", str(run), *COMMON, *held, "--k", "8", "--rebuild"])
+    assert (run / "sample" / "data" / "gsr_refine.jsonl").read_text() == regrouped_before
 
     train_args = ["--max-steps", "2", "--batch-size", "4", "--lora-r", "4", "--lora-alpha", "8"]
     main(["train", str(run), *COMMON, *train_args, "--save-steps", "1"])

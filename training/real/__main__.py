@@ -110,11 +110,15 @@ def _sample(args: argparse.Namespace) -> None:
         p for p in _held_out_dropped(args.problems, args.eval_problems, None) if p.id not in traced
     ][: args.limit]
     run = RunDir(exp.run / "sample")
+    sampled = run.done_ids()
+    if args.rebuild:
+        problems = [p for p in problems if p.id in sampled]
+    todo = [p for p in problems if p.id not in sampled]
 
     async def run_it() -> None:
-        async with open_engines(exp, ["base"]) as engines:
+        async with open_engines(exp, ["base"] if todo else []) as engines:
             report = await make_data(
-                run, problems, engines["base"], scaffold=f"majority(k={args.k})",
+                run, problems, engines.get("base"), scaffold=f"majority(k={args.k})",
                 prompt_set=exp.prompts, chat=True, params=exp.params,
                 concurrency=exp.concurrency, sft_kinds=["direct"], progress=exp.progress,
             )  # fmt: skip
@@ -217,15 +221,15 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--problems", type=Path, required=True, help="JSONL problems")
         if name in ("data", "sample"):
             p.add_argument("--eval-problems", type=Path, help="drop training problems in these")
+            p.add_argument(
+                "--rebuild", action="store_true",
+                help="no new traces: rebuild the rows of the problems traced so far",
+            )  # fmt: skip
         if name == "sample":
             p.add_argument("--k", type=int, default=16, help="samples per problem (one request)")
         if name == "data":
             p.add_argument("--samples", type=int, default=2, help="gsr runs per problem")
             p.add_argument("--direct-ratio", type=float, default=0.25)
-            p.add_argument(
-                "--rebuild", action="store_true",
-                help="no new traces: rebuild the rows of the problems traced so far",
-            )  # fmt: skip
             p.add_argument(
                 "--borrow", action="store_true",
                 help="wrong refinements train toward a right candidate of the same problem",
