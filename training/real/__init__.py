@@ -1,15 +1,18 @@
 """Issue 20, part 2: does the real model (SmolLM2-135M-Instruct) learn to refine?
 
-The GSR recipe with rejection sampling and LoRA, as four resumable stages over one run
+The GSR recipe with rejection sampling and LoRA, as resumable stages over one run
 directory (``python -m training.real STAGE RUN ...``; the commands are in
-``training/README.md``, "Real model"):
+``training/README.md``, "Real model"; run 1 is committed in ``training/real/runs/``):
 
 1. ``data`` (:mod:`training.real.arms`): ``gsr(n=4)`` on the training problems through
-   the base model (``ponder train data``'s pipeline, ``--samples 2``): correct refine rows
+   the base model (``ponder train data``'s pipeline, ``--samples N``): correct refine rows
    (including problems where every candidate was wrong) plus correct direct rows;
+   ``--borrow``: a wrong refinement trains toward a right candidate of its problem;
+   ``sample``: the cheap alternative, ``majority(k=16)`` samples regrouped 4 by 4 into
+   refine rows (:mod:`training.regroup`) for the problems ``data`` did not trace;
 2. ``train``: two LoRA SFT arms from the same base, the same number of training tokens
-   each: ``gsr`` (refine + direct rows, as ``data/sft.jsonl`` mixes them) and the
-   ``direct`` control (direct rows only);
+   each: ``gsr`` (every refine row + a share of direct rows) and the ``direct`` control
+   (direct rows only); ``ship``: an arm's adapter in float16 as a known model;
 3. ``eval`` (:mod:`training.real.evaluate`): per model (base, gsr, direct) and sampling
    seed, one ``gsr(n=4)`` run per held-out problem; its trace scores three paired
    conditions at once: ``single`` (candidate 1), ``maj@4`` (the vote over its 4
