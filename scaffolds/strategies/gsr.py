@@ -63,7 +63,8 @@ def _refine_row(step: TracedStep, sample: int, inputs: RowInputs) -> dict[str, A
 
     With ``gsr_borrow`` (right solutions the same model wrote for this problem, maybe
     none), a wrong refinement still makes a row: its target is a right candidate it read,
-    else the first borrowed solution (solving afresh). Its ``target`` says which.
+    else the first borrowed solution (solving afresh). Its ``target`` says which
+    (``candidate`` or ``borrowed``; a right refinement's row has none).
     """
     candidates = step.fields["candidates"]
     grades = [inputs.grade(c) for c in candidates]
@@ -73,7 +74,7 @@ def _refine_row(step: TracedStep, sample: int, inputs: RowInputs) -> dict[str, A
         return None
     row = {"correct": True, "candidates_correct": right, "num_candidates": len(grades)}
     if inputs.grade(step.texts[sample]):
-        return row | {"target": "refined"}
+        return row
     borrowed = inputs.options.get("gsr_borrow")
     if borrowed is None:
         return None
