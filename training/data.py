@@ -65,6 +65,7 @@ from training.traces import TraceRecord
 __all__ = [
     "Grade",
     "build_rows",
+    "direct_solutions",
     "mix_rows",
     "right_solutions",
     "row_builders",
@@ -181,6 +182,22 @@ def build_rows(
     return rows
 
 
+def direct_solutions(
+    record: TraceRecord, grade: Grade = is_correct, registry: Registry | None = None
+) -> list[str]:
+    """The record's solutions of the problem as asked (its ``direct`` steps), right or
+    wrong, in trace order; a helper step's substituted samples are left out."""
+    direct = row_builders(registry)["direct"]
+    inputs = row_inputs(record, grade, registry)
+    return [
+        text
+        for step in inputs.view.steps
+        if direct.matches(step, inputs)
+        for sample, text in enumerate(step.texts)
+        if sample not in step.substitutes
+    ]
+
+
 def right_solutions(
     records: Iterable[TraceRecord], grade: Grade = is_correct, registry: Registry | None = None
 ) -> dict[str, list[str]]:
@@ -188,11 +205,11 @@ def right_solutions(
     trace order: what ``gsr_borrow`` lends a refine row whose own refinement is wrong."""
     pool: dict[str, list[str]] = {}
     for record in records:
-        for row in build_rows(record, grade, kinds=["direct"], registry=registry):
-            text = row["completion"]
-            pool.setdefault(record.id, []).append(
-                text if isinstance(text, str) else text[-1]["content"]
-            )
+        if record.answer is None:
+            continue
+        for text in direct_solutions(record, grade, registry):
+            if grade(record.answer, text):
+                pool.setdefault(record.id, []).append(text)
     return pool
 
 

@@ -46,6 +46,8 @@ class DataReport:
     counts: dict[str, int] = field(default_factory=dict)
     sft_rows: int = 0
     paths: dict[str, Path] = field(default_factory=dict)
+    grade: GradeBook | None = None
+    """The verdicts on every traced text, for rows built after (``training.regroup``)."""
 
 
 async def make_data(
@@ -130,7 +132,7 @@ async def make_data(
             min_accuracy=min_accuracy,
         ):
             by_kind[row["kind"]].append(row)
-    report = DataReport(stats, len(problems), len(records))
+    report = DataReport(stats, len(problems), len(records), grade=grade)
     for kind, rows in by_kind.items():
         if rows:
             report.counts[kind] = len(rows)

@@ -33,23 +33,10 @@ from scaffolds.spec import Registry
 from scaffolds.steps import render_step
 from scaffolds.strategies.gsr import REFINE
 from scaffolds.thinking import Thinking
-from training.data import Grade, Row, row_builders, row_inputs
+from training.data import Grade, Row, direct_solutions
 from training.traces import TraceRecord
 
 __all__ = ["regrouped_refine_rows"]
-
-
-def _samples(record: TraceRecord, grade: Grade, registry: Registry | None) -> list[str]:
-    """The record's solutions of the problem as asked, in trace order."""
-    direct = row_builders(registry)["direct"]
-    inputs = row_inputs(record, grade, registry)
-    return [
-        text
-        for step in inputs.view.steps
-        if direct.matches(step, inputs)
-        for sample, text in enumerate(step.texts)
-        if sample not in step.substitutes
-    ]
 
 
 def regrouped_refine_rows(
@@ -66,7 +53,7 @@ def regrouped_refine_rows(
     for record in records:
         if record.answer is None:
             continue
-        texts = _samples(record, grade, registry)
+        texts = direct_solutions(record, grade, registry)
         right = [t for t in texts if grade(record.answer, t)]
         lent = 0
         for start in range(0, len(texts) - n + 1, n):

@@ -98,7 +98,7 @@ def _data(args: argparse.Namespace) -> None:
 
 
 def _sample(args: argparse.Namespace) -> None:
-    from training.collect import GradeBook
+    from scaffolds.answers import is_correct
     from training.pipeline import make_data
     from training.real.arms import open_engines
     from training.regroup import regrouped_refine_rows
@@ -124,8 +124,7 @@ def _sample(args: argparse.Namespace) -> None:
             )  # fmt: skip
         wanted = {p.id for p in problems}
         records = [r for r in run.records() if r.id in wanted]
-        grade = await GradeBook.for_records(records)
-        rows = regrouped_refine_rows(records, grade, n=exp.n)
+        rows = regrouped_refine_rows(records, report.grade or is_correct, n=exp.n)
         path = run.write_rows("gsr_refine", rows)
         print(f"{report.records}/{report.problems} problems sampled; rows {report.counts}")
         print(f"{len(rows)} regrouped refine rows in {path}; {_targets(rows)}")
