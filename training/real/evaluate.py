@@ -117,7 +117,8 @@ async def evaluate(
     exp: Experiment, problems: Sequence[ProblemRow], models: Sequence[str], seeds: Sequence[int]
 ) -> None:
     """Run every (model, seed) that is not finished (``vllm-merged``: one model's vLLM
-    after another)."""
+    after another). Seed by seed: every model finishes a seed before the next seed starts,
+    so an evaluation stopped part way is still paired (same problems, same seeds)."""
     from scaffolds.engines.factory import engine_scheme
     from training.runs import progress_bar
 
@@ -125,13 +126,18 @@ async def evaluate(
     total = len(problems) * len(models) * len(seeds)
     groups = [[m] for m in models] if exp.engine == "vllm-merged" else [list(models)]
     with progress_bar(f"{exp.scaffold} eval", total, enabled=exp.progress) as advance:
-        for group in groups:
-            async with open_engines(exp, group) as engines:
-                for model in group:
-                    for seed in seeds:
-                        path = exp.run / "eval" / model / f"seed-{seed}.jsonl"
-                        engine = engines[model]
-                        await _run_seed(exp, engine, problems, path, seed, advance, parallel)
+        for seed in seeds:
+            for group in groups:
+                paths = {m: exp.run / "eval" / m / f"seed-{seed}.jsonl" for m in group}
+                wanted = {p.id for p in problems}
+                if all(wanted <= _done(path).keys() for path in paths.values()):
+                    advance(len(problems) * len(group))  # no engine start for finished work
+                    continue
+                async with open_engines(exp, group) as engines:
+                    for model in group:
+                        await _run_seed(
+                            exp, engines[model], problems, paths[model], seed, advance, parallel
+                        )  # fmt: skip
 
 
 def _conditions(rows: Sequence[Mapping[str, Any]], n: int) -> dict[str, dict[str, list[float]]]:
