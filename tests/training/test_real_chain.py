@@ -110,6 +110,7 @@ def test_data_train_eval_report_on_a_tiny_model(tmp_path: Path) -> None:
     report = json.loads((run / "report.json").read_text())
     assert report["problems"] == 6 and set(report["models"]) == {"base", "gsr", "direct"}
     assert set(report["models"]["gsr"]) == {"single", "maj@4", "refine@4"}
+    assert "gsr/refine@4 - base/refine@4" in report["paired"]
     assert "gsr/refine@4 - gsr/maj@4" in report["paired"]
     assert "gsr/refine@4 - direct/maj@4" in report["paired"]
     maj = report["models"]["base"]["maj@4"]

@@ -184,14 +184,17 @@ def report(
         } if ids else {}  # fmt: skip
     refine, maj = f"refine@{n}", f"maj@{n}"
     pairs = [
+        (f"gsr/{refine}", f"base/{refine}"),  # better at the scaffold than before training?
         (f"gsr/{refine}", f"gsr/{maj}"),
         (f"gsr/{refine}", f"base/{maj}"),
         (f"gsr/{refine}", f"direct/{maj}"),
         (f"gsr/{refine}", f"direct/{refine}"),
         (f"gsr/{maj}", f"base/{maj}"),
         (f"direct/{maj}", f"base/{maj}"),
+        (f"direct/{refine}", f"base/{refine}"),
         (f"base/{refine}", f"base/{maj}"),
         ("gsr/single", "base/single"),
+        ("direct/single", "base/single"),
     ]
     if ids:
         stats.add_pairs(results, pairs)
