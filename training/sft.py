@@ -87,16 +87,24 @@ def run_sft(
     prompt_set: str | None = None,
     resume: bool = True,
     lora: LoraSettings | None = None,
+    init_adapter: str | Path | None = None,
     **config: Any,
 ) -> Path:
     """Train, resuming from the newest checkpoint in ``output_dir`` if ``resume``;
     returns the ``final/`` folder. ``model`` is a path/hub name or a loaded model
-    (then pass ``tokenizer``)."""
+    (then pass ``tokenizer``); ``init_adapter``: a trained LoRA adapter of that model to
+    train further (instead of a new one from ``lora``)."""
     settings = settings or TrainSettings()
+    if lora is not None and init_adapter is not None:
+        raise ValueError("lora and init_adapter: a new adapter, or one to train further")
     if isinstance(model, str | Path):
         model, tokenizer = load_model(model, threads=settings.threads)
     elif tokenizer is None:
         raise ValueError("pass the tokenizer with a loaded model")
+    if init_adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(init_adapter), is_trainable=True)
     trainer = make_sft_trainer(model, tokenizer, rows, output_dir, settings, lora=lora, **config)
     checkpoint = last_checkpoint(output_dir) if resume else None
     trainer.train(resume_from_checkpoint=checkpoint)
@@ -108,5 +116,6 @@ def run_sft(
         "rows": len(rows),
         "settings": settings_dict(settings),
         "lora": None if lora is None else asdict(lora),
+        "init_adapter": None if init_adapter is None else str(init_adapter),
     }
     return save_final(trainer, output_dir, meta)

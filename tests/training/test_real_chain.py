@@ -121,3 +121,30 @@ def test_data_train_eval_report_on_a_tiny_model(tmp_path: Path) -> None:
 
     main(["eval", str(run), *COMMON, *evaluation])  # resumes: nothing left to run
     assert len(_lines(run / "eval" / "gsr" / "seed-1.jsonl")) == 6
+
+    # Run 2 continues run 1 on policy: each arm samples the same training problems from
+    # its run-1 adapter and trains that adapter further; the base's eval rows are run 1's.
+    run2, parent = tmp_path / "run2", ["--parent", str(run)]
+    with pytest.raises(SystemExit, match="--parent"):
+        main(["sample", str(run2), *COMMON, *held, "--model", "gsr"])
+    for arm in ("gsr", "direct"):
+        main(["sample", str(run2), *COMMON, *held, *parent, "--model", arm, "--k", "8"])
+        again = {str(t["id"]) for t in _lines(run2 / f"sample-{arm}" / "traces.jsonl")}
+        assert again == traced | sampled, arm  # every problem run 1 traced, no other
+    main(["train", str(run2), *COMMON, *parent, *train_args[:4], "--save-steps", "1"])
+    for arm in ("gsr", "direct"):
+        final, start = run2 / "train" / arm / "final", run / "train" / arm / "final"
+        info = json.loads((final / "ponder_training.json").read_text())
+        assert info["init_adapter"] == str(start) and info["global_step"] == 2
+        after, before = (load_file(f / "adapter_model.safetensors") for f in (final, start))
+        assert after.keys() == before.keys()
+        assert any(not torch.equal(after[k], before[k]) for k in after)  # trained further
+    own = _lines(run2 / "sample-direct" / "data" / "direct.jsonl")
+    assert all(row in own for row in _lines(run2 / "train" / "direct" / "rows.jsonl"))
+    refined = _lines(run2 / "sample-gsr" / "data" / "gsr_refine.jsonl")
+    mixed2 = [r for r in _lines(run2 / "train" / "gsr" / "rows.jsonl") if r["kind"] == "gsr_refine"]
+    assert refined and all(row in refined for row in mixed2)
+
+    main(["eval", str(run2), *COMMON, *parent, *evaluation])
+    assert not (run2 / "eval" / "base").exists()  # run 1's rows, reused
+    assert json.loads((run2 / "report.json").read_text())["problems"] == 6

