@@ -182,3 +182,12 @@ def test_lora_settings_refuse_bad_values() -> None:
         "gate_proj",
         "down_proj",
     ]
+
+
+def test_sft_refuses_a_new_lora_and_an_adapter_to_continue_at_once(tmp_path: Path) -> None:
+    from training.lora import LoraSettings
+    from training.sft import run_sft
+
+    rows = [{"prompt": "1+1=", "completion": "2"}]
+    with pytest.raises(ValueError, match="lora and init_adapter"):
+        run_sft("unused", rows, tmp_path, lora=LoraSettings(), init_adapter=tmp_path / "a")

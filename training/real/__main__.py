@@ -106,6 +106,8 @@ def _sample(args: argparse.Namespace) -> None:
     from training.runs import RunDir
 
     exp = _experiment(args)
+    if args.model != "base" and exp.parent is None:
+        raise SystemExit(f"--model {args.model}: samples an arm of the parent run (--parent)")
     problems = _held_out_dropped(args.problems, args.eval_problems, None)
     if exp.parent is not None:  # the parent's training problems, every one it traced
         parent = exp.parent_run()
@@ -115,8 +117,6 @@ def _sample(args: argparse.Namespace) -> None:
     else:
         traced = RunDir(exp.run / "data").done_ids()  # gsr traces already cover these
         problems = [p for p in problems if p.id not in traced][: args.limit]
-    if args.model != "base" and exp.parent is None:
-        raise SystemExit(f"--model {args.model}: samples an arm of the parent run (--parent)")
     run = RunDir(exp.sample_dir(args.model))
     sampled = run.done_ids()
     if args.rebuild:
