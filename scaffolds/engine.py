@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 from scaffolds.errors import InvalidRequestError
 
@@ -285,8 +285,12 @@ def batch_engine(engine: Engine) -> BatchEngine | None:
     >>> batch_engine(MockEngine(lambda r: "4")) is None
     True
     """
-    if getattr(engine, "takes_prompt_lists", False) and isinstance(engine, BatchEngine):
-        return engine
+    # Not isinstance(engine, BatchEngine): a runtime-checkable Protocol walks its members on
+    # every check, which cost a seventh of a pass-through request's CPU (issue 23).
+    if getattr(engine, "takes_prompt_lists", False) and callable(
+        getattr(engine, "generate_batch", None)
+    ):
+        return cast(BatchEngine, engine)
     return None
 
 
