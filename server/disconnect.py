@@ -41,21 +41,40 @@ async def _disconnected(receive: Receive) -> None:
 
 
 async def until_disconnect(receive: Receive, work: Awaitable[T]) -> T:
-    """Await ``work`` in a task; cancel it and raise :class:`ClientDisconnectedError` if
-    the client goes away first (work that finished wins a tie)."""
-    task: asyncio.Future[T] = asyncio.ensure_future(work)
-    watcher: asyncio.Future[None] = asyncio.ensure_future(_disconnected(receive))
-    both: set[asyncio.Future[Any]] = {task, watcher}
+    """Await ``work`` in this task; cancel it and raise :class:`ClientDisconnectedError` if
+    the client goes away first.
+
+    ``work`` runs in the caller's task, not one of its own: only the watcher is a task,
+    and a disconnect cancels the caller (as ``asyncio.timeout`` does), so a request that
+    finishes costs one task and no ``asyncio.wait`` (issue 23). A cancel that comes from
+    elsewhere stays a plain cancel.
+    """
+    current = asyncio.current_task()
+    if current is None:
+        raise RuntimeError("until_disconnect must run in a task")
+    left = over = False
+
+    def client_left(watcher: asyncio.Future[None]) -> None:
+        nonlocal left
+        if watcher.cancelled() or watcher.exception() is not None:
+            return  # receive() failed: nothing left to watch, the work goes on
+        if not over:  # a disconnect after the work finished changes nothing
+            left = True
+            current.cancel()
+
+    watcher = asyncio.ensure_future(_disconnected(receive))
+    watcher.add_done_callback(client_left)
     try:
-        await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
-        if not task.done() and watcher.exception() is not None:
-            await asyncio.wait({task})  # receive() failed: nothing left to watch
-        if task.done():
-            return task.result()
-        log.info("client disconnected; cancelling the run")
-        raise ClientDisconnectedError("the client closed the connection")
+        result = await work
+    except asyncio.CancelledError:
+        if left and current.uncancel() == 0:
+            log.info("client disconnected; cancelling the run")
+            raise ClientDisconnectedError("the client closed the connection") from None
+        raise
     finally:
-        for pending in (task, watcher):
-            if not pending.done():
-                pending.cancel()
-        await asyncio.wait(both)
+        over = True
+        watcher.cancel()
+    if left:  # the work swallowed the cancel: its client is gone all the same
+        current.uncancel()
+        raise ClientDisconnectedError("the client closed the connection")
+    return result
