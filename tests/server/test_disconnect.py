@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -82,10 +83,8 @@ async def test_work_that_swallows_the_cancel_still_reports_the_client_gone() -> 
 
     async def stubborn() -> str:
         client.leave()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            pass
         return "late"
 
     with pytest.raises(ClientDisconnectedError):
