@@ -147,4 +147,9 @@ def test_data_train_eval_report_on_a_tiny_model(tmp_path: Path) -> None:
 
     main(["eval", str(run2), *COMMON, *parent, *evaluation])
     assert not (run2 / "eval" / "base").exists()  # run 1's rows, reused
-    assert json.loads((run2 / "report.json").read_text())["problems"] == 6
+    report2 = json.loads((run2 / "report.json").read_text())
+    assert report2["problems"] == 6
+    assert set(report2["models"]) == {"base", "gsr", "direct", "parent-gsr", "parent-direct"}
+    assert report2["models"]["parent-gsr"] == report["models"]["gsr"]  # run 1's own rows
+    assert "gsr/refine@4 - parent-gsr/refine@4" in report2["paired"]
+    assert "direct/maj@4 - parent-direct/maj@4" in report2["paired"]

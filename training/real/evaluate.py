@@ -73,6 +73,16 @@ def run_row(problem: ProblemRow, result: Any) -> dict[str, Any]:
     return row | score_row(row, str(problem.answer))
 
 
+PARENT = "parent-"
+"""The prefix of a parent run's arm in a report (``parent-gsr``)."""
+
+
+def _eval_rows(exp: Experiment, model: str, seed: int) -> Path:
+    if model.startswith(PARENT):
+        return exp.parent_run().eval_rows(model.removeprefix(PARENT), seed)
+    return exp.eval_rows(model, seed)
+
+
 def _done(path: Path) -> dict[str, dict[str, Any]]:
     if not path.exists():
         return {}
@@ -163,7 +173,11 @@ def report(
     has finished, the paired differences, ``report.json``/``report.md`` and the plot."""
     from training import stats
 
-    done = {(m, s): _done(exp.eval_rows(m, s)) for m in models for s in seeds}
+    # A run that continues a parent also reports the parent's arms ("parent-gsr", ...):
+    # did the second round of training help, on the same problems and seeds?
+    earlier = [f"{PARENT}{m}" for m in models if m != "base"] if exp.parent else []
+    models = [*models, *earlier]
+    done = {(m, s): _done(_eval_rows(exp, m, s)) for m in models for s in seeds}
     ids = [p.id for p in problems if all(p.id in rows for rows in done.values())]
     results: dict[str, Any] = {"problems": len(ids), "seeds": list(seeds), "models": {}}
     n = exp.n
@@ -196,6 +210,9 @@ def report(
         ("gsr/single", "base/single"),
         ("direct/single", "base/single"),
     ]
+    for model in earlier:
+        arm = model.removeprefix(PARENT)
+        pairs += [(f"{arm}/{c}", f"{model}/{c}") for c in (refine, maj, "single")]
     if ids:
         stats.add_pairs(results, pairs)
     table = stats.markdown(results) if ids else "no problem finished by every model and seed\n"
