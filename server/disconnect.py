@@ -67,14 +67,14 @@ async def until_disconnect(receive: Receive, work: Awaitable[T]) -> T:
     try:
         result = await work
     except asyncio.CancelledError:
-        if left and current.uncancel() == 0:
-            log.info("client disconnected; cancelling the run")
-            raise ClientDisconnectedError("the client closed the connection") from None
-        raise
+        if not left or current.uncancel() > 0:
+            raise  # a cancel from elsewhere
+    else:
+        if not left:
+            return result
+        current.uncancel()  # the work swallowed the cancel: its client is gone all the same
     finally:
         over = True
         watcher.cancel()
-    if left:  # the work swallowed the cancel: its client is gone all the same
-        current.uncancel()
-        raise ClientDisconnectedError("the client closed the connection")
-    return result
+    log.info("client disconnected; cancelling the run")
+    raise ClientDisconnectedError("the client closed the connection")

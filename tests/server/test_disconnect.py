@@ -18,10 +18,8 @@ class Client:
 
     def __init__(self) -> None:
         self.gone = asyncio.Event()
-        self.receives = 0
 
     async def receive(self) -> Mapping[str, Any]:
-        self.receives += 1
         await self.gone.wait()
         return {"type": "http.disconnect"}
 
