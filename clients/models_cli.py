@@ -74,7 +74,9 @@ def _base_of(adapter: Path, base: str | None) -> str:
         ) from None
 
 
-def _register(name: str, adapter: Path, base: str | None, prompts: str | None) -> None:
+def _register(
+    name: str, adapter: Path, base: str | None, prompts: str | None, replace: bool
+) -> None:
     from scaffolds.models import adapters_home, get_model, known_models
     from scaffolds.models.adapters import register_adapter
     from scaffolds.models.known import ModelPreparationError
@@ -83,7 +85,9 @@ def _register(name: str, adapter: Path, base: str | None, prompts: str | None) -
     registered = (adapters_home() / name).is_dir()  # registering it again is a no-op
     if not registered and name in {m.name for m in known_models()}:
         raise ModelPreparationError(f"{name!r} is a known model already", param="name")
-    folder = register_adapter(adapter, name, base_model, adapters_home(), prompts=prompts)
+    folder = register_adapter(
+        adapter, name, base_model, adapters_home(), prompts=prompts, replace=replace
+    )
     err.log(f"adapter {name!r} on {base_model.name} registered in {folder}")
 
 
@@ -95,6 +99,9 @@ def prepare(
     ] = None,
     base: Annotated[str | None, typer.Option(help="the adapter's base model")] = None,
     prompts: Annotated[str | None, typer.Option(help="prompt set [the base's]")] = None,
+    replace: Annotated[
+        bool, typer.Option(help="replace the adapter registered as NAME (merged again)")
+    ] = False,
 ) -> None:
     """Prepare NAME once (check its source file, convert it, or merge its adapter);
     print its folder."""
@@ -103,7 +110,7 @@ def prepare(
 
     try:
         if adapter is not None:
-            _register(name, adapter, base, prompts)
+            _register(name, adapter, base, prompts, replace)
         if model_status(name).ready:
             err.print(f"{name} is already prepared")
         with err.status(f"preparing {name}") as spinner:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -145,11 +146,21 @@ def model_status(name: str | KnownModel) -> ModelStatus:
         ready = (folder / "config.json").exists()
         return ModelStatus(name, ready, folder, model.source if ready else "shipped files missing")
     if (folder / MARKER).exists():
+        if model.base is not None and _prepared_from(folder) != model.source:
+            detail = f"merged from another adapter: run `ponder models prepare {name}` again"
+            return ModelStatus(name, False, folder, detail)
         return ModelStatus(name, True, folder, f"prepared from {model.source}")
     missing = model.check_source() if model.check_source else None
     if missing:
         return ModelStatus(name, False, folder, f"source missing: {missing}")
     return ModelStatus(name, False, folder, f"not prepared: run `ponder models prepare {name}`")
+
+
+def _prepared_from(folder: Path) -> str | None:
+    try:
+        return str(json.loads((folder / MARKER).read_text(encoding="utf-8")).get("source"))
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def model_path(name: str) -> Path:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import math
 import re
@@ -27,7 +28,13 @@ from pathlib import Path
 
 from scaffolds.models.known import KnownModel, ModelPreparationError
 
-__all__ = ["ADAPTER_INFO", "adapter_models", "merge_lora", "register_adapter"]
+__all__ = [
+    "ADAPTER_INFO",
+    "adapter_digest",
+    "adapter_models",
+    "merge_lora",
+    "register_adapter",
+]
 
 ADAPTER_INFO = "ponder_adapter.json"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -91,6 +98,30 @@ def merge_lora(base: Path, adapter: Path, target: Path, say: Callable[[str], Non
             shutil.copy(base / extra, target / extra)
 
 
+@functools.lru_cache(maxsize=64)
+def _digest_of(path: Path, size: int, mtime_ns: int) -> str:
+    del size, mtime_ns  # only the cache key: a rewritten file is hashed again
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def adapter_digest(folder: Path) -> str:
+    """A short hash of an adapter's weights and config: it names what a merged folder was
+    made from, so one merged from an older adapter of the same name is made again.
+
+    >>> adapter_digest(Path("/nonexistent"))
+    'missing'
+    """
+    parts = []
+    for file in ADAPTER_FILES:
+        path = folder / file
+        try:
+            stat = path.stat()
+        except OSError:
+            return "missing"
+        parts.append(_digest_of(path, stat.st_size, stat.st_mtime_ns))
+    return hashlib.sha256("".join(parts).encode()).hexdigest()[:16]
+
+
 def _adapter_model(
     folder: Path, bases: Mapping[str, KnownModel], folder_of: Callable[[KnownModel], Path]
 ) -> KnownModel | None:
@@ -107,7 +138,7 @@ def _adapter_model(
         description=str(info.get("description") or f"{base.name} with LoRA adapter {folder}"),
         prompts=str(info.get("prompts") or base.prompts),
         shipped=None,
-        source=f"{base.name} + the LoRA adapter in {folder}",
+        source=f"{base.name} + the LoRA adapter in {folder} (sha256 {adapter_digest(folder)})",
         prepare=functools.partial(merge_lora, folder_of(base), folder),
         check_source=None,
         base=base.name,
@@ -134,10 +165,17 @@ def adapter_models(
 
 
 def register_adapter(
-    adapter: Path, name: str, base: KnownModel, root: Path, *, prompts: str | None = None
+    adapter: Path,
+    name: str,
+    base: KnownModel,
+    root: Path,
+    *,
+    prompts: str | None = None,
+    replace: bool = False,
 ) -> Path:
     """Copy ``adapter`` into ``root/name`` with its ``ponder_adapter.json``; the same
-    adapter registered again is a no-op, another one under a taken name an error."""
+    adapter registered again is a no-op, another one under a taken name an error unless
+    ``replace`` (a model merged from the old one is then merged again when prepared)."""
     if not NAME.match(name):
         raise ModelPreparationError(
             f"adapter name {name!r}: use lowercase letters, digits, '.', '_' and '-'",
@@ -150,12 +188,13 @@ def register_adapter(
     folder = root / name
     if folder.exists():
         same = all((folder / f).read_bytes() == (adapter / f).read_bytes() for f in ADAPTER_FILES)
-        if not same:
+        if not same and not replace:
             raise ModelPreparationError(
                 f"an adapter named {name!r} is registered already ({folder}); pick another name",
                 param="name",
             )
-        return folder
+        if same:
+            return folder
     partial = root / f".{name}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
@@ -163,5 +202,12 @@ def register_adapter(
         shutil.copy(adapter / file, partial / file)
     info = {"name": name, "base": base.name, "prompts": prompts or base.prompts}
     (partial / ADAPTER_INFO).write_text(json.dumps(info, indent=2) + "\n")
-    partial.rename(folder)
+    if folder.exists():  # replaced: the old one moves aside first, then goes
+        old = root / f".{name}.replaced"
+        shutil.rmtree(old, ignore_errors=True)
+        folder.rename(old)
+        partial.rename(folder)
+        shutil.rmtree(old)
+    else:
+        partial.rename(folder)
     return folder

@@ -123,6 +123,33 @@ def test_prepare_with_an_adapter_registers_merges_and_lists_it(
     assert [m.name for m in known_models()][-1] == "addition-lora"
 
 
+def test_a_replaced_adapter_is_merged_again(adapter: Path, home: Path, tmp_path: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    assert _prepare("addition-lora", "--adapter", str(adapter)).exit_code == 0
+    folder = model_path("addition-lora")
+    before = _logits(AutoModelForCausalLM.from_pretrained(folder))
+    other = make_adapter(tmp_path / "other", seed=1)
+    replaced = _prepare("addition-lora", "--adapter", str(other), "--replace")
+    assert replaced.exit_code == 0, replaced.output
+    assert Path(replaced.stdout.strip().splitlines()[-1]) == folder
+    after = _logits(AutoModelForCausalLM.from_pretrained(folder))
+    assert (after - before).abs().max() > 0.05  # the merged weights are the new adapter's
+    stored = home / "adapters" / "addition-lora" / "adapter_model.safetensors"
+    assert stored.read_bytes() == (other / "adapter_model.safetensors").read_bytes()
+    assert not list((home / "adapters").glob(".*"))  # no partial or replaced folder left
+
+    # a merged folder left from an older adapter is stale: not ready until prepared again
+    stored.write_bytes((adapter / "adapter_model.safetensors").read_bytes())
+    status = model_status("addition-lora")
+    assert not status.ready and "another adapter" in status.detail
+    assert prepare_model("addition-lora") == folder and model_status("addition-lora").ready
+    torch.testing.assert_close(
+        _logits(AutoModelForCausalLM.from_pretrained(folder)), before, atol=1e-5, rtol=1e-5
+    )
+
+
 def test_the_embedded_default_serves_an_adapter_beside_its_base(
     adapter: Path, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

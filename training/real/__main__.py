@@ -180,7 +180,9 @@ def _ship(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         half = half_adapter(exp.adapter(args.arm), Path(tmp) / "half")
         base = get_model(exp.base)
-        folder = register_adapter(half, args.name, base, args.to, prompts=exp.prompts)
+        folder = register_adapter(
+            half, args.name, base, args.to, prompts=exp.prompts, replace=args.replace
+        )
     print(f"arm {args.arm!r} shipped as {args.name!r} (float16) in {folder}")
 
 
@@ -267,6 +269,9 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--arm", default="gsr", choices=ARMS)
             p.add_argument("--name", required=True, help="the model's name")
             p.add_argument("--to", type=Path, required=True, help="adapters folder to add it to")
+            p.add_argument(
+                "--replace", action="store_true", help="replace an adapter shipped as NAME"
+            )
         if name in ("eval", "report"):
             p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
             p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
