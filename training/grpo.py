@@ -225,10 +225,13 @@ def run_grpo(
     *,
     tokenizer: Any = None,
     resume: bool = True,
+    init_adapter: str | Path | None = None,
     **config: Any,
 ) -> Path:
     """Train with the scaffold rollout, resuming from the newest checkpoint; returns
-    ``final/``. Rollout traces go to ``output_dir/rollouts.jsonl``."""
+    ``final/``. Rollout traces go to ``output_dir/rollouts.jsonl``. ``init_adapter``: a
+    LoRA adapter of ``model`` to train (the rollout samples from the adapted model;
+    ``final/`` is the adapter), instead of all the weights."""
     settings = settings or TrainSettings()
     grpo = grpo or GRPOSettings()
     rollout = rollout or RolloutSettings()
@@ -236,6 +239,10 @@ def run_grpo(
         model, tokenizer = load_model(model, threads=settings.threads)
     elif tokenizer is None:
         raise ValueError("pass the tokenizer with a loaded model")
+    if init_adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(init_adapter), is_trainable=True)
     trainer = make_grpo_trainer(
         model,
         tokenizer,
@@ -259,5 +266,6 @@ def run_grpo(
         "settings": settings_dict(settings),
         "grpo": asdict(grpo),
         "rollout": asdict(rollout),
+        "init_adapter": None if init_adapter is None else str(init_adapter),
     }
     return save_final(trainer, output_dir, meta)

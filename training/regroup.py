@@ -25,7 +25,7 @@ solution make no row.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from scaffolds.answers import is_correct
 from scaffolds.problem import StepPrompt
@@ -36,7 +36,7 @@ from scaffolds.thinking import Thinking
 from training.data import Grade, Row, direct_solutions
 from training.traces import TraceRecord
 
-__all__ = ["regrouped_refine_rows"]
+__all__ = ["candidate_groups", "grpo_refine_rows", "regrouped_refine_rows"]
 
 
 def regrouped_refine_rows(
@@ -49,16 +49,13 @@ def regrouped_refine_rows(
     """``gsr_refine`` rows from each record's samples in groups of ``n`` (a short last
     group is dropped), targets as the module says."""
     rows: list[Row] = []
-    shown = Thinking().after  # what gsr shows of a candidate
     for record in records:
         if record.answer is None:
             continue
-        texts = direct_solutions(record, grade, registry)
-        right = [t for t in texts if grade(record.answer, t)]
+        right = [t for t in direct_solutions(record, grade, registry) if grade(record.answer, t)]
         lent = 0
-        for start in range(0, len(texts) - n + 1, n):
-            group = [shown(t) for t in texts[start : start + n]]
-            own = [t for t, g in zip(group, texts[start : start + n], strict=True) if g in right]
+        for group, flags in candidate_groups(record, grade, n=n, registry=registry):
+            own = [t for t, ok in zip(group, flags, strict=True) if ok]
             if own:
                 target, source = own[0], "candidate"
             elif right:
@@ -69,6 +66,50 @@ def regrouped_refine_rows(
             prompt = render_step(REFINE, record.problem, {"candidates": group},
                                  prompts=record.prompt_set)  # fmt: skip
             rows.append(_row(record, prompt, target, source, len(own), n))
+    return rows
+
+
+def candidate_groups(
+    record: TraceRecord, grade: Grade = is_correct, *, n: int = 4, registry: Registry | None = None
+) -> Iterator[tuple[list[str], list[bool]]]:
+    """A record's samples in groups of ``n`` (a short last group is dropped), each as gsr
+    shows its candidates, with whether each is right."""
+    if record.answer is None:
+        return
+    shown = Thinking().after  # what gsr shows of a candidate
+    texts = direct_solutions(record, grade, registry)
+    for start in range(0, len(texts) - n + 1, n):
+        group = texts[start : start + n]
+        yield [shown(t) for t in group], [grade(record.answer, t) for t in group]
+
+
+def grpo_refine_rows(
+    records: Iterable[TraceRecord],
+    grade: Grade = is_correct,
+    *,
+    n: int = 4,
+    mixed_only: bool = True,
+    registry: Registry | None = None,
+) -> list[Row]:
+    """``gsr_refine`` GRPO rows (:mod:`training.grpo`): the problem, its gold answer and a
+    group of ``n`` of its own samples as the stored ``candidates``; the policy samples the
+    refinement. ``mixed_only`` keeps the groups with right and wrong candidates: where a
+    refinement can beat the vote or lose to it, and where its samples' rewards differ
+    (a group whose rewards are all equal has no GRPO advantage to learn from)."""
+    rows: list[Row] = []
+    for record in records:
+        for index, (group, flags) in enumerate(candidate_groups(record, grade, n=n,
+                                                                registry=registry)):  # fmt: skip
+            if mixed_only and (all(flags) or not any(flags)):
+                continue
+            rows.append({
+                "prompt": record.prompt_for(record.problem),
+                "answer": record.answer,
+                "id": f"{record.id}#{index}",
+                "mode": "gsr_refine",
+                "candidates": group,
+                "candidates_correct": sum(flags),
+            })  # fmt: skip
     return rows
 
 

@@ -153,3 +153,31 @@ def test_data_train_eval_report_on_a_tiny_model(tmp_path: Path) -> None:
     assert report2["models"]["parent-gsr"] == report["models"]["gsr"]  # run 1's own rows
     assert "gsr/refine@4 - parent-gsr/refine@4" in report2["paired"]
     assert "direct/maj@4 - parent-direct/maj@4" in report2["paired"]
+
+    # Run 3: GRPO on the refine step from run 2's gsr adapter, on groups of its own samples.
+    run3, parent2 = tmp_path / "run3", ["--parent", str(run2)]
+    with pytest.raises(ValueError, match="no samples"):
+        main(["grpo", str(run3), *COMMON, *parent2, "--max-steps", "1"])
+    main(["sample", str(run3), *COMMON, *held, *parent2, "--model", "gsr", "--k", "8"])
+    again = {str(t["id"]) for t in _lines(run3 / "sample-gsr" / "traces.jsonl")}
+    assert again == traced | sampled  # run 2's problems: those its arms sampled
+    grpo_args = ["--max-steps", "2", "--batch-size", "4", "--num-generations", "2"]
+    main(["grpo", str(run3), *COMMON, *parent2, *grpo_args, "--max-completion-length", "8"])
+    groups = _lines(run3 / "train" / "gsr" / "grpo_rows.jsonl")
+    assert groups and all(r["mode"] == "gsr_refine" and len(r["candidates"]) == 4 for r in groups)
+    assert all(0 < r["candidates_correct"] < 4 for r in groups)  # right and wrong candidates
+    final, start = run3 / "train" / "gsr" / "final", run2 / "train" / "gsr" / "final"
+    info = json.loads((final / "ponder_training.json").read_text())
+    assert info["trainer"] == "grpo" and info["init_adapter"] == str(start)
+    assert info["global_step"] == 2 and info["modes"] == ["gsr_refine"]
+    after, before = (load_file(f / "adapter_model.safetensors") for f in (final, start))
+    assert after.keys() == before.keys()  # the same adapter, trained (test_training_trainers)
+    logged = _lines(run3 / "train" / "gsr" / "log.jsonl")
+    assert any("rewards/correctness/mean" in entry for entry in logged)
+    rollouts = _lines(run3 / "train" / "gsr" / "rollouts.jsonl")
+    assert rollouts and "[" in json.dumps(rollouts[0])  # the refine prompt shows candidates
+    main(["eval", str(run3), *COMMON, *parent2, *evaluation, "--models", "gsr"])
+    report3 = json.loads((run3 / "report.json").read_text())
+    assert set(report3["models"]) == {"gsr", "parent-gsr"}
+    assert report3["models"]["parent-gsr"] == report2["models"]["gsr"]
+    assert "gsr/refine@4 - parent-gsr/refine@4" in report3["paired"]

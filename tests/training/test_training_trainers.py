@@ -191,3 +191,39 @@ def test_sft_refuses_a_new_lora_and_an_adapter_to_continue_at_once(tmp_path: Pat
     rows = [{"prompt": "1+1=", "completion": "2"}]
     with pytest.raises(ValueError, match="lora and init_adapter"):
         run_sft("unused", rows, tmp_path, lora=LoraSettings(), init_adapter=tmp_path / "a")
+
+
+def test_grpo_trains_a_given_lora_adapter_and_saves_only_it(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("peft")
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file
+
+    from training.common import TrainSettings, load_model
+    from training.grpo import GRPOSettings, grpo_rows, run_grpo
+    from training.rollouts import RolloutSettings
+
+    model, _ = load_model(tiny_model_dir, threads=1)
+    start = tmp_path / "start"
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM")
+    get_peft_model(model, lora).save_pretrained(str(start))
+    problems = [{"id": str(i), "problem": f"{10 + i}+7=", "answer": str(17 + i)} for i in range(4)]
+    rows = grpo_rows(problems, {"gsr_refine": 1}, seed=0)
+    for row in rows:
+        row["candidates"] = ["1a", "b2"]
+    settings = TrainSettings(
+        max_steps=2, batch_size=8, learning_rate=1e-2, progress=False, use_cpu=True, threads=1
+    )
+    final = run_grpo(
+        tiny_model_dir, rows, [digit_share], tmp_path / "grpo", settings,
+        GRPOSettings(num_generations=4, max_completion_length=6),
+        RolloutSettings(prompt_set="compact", num_candidates=2), init_adapter=start,
+    )  # fmt: skip
+    info = json.loads((final / "ponder_training.json").read_text())
+    assert info["init_adapter"] == str(start) and info["global_step"] == 2
+    assert not (final / "model.safetensors").exists()  # the adapter, not the merged model
+    after, before = (load_file(f / "adapter_model.safetensors") for f in (final, start))
+    assert after.keys() == before.keys()
+    assert any(not torch.equal(after[k], before[k]) for k in after if "lora_B" in k)

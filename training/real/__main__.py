@@ -12,9 +12,13 @@ import asyncio
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from training.collect import ProblemRow, load_problems
 from training.real.arms import ARMS, Experiment
+
+if TYPE_CHECKING:
+    from training.common import TrainSettings
 
 MODELS = ("base", *ARMS)
 
@@ -111,8 +115,8 @@ def _sample(args: argparse.Namespace) -> None:
     problems = _held_out_dropped(args.problems, args.eval_problems, None)
     if exp.parent is not None:  # the parent's training problems, every one it traced
         parent = exp.parent_run()
-        traced = RunDir(parent.run / "data").done_ids()
-        traced |= RunDir(parent.sample_dir("base")).done_ids()
+        stages = [parent.run / "data", *(parent.sample_dir(m) for m in MODELS)]
+        traced = set().union(*(RunDir(s).done_ids() for s in stages if s.is_dir()))
         problems = [p for p in problems if p.id in traced][: args.limit]
     else:
         traced = RunDir(exp.run / "data").done_ids()  # gsr traces already cover these
@@ -143,12 +147,10 @@ def _sample(args: argparse.Namespace) -> None:
     asyncio.run(run_it())
 
 
-def _train(args: argparse.Namespace) -> None:
+def _train_settings(args: argparse.Namespace) -> TrainSettings:
     from training.common import TrainSettings
-    from training.lora import LoraSettings
-    from training.real.arms import train_arms
 
-    settings = TrainSettings(
+    return TrainSettings(
         max_steps=args.max_steps,
         epochs=args.epochs,
         batch_size=args.batch_size,
@@ -161,12 +163,35 @@ def _train(args: argparse.Namespace) -> None:
         threads=args.threads,
         progress=not args.no_progress,
     )
+
+
+def _train(args: argparse.Namespace) -> None:
+    from training.lora import LoraSettings
+    from training.real.arms import train_arms
+
+    settings = _train_settings(args)
     lora = LoraSettings(r=args.lora_r, alpha=args.lora_alpha, targets=args.lora_targets)
     arms = train_arms(
         _experiment(args), settings, lora, arms=args.arms, direct_ratio=args.direct_ratio
     )
     for arm, adapter in arms.items():
         print(f"{arm}: adapter in {adapter}")
+
+
+def _grpo(args: argparse.Namespace) -> None:
+    from training.grpo import GRPOSettings
+    from training.real.refine_rl import train_refine_grpo
+
+    exp = _experiment(args)
+    settings = _train_settings(args)
+    grpo = GRPOSettings(
+        num_generations=args.num_generations,
+        max_completion_length=args.max_completion_length,
+        temperature=exp.temperature,
+        beta=args.beta,
+    )
+    adapter = train_refine_grpo(exp, settings, grpo, arm=args.arm, mixed_only=not args.all_groups)
+    print(f"{args.arm}: adapter in {adapter}")
 
 
 def _ship(args: argparse.Namespace) -> None:
@@ -211,6 +236,7 @@ def parser() -> argparse.ArgumentParser:
         ("data", _data, "gsr runs on the base model -> refine and direct rows"),
         ("sample", _sample, "k samples per problem of a model -> regrouped refine rows"),
         ("train", _train, "LoRA SFT of the gsr arm and the direct control"),
+        ("grpo", _grpo, "GRPO on the refine step from the parent arm's adapter"),
         ("ship", _ship, "an arm's adapter in float16, as a known model (NAME)"),
         ("eval", _eval, "gsr(n) per held-out problem, model and seed; then the report"),
         ("report", _report, "the table and plot from what eval finished"),
@@ -265,6 +291,23 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--lora-r", type=int, default=16)
             p.add_argument("--lora-alpha", type=int, default=32)
             p.add_argument("--lora-targets", default="all-linear")
+        if name == "grpo":
+            p.add_argument("--arm", default="gsr", choices=ARMS)
+            p.add_argument(
+                "--all-groups", action="store_true",
+                help="also groups whose candidates are all right or all wrong",
+            )  # fmt: skip
+            p.add_argument("--num-generations", type=int, default=8, help="samples per group")
+            p.add_argument("--max-completion-length", type=int, default=128)
+            p.add_argument("--beta", type=float, default=0.0, help="KL weight")
+            p.add_argument("--epochs", type=float, default=1.0)
+            p.add_argument("--max-steps", type=int, default=-1)
+            p.add_argument("--batch-size", type=int, default=16, help="completions per step")
+            p.add_argument("--lr", type=float, default=5e-5)
+            p.add_argument("--warmup", type=float, default=0.0)
+            p.add_argument("--save-steps", type=int, default=5)
+            p.add_argument("--logging-steps", type=int, default=1)
+            p.add_argument("--seed", type=int, default=0)
         if name == "ship":
             p.add_argument("--arm", default="gsr", choices=ARMS)
             p.add_argument("--name", required=True, help="the model's name")

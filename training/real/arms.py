@@ -29,7 +29,15 @@ from typing import Any
 
 from scaffolds.engine import Engine, SamplingParams
 
-__all__ = ["ARMS", "Experiment", "half_adapter", "open_engines", "token_matched", "train_arms"]
+__all__ = [
+    "ARMS",
+    "Experiment",
+    "half_adapter",
+    "open_engines",
+    "token_matched",
+    "train_arms",
+    "write_rows",
+]
 
 ARMS = ("gsr", "direct")
 """The trained arms: refine + direct rows (the GSR recipe), and the direct-only control."""
@@ -222,7 +230,7 @@ def row_tokens(tokenizer: Any) -> Callable[[Mapping[str, Any]], int]:
     return count
 
 
-def _write_rows(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+def write_rows(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
@@ -264,7 +272,7 @@ def arm_rows(
     control = token_matched(own, sum(count(r) for r in mix), len_of=count, seed=seed + 1)
     rows = {"gsr": mix, "direct": control}
     for arm, path in paths.items():
-        _write_rows(path, rows[arm])
+        write_rows(path, rows[arm])
     return rows
 
 
