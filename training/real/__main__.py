@@ -154,6 +154,7 @@ def _train_settings(args: argparse.Namespace) -> TrainSettings:
         max_steps=args.max_steps,
         epochs=args.epochs,
         batch_size=args.batch_size,
+        grad_accum=getattr(args, "grad_accum", 1),
         learning_rate=args.lr,
         warmup=args.warmup,
         save_steps=args.save_steps,
@@ -302,7 +303,8 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--beta", type=float, default=0.0, help="KL weight")
             p.add_argument("--epochs", type=float, default=1.0)
             p.add_argument("--max-steps", type=int, default=-1)
-            p.add_argument("--batch-size", type=int, default=16, help="completions per step")
+            p.add_argument("--batch-size", type=int, default=8, help="completions per pass")
+            p.add_argument("--grad-accum", type=int, default=2, help="passes per step")
             p.add_argument("--lr", type=float, default=5e-5)
             p.add_argument("--warmup", type=float, default=0.0)
             p.add_argument("--save-steps", type=int, default=5)
