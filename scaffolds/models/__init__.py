@@ -146,8 +146,8 @@ def model_status(name: str | KnownModel) -> ModelStatus:
         ready = (folder / "config.json").exists()
         return ModelStatus(name, ready, folder, model.source if ready else "shipped files missing")
     if (folder / MARKER).exists():
-        if model.base is not None and _prepared_from(folder) != model.source:
-            detail = f"merged from another adapter: run `ponder models prepare {name}` again"
+        if model.fingerprint is not None and _fingerprint(folder) != model.fingerprint:
+            detail = f"prepared from another source: run `ponder models prepare {name}` again"
             return ModelStatus(name, False, folder, detail)
         return ModelStatus(name, True, folder, f"prepared from {model.source}")
     missing = model.check_source() if model.check_source else None
@@ -156,11 +156,13 @@ def model_status(name: str | KnownModel) -> ModelStatus:
     return ModelStatus(name, False, folder, f"not prepared: run `ponder models prepare {name}`")
 
 
-def _prepared_from(folder: Path) -> str | None:
+def _fingerprint(folder: Path) -> str | None:
+    """The fingerprint a prepared folder's marker records (None: none, or unreadable)."""
     try:
-        return str(json.loads((folder / MARKER).read_text(encoding="utf-8")).get("source"))
+        found = json.loads((folder / MARKER).read_text(encoding="utf-8")).get("fingerprint")
     except (OSError, ValueError, AttributeError):
         return None
+    return None if found is None else str(found)
 
 
 def model_path(name: str) -> Path:

@@ -56,6 +56,9 @@ class KnownModel:
     """The vLLM reasoning parser that separates its thinking (``--reasoning-parser``)."""
     base: str | None = None
     """For a base plus a LoRA adapter (:mod:`scaffolds.models.adapters`): the base's name."""
+    fingerprint: str | None = None
+    """What a prepared folder must have been made from (an adapter's hash): a folder
+    prepared from something else is stale, and preparing makes it again."""
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,8 @@ def prepare_model(name: str | KnownModel, say: Callable[[str], None] = lambda _:
             for item in partial.iterdir():  # readable by the engine's user (a container's)
                 item.chmod(0o644)
             marker = {"model": name, "source": model.source, "prepared_at": time.time()}
+            if model.fingerprint is not None:
+                marker["fingerprint"] = model.fingerprint
             (partial / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
             partial.rename(status.path)
         finally:

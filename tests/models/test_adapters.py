@@ -143,7 +143,7 @@ def test_a_replaced_adapter_is_merged_again(adapter: Path, home: Path, tmp_path:
     # a merged folder left from an older adapter is stale: not ready until prepared again
     stored.write_bytes((adapter / "adapter_model.safetensors").read_bytes())
     status = model_status("addition-lora")
-    assert not status.ready and "another adapter" in status.detail
+    assert not status.ready and "another source" in status.detail
     assert prepare_model("addition-lora") == folder and model_status("addition-lora").ready
     torch.testing.assert_close(
         _logits(AutoModelForCausalLM.from_pretrained(folder)), before, atol=1e-5, rtol=1e-5
