@@ -52,9 +52,10 @@ def regrouped_refine_rows(
     for record in records:
         if record.answer is None:
             continue
-        right = [t for t in direct_solutions(record, grade, registry) if grade(record.answer, t)]
+        graded = _graded(record, grade, registry)
+        right = [text for text, ok in graded if ok]
         lent = 0
-        for group, flags in candidate_groups(record, grade, n=n, registry=registry):
+        for group, flags in _groups(graded, n):
             own = [t for t, ok in zip(group, flags, strict=True) if ok]
             if own:
                 target, source = own[0], "candidate"
@@ -74,13 +75,21 @@ def candidate_groups(
 ) -> Iterator[tuple[list[str], list[bool]]]:
     """A record's samples in groups of ``n`` (a short last group is dropped), each as gsr
     shows its candidates, with whether each is right."""
-    if record.answer is None:
-        return
+    if record.answer is not None:
+        yield from _groups(_graded(record, grade, registry), n)
+
+
+def _graded(record: TraceRecord, grade: Grade, registry: Registry | None) -> list[tuple[str, bool]]:
+    """Each of the record's samples with whether it is right (graded once)."""
+    answer = str(record.answer)
+    return [(t, grade(answer, t)) for t in direct_solutions(record, grade, registry)]
+
+
+def _groups(graded: list[tuple[str, bool]], n: int) -> Iterator[tuple[list[str], list[bool]]]:
     shown = Thinking().after  # what gsr shows of a candidate
-    texts = direct_solutions(record, grade, registry)
-    for start in range(0, len(texts) - n + 1, n):
-        group = texts[start : start + n]
-        yield [shown(t) for t in group], [grade(record.answer, t) for t in group]
+    for start in range(0, len(graded) - n + 1, n):
+        group = graded[start : start + n]
+        yield [shown(text) for text, _ in group], [ok for _, ok in group]
 
 
 def grpo_refine_rows(
