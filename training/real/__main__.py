@@ -154,7 +154,7 @@ def _train_settings(args: argparse.Namespace) -> TrainSettings:
         max_steps=args.max_steps,
         epochs=args.epochs,
         batch_size=args.batch_size,
-        grad_accum=getattr(args, "grad_accum", 1),
+        grad_accum=args.grad_accum,
         learning_rate=args.lr,
         warmup=args.warmup,
         save_steps=args.save_steps,
@@ -230,6 +230,27 @@ def _report(args: argparse.Namespace) -> None:
     print((exp.run / "report.md").read_text())
 
 
+def _training_options(
+    p: argparse.ArgumentParser,
+    *,
+    accum: int,
+    lr: float,
+    warmup: float,
+    save_steps: int,
+    logging_steps: int,
+) -> None:
+    """What ``train`` and ``grpo`` both take (:func:`_train_settings`), with their defaults."""
+    p.add_argument("--epochs", type=float, default=1.0)
+    p.add_argument("--max-steps", type=int, default=-1)
+    p.add_argument("--batch-size", type=int, default=8, help="rows (grpo: completions) a pass")
+    p.add_argument("--grad-accum", type=int, default=accum, help="passes per step")
+    p.add_argument("--lr", type=float, default=lr)
+    p.add_argument("--warmup", type=float, default=warmup)
+    p.add_argument("--save-steps", type=int, default=save_steps)
+    p.add_argument("--logging-steps", type=int, default=logging_steps)
+    p.add_argument("--seed", type=int, default=0)
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m training.real", description=__doc__)
     stages = top.add_subparsers(dest="stage", required=True)
@@ -281,14 +302,7 @@ def parser() -> argparse.ArgumentParser:
         if name == "train":
             p.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
             p.add_argument("--direct-ratio", type=float, default=0.25, help="in the gsr arm")
-            p.add_argument("--epochs", type=float, default=1.0)
-            p.add_argument("--max-steps", type=int, default=-1)
-            p.add_argument("--batch-size", type=int, default=8)
-            p.add_argument("--lr", type=float, default=2e-4)
-            p.add_argument("--warmup", type=float, default=0.03)
-            p.add_argument("--save-steps", type=int, default=50)
-            p.add_argument("--logging-steps", type=int, default=5)
-            p.add_argument("--seed", type=int, default=0)
+            _training_options(p, accum=1, lr=2e-4, warmup=0.03, save_steps=50, logging_steps=5)
             p.add_argument("--lora-r", type=int, default=16)
             p.add_argument("--lora-alpha", type=int, default=32)
             p.add_argument("--lora-targets", default="all-linear")
@@ -301,15 +315,7 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--num-generations", type=int, default=8, help="samples per group")
             p.add_argument("--max-completion-length", type=int, default=128)
             p.add_argument("--beta", type=float, default=0.0, help="KL weight")
-            p.add_argument("--epochs", type=float, default=1.0)
-            p.add_argument("--max-steps", type=int, default=-1)
-            p.add_argument("--batch-size", type=int, default=8, help="completions per pass")
-            p.add_argument("--grad-accum", type=int, default=2, help="passes per step")
-            p.add_argument("--lr", type=float, default=5e-5)
-            p.add_argument("--warmup", type=float, default=0.0)
-            p.add_argument("--save-steps", type=int, default=5)
-            p.add_argument("--logging-steps", type=int, default=1)
-            p.add_argument("--seed", type=int, default=0)
+            _training_options(p, accum=2, lr=5e-5, warmup=0.0, save_steps=5, logging_steps=1)
         if name == "ship":
             p.add_argument("--arm", default="gsr", choices=ARMS)
             p.add_argument("--name", required=True, help="the model's name")
