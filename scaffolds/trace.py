@@ -147,32 +147,86 @@ class TraceRecorder:
         self.live = live
         self.keep_deltas = keep_deltas
         self.events: list[TraceEvent] = []
-        self._queues: list[asyncio.Queue[TraceEvent | None]] = []
+        self._subscriptions: list[_Subscription] = []
 
     def emit(self, event: TraceEvent) -> None:
         if not isinstance(event, StepDelta) or self.keep_deltas:
             self.events.append(event)
-        for queue in self._queues:
-            queue.put_nowait(event)
+        for subscription in self._subscriptions:
+            subscription.push(event)
 
     def close(self) -> None:
         """Tell subscribers no more events come."""
-        for queue in self._queues:
-            queue.put_nowait(None)
+        for subscription in self._subscriptions:
+            subscription.close()
 
     def subscribe(self) -> AsyncIterator[TraceEvent]:
         """Iterate events from now on until :meth:`close`."""
-        queue: asyncio.Queue[TraceEvent | None] = asyncio.Queue()
-        self._queues.append(queue)
+        batches = self.subscribe_batches()
 
         async def iterate() -> AsyncIterator[TraceEvent]:
-            while (event := await queue.get()) is not None:
-                yield event
+            async for batch in batches:
+                for event in batch:
+                    yield event
 
         return iterate()
+
+    def subscribe_batches(self) -> AsyncIterator[list[TraceEvent]]:
+        """Iterate events from now on until :meth:`close`, as lists: each holds every event
+        emitted since the last one was taken (at least one), so a consumer that writes to
+        a socket writes once for what arrived together.
+
+        >>> async def demo() -> list[int]:
+        ...     rec = TraceRecorder(live=True)
+        ...     batches = rec.subscribe_batches()
+        ...     rec.emit(StepDelta("s1", 0, "a")); rec.emit(StepDelta("s1", 0, "b")); rec.close()
+        ...     return [len(batch) async for batch in batches]
+        >>> asyncio.run(demo())
+        [2]
+        """
+        subscription = _Subscription()
+        self._subscriptions.append(subscription)
+        return subscription.batches()
 
     def steps(self) -> list[StepFinished]:
         return [e for e in self.events if isinstance(e, StepFinished)]
 
     def to_json(self) -> list[dict[str, Any]]:
         return [event_to_dict(e) for e in self.events]
+
+
+class _Subscription:
+    """One subscriber's events: a buffer, and a future its consumer waits on when it is
+    empty (cheaper per event than an :class:`asyncio.Queue`, which wakes a getter for
+    every item)."""
+
+    __slots__ = ("_buffer", "_closed", "_waiter")
+
+    def __init__(self) -> None:
+        self._buffer: list[TraceEvent] = []
+        self._closed = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def push(self, event: TraceEvent) -> None:
+        self._buffer.append(event)
+        self._wake()
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def batches(self) -> AsyncIterator[list[TraceEvent]]:
+        while True:
+            if self._buffer:
+                batch, self._buffer = self._buffer, []
+                yield batch
+            elif self._closed:
+                return
+            else:
+                self._waiter = asyncio.get_running_loop().create_future()
+                await self._waiter

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from fastapi.responses import Response
@@ -33,7 +33,7 @@ from scaffolds.problem import Problem
 from scaffolds.run import RunResult, run_scaffold
 from scaffolds.spec import Registry, SpecLimits
 from scaffolds.strategies.base import Strategy
-from scaffolds.trace import TraceRecorder
+from scaffolds.trace import TraceEvent, TraceRecorder
 from server.disconnect import Receive, until_disconnect
 from server.errors import ClientDisconnectedError, api_error
 from server.limits import RunLimiter
@@ -254,7 +254,7 @@ class Serving:
         ``observe`` records the request's final status (499 when the client left).
         """
         recorder = TraceRecorder(live=True)
-        events = recorder.subscribe()
+        batches = recorder.subscribe_batches()
         task = asyncio.ensure_future(self._run(plan, recorder))
         router = ChoiceRouter(plan.n)
         chunk = ChunkMaker(plan)
@@ -263,18 +263,9 @@ class Serving:
             if plan.endpoint == "chat":
                 for i in range(plan.n):
                     yield chunk([delta_choice("chat", i, role=True, content="")])
-            async for event in events:
-                if plan.stream_trace:
-                    yield chunk([], extra={"ponder": {"event": stream_event_json(event)}})
-                for piece in router.feed(event):
-                    text = piece.text
-                    if piece.kind == "content":
-                        choice = delta_choice(
-                            plan.endpoint, piece.choice, content=text, extra=piece.extra
-                        )
-                    else:
-                        choice = delta_choice(plan.endpoint, piece.choice, reasoning=text)
-                    yield chunk([choice])
+            async for batch in batches:  # what arrived together goes out in one write
+                if out := b"".join(self._event_chunks(plan, batch, router, chunk)):
+                    yield out
             result = await task
             for i, reason in enumerate(finish_reasons(result)):
                 yield chunk([delta_choice(plan.endpoint, i, finish_reason=reason)])
@@ -297,6 +288,25 @@ class Serving:
                 await asyncio.wait({task})
             observe(status)
         yield sse_event("[DONE]")
+
+    @staticmethod
+    def _event_chunks(
+        plan: RunPlan, events: list[TraceEvent], router: ChoiceRouter, chunk: ChunkMaker
+    ) -> Iterator[bytes]:
+        """The SSE chunks of some trace events: each routed piece, and with
+        ``stream_trace`` each event itself."""
+        for event in events:
+            if plan.stream_trace:
+                yield chunk([], extra={"ponder": {"event": stream_event_json(event)}})
+            for piece in router.feed(event):
+                text = piece.text
+                if piece.kind == "content":
+                    choice = delta_choice(
+                        plan.endpoint, piece.choice, content=text, extra=piece.extra
+                    )
+                else:
+                    choice = delta_choice(plan.endpoint, piece.choice, reasoning=text)
+                yield chunk([choice])
 
 
 def _status_of(exc: BaseException) -> int:
