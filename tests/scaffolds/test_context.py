@@ -151,3 +151,23 @@ async def test_every_call_of_a_run_carries_the_problems_affinity_key() -> None:
     keys = [r.affinity_key for r in engine.requests]
     assert keys[0] == keys[1] and keys[2] == keys[3] and keys[0] != keys[2]
     assert keys[0] is not None
+
+
+async def test_a_subscriber_gets_what_arrived_together_as_one_batch_and_waits_for_more() -> None:
+    recorder = TraceRecorder(live=True)
+    batches = recorder.subscribe_batches()
+    got: list[list[str]] = []
+
+    async def consume() -> None:
+        async for batch in batches:
+            got.append([e.text for e in batch if isinstance(e, StepDelta)])
+
+    consumer = asyncio.ensure_future(consume())
+    await asyncio.sleep(0)  # the consumer now waits on an empty buffer
+    recorder.emit(StepDelta("s", 0, "a"))
+    recorder.emit(StepDelta("s", 0, "b"))
+    await asyncio.sleep(0)
+    recorder.emit(StepDelta("s", 0, "c"))
+    recorder.close()
+    await asyncio.wait_for(consumer, timeout=60)
+    assert got == [["a", "b"], ["c"]]
