@@ -65,19 +65,26 @@ class ResponseParser:
         """Fold a response (or one stream chunk) into ``accs``; return its new pieces."""
         if not isinstance(data, dict):
             raise self.malformed("expected a JSON object")
-        if (report := reported_error(data)) is not None:
+        if "choices" not in data and (report := reported_error(data)) is not None:
             message, code = report
             text = f"engine {self.base_url} reported an error: {message}"
             if code is not None and 400 <= code < 500 and not retry_status(code):
                 raise EngineRejectedError(text, status=code)  # the request's fault
             raise EngineError(text, status=code)
         choices = data.get("choices") or []
-        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+        if not isinstance(choices, list):
             raise self.malformed("'choices' is not a list of objects")
-        deltas = []
         for choice in choices:
-            index = self.index(choice)
-            acc = accs.setdefault(index, Choice())
+            if not isinstance(choice, dict):
+                raise self.malformed("'choices' is not a list of objects")
+        deltas = []
+        for choice in choices:  # once per streamed token: no call or object it can skip
+            index = choice.get("index", 0)
+            if type(index) is not int or index < 0:
+                index = self.index(choice)
+            acc = accs.get(index)
+            if acc is None:
+                acc = accs[index] = Choice()
             text, reasoning = acc.absorb(choice, part_key, self)
             extra = own_fields(choice, part_key)
             acc.extras.append(extra)
@@ -119,10 +126,15 @@ class ResponseParser:
         return value
 
     def prompt_ids(self, data: dict[str, Any]) -> tuple[int, ...] | None:
-        ids = self.int_list(data.get("prompt_token_ids"), "prompt_token_ids")
-        choices = data.get("choices")
-        if ids is None and choices and isinstance(choices[0], dict):
-            ids = self.int_list(choices[0].get("prompt_token_ids"), "prompt_token_ids")
+        raw = data.get("prompt_token_ids")
+        if raw is None:
+            choices = data.get("choices")
+            if not choices or not isinstance(choices[0], dict):
+                return None
+            raw = choices[0].get("prompt_token_ids")
+            if raw is None:
+                return None
+        ids = self.int_list(raw, "prompt_token_ids")
         return tuple(ids) if ids is not None else None
 
     def result(
@@ -179,16 +191,17 @@ class Choice:
             raise parser.malformed(f"'{part_key}' is not an object")
         text = part.get("content") if part_key else part.get("text")
         reasoning = part.get("reasoning_content") or part.get("reasoning")
-        for name, value in (("content", text), ("reasoning", reasoning)):
-            if value is not None and not isinstance(value, str):
-                raise parser.malformed(f"choice {name} is not a string")
+        if text is not None and not isinstance(text, str):
+            raise parser.malformed("choice content is not a string")
+        if reasoning is not None and not isinstance(reasoning, str):
+            raise parser.malformed("choice reasoning is not a string")
         text, reasoning = text or "", reasoning or ""
         self.text.append(text)
         self.reasoning.append(reasoning)
         finish = choice.get("finish_reason")
         if isinstance(finish, str):
             self.finish_reason = finish
-        ids = parser.int_list(choice.get("token_ids"), "token_ids")
+        ids = parser.int_list(choice["token_ids"], "token_ids") if "token_ids" in choice else None
         if ids is not None:
             self.token_ids = (self.token_ids or []) + ids
         lp = choice.get("logprobs")
@@ -268,13 +281,24 @@ def own_fields(choice: dict[str, Any], part_key: str | None) -> dict[str, Any] |
     >>> own_fields({"index": 0, "message": {"content": None, "tool_calls": []}}, "message")
     {'message': {'tool_calls': []}}
     """
-    out = {k: v for k, v in choice.items() if k not in _MODELED_CHOICE and v is not None}
+    out = _own(choice, _MODELED_CHOICE)
     part = choice.get(part_key) if part_key else None
-    if isinstance(part, dict):
-        mine = {k: v for k, v in part.items() if k not in _MODELED_PART and v is not None}
-        if mine:
-            out[part_key or ""] = mine
-    return out or None
+    if isinstance(part, dict) and (mine := _own(part, _MODELED_PART)):
+        out = out or {}
+        out[part_key or ""] = mine
+    return out
+
+
+def _own(fields: dict[str, Any], modeled: frozenset[str]) -> dict[str, Any] | None:
+    """The fields not in ``modeled`` and not None; None when there are none (as for most
+    stream chunks: a loop, not a comprehension, so that case builds nothing)."""
+    out: dict[str, Any] | None = None
+    for key, value in fields.items():
+        if value is not None and key not in modeled:
+            if out is None:
+                out = {}
+            out[key] = value
+    return out
 
 
 def _top_values(raw: Any, parser: ResponseParser) -> tuple[float, ...]:
