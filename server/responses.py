@@ -96,23 +96,34 @@ def response_body(plan: RunPlan, runs: list[tuple[RunResult, TraceRecorder]]) ->
 
 
 class ChunkMaker:
-    """The SSE chunks of one streamed response (one id and creation time for all)."""
+    """The SSE chunks of one streamed response (one id and creation time for all).
+
+    A chunk of choices alone (every token's) is the encoded head, shared by all of the
+    response's chunks, and its choices: the same bytes :func:`chunk_object` and
+    :func:`sse_event` give, without building and encoding the head again.
+    """
 
     def __init__(self, plan: RunPlan) -> None:
         self.plan = plan
         self.id = response_id(plan.endpoint)
         self.created = int(time.time())
+        # "choices" is a chunk's last field when no usage or extra follows it.
+        self._head = sse_event(self._object([]))[: -len(b"[]}\n\n")]
 
     def __call__(self, choices: list[dict[str, Any]], **kw: Any) -> bytes:
-        return sse_event(
-            chunk_object(
-                self.plan.endpoint,
-                response_id=self.id,
-                created=self.created,
-                model=self.plan.model,
-                choices=choices,
-                **kw,
-            )
+        if not kw:
+            return self._head + fastjson.dumps(choices) + b"}\n\n"
+        return sse_event(self._object(choices, **kw))
+
+    def _object(self, choices: list[dict[str, Any]], **kw: Any) -> dict[str, Any]:
+        plan = self.plan
+        return chunk_object(
+            plan.endpoint,
+            response_id=self.id,
+            created=self.created,
+            model=plan.model,
+            choices=choices,
+            **kw,
         )
 
 

@@ -147,3 +147,31 @@ def test_a_strategy_note_is_neither_content_nor_reasoning() -> None:
     router = ChoiceRouter(n=1)
     assert router.feed(StepNote("run.1", "stopping", {"probability": 0.97})) == []
     assert router.reasoning(0) == "" and router.content(0) == ""
+
+
+def test_a_chunk_of_choices_is_the_same_bytes_as_the_chunk_object_encoded() -> None:
+    from types import SimpleNamespace
+    from typing import cast
+
+    from scaffolds import fastjson
+    from server.planning import RunPlan
+    from server.protocol import chunk_object, delta_choice
+    from server.responses import ChunkMaker
+    from server.streaming import sse_event
+
+    for endpoint in ("chat", "completions"):
+        plan = cast(RunPlan, SimpleNamespace(endpoint=endpoint, model="m+gsr(n=2) «ü»"))
+        chunk = ChunkMaker(plan)
+        cases: list[tuple[list[dict[str, object]], dict[str, object]]] = [
+            ([delta_choice(endpoint, 0, content='4 «x» \n"q"')], {}),
+            ([delta_choice(endpoint, 1, reasoning="hm", extra={"logprobs": {"x": 1}})], {}),
+            ([], {"usage": Usage(3, 4, calls=1), "extra": {"ponder": {"trace": []}}}),
+        ]
+        for choices, kw in cases:
+            made = chunk(choices, **kw)
+            whole = chunk_object(
+                endpoint, response_id=chunk.id, created=chunk.created, model=plan.model,
+                choices=choices, **kw,  # type: ignore[arg-type]
+            )  # fmt: skip
+            assert made == sse_event(whole)
+            assert fastjson.loads(made[len(b"data: ") :]) == fastjson.loads(fastjson.dumps(whole))
