@@ -16,16 +16,21 @@ must use the same set).
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "MALLOC_RETAIN",
     "TrainSettings",
     "load_model",
     "log_callback",
     "progress_log_callback",
+    "retain_freed_memory",
     "save_final",
     "trainer_args",
     "trainer_callbacks",
@@ -82,6 +87,42 @@ def trainer_args(settings: TrainSettings, output_dir: str | Path) -> dict[str, A
         "dataloader_num_workers": 0,
         "gradient_checkpointing": settings.gradient_checkpointing,
     }
+
+
+MALLOC_RETAIN = {
+    "MALLOC_MMAP_MAX_": "0",  # no allocation gets a mapping of its own: all from the heap
+    "MALLOC_TRIM_THRESHOLD_": str(64 << 30),  # never give freed heap back to the kernel
+    "MALLOC_TOP_PAD_": str(1 << 30),  # grow the heap 1 GB at a time
+    "MALLOC_ARENA_MAX": "1",  # one heap for every thread, so freed memory is found again
+}
+"""glibc's settings under which a process keeps the memory it frees for its next
+allocations (see :func:`retain_freed_memory`)."""
+
+
+def retain_freed_memory(argv: Sequence[str]) -> None:
+    """Run this process again as ``argv`` with :data:`MALLOC_RETAIN` in its environment,
+    unless one of them is set already (glibc reads them once, when the process starts).
+
+    A training step frees and allocates again the same large tensors every pass (the
+    logits over the vocabulary and their gradients are hundreds of MB). glibc serves
+    anything over 32 MB with a fresh ``mmap`` and unmaps it when it is freed, so the
+    kernel zeroes new pages for every such tensor: on SmolLM2's GRPO steps that was a
+    third of the CPU time, as system time. The cost is memory not given back until exit.
+    Not glibc (or asked not to, with ``PONDER_MALLOC_RETAIN=0``): nothing happens::
+
+        if __name__ == "__main__":
+            retain_freed_memory([sys.executable, "-m", "training.real", *sys.argv[1:]])
+            main()
+    """
+    import platform
+
+    if os.environ.get("PONDER_MALLOC_RETAIN") == "0" or platform.libc_ver()[0] != "glibc":
+        return
+    if any(name in os.environ for name in MALLOC_RETAIN):
+        return  # set already: by the run before the exec, or by whoever started it
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(argv[0], list(argv), {**os.environ, **MALLOC_RETAIN})
 
 
 def load_model(path: str | Path, *, threads: int | None = None) -> tuple[Any, Any]:

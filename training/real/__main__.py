@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -335,4 +336,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    from training.common import retain_freed_memory
+
+    if sys.argv[1:2] in (["train"], ["grpo"]):  # they free and reallocate large tensors
+        retain_freed_memory([sys.executable, "-m", "training.real", *sys.argv[1:]])
     main()
