@@ -161,6 +161,12 @@ def test_data_train_eval_report_on_a_tiny_model(tmp_path: Path) -> None:
     main(["sample", str(run3), *COMMON, *held, *parent2, "--model", "gsr", "--k", "8"])
     again = {str(t["id"]) for t in _lines(run3 / "sample-gsr" / "traces.jsonl")}
     assert again == traced | sampled  # run 2's problems: those its arms sampled
+    few = ["--num-generations", "2", "--max-completion-length", "8", "--limit", "2"]
+    main(["spread", str(run3), *COMMON, *parent2, *few, "--temperatures", "0.7", "1.3"])
+    spread = json.loads((run3 / "train" / "gsr" / "spread.json").read_text())
+    assert list(spread) == ["0.7", "1.3"]
+    assert all(1 <= s["groups"] <= 2 and 0 <= s["mean_reward"] <= 1 for s in spread.values())
+    assert all(0 <= s["groups_with_spread"] <= 1 for s in spread.values())
     grpo_args = ["--max-steps", "2", "--batch-size", "4", "--num-generations", "2"]
     main(["grpo", str(run3), *COMMON, *parent2, *grpo_args, "--max-completion-length", "8"])
     groups = _lines(run3 / "train" / "gsr" / "grpo_rows.jsonl")

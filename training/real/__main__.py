@@ -196,6 +196,20 @@ def _grpo(args: argparse.Namespace) -> None:
     print(f"{args.arm}: adapter in {adapter}")
 
 
+def _spread(args: argparse.Namespace) -> None:
+    from training.real.refine_rl import reward_spread
+
+    spread = reward_spread(
+        _experiment(args), args.temperatures, arm=args.arm, generations=args.num_generations,
+        max_tokens=args.max_completion_length, limit=args.limit, mixed_only=not args.all_groups,
+    )  # fmt: skip
+    print("| temperature | mean reward | groups with reward spread | groups |")
+    print("|---|---:|---:|---:|")
+    for temperature, row in spread.items():
+        print(f"| {temperature} | {row['mean_reward']:.3f} | {row['groups_with_spread']:.3f} "
+              f"| {row['groups']:.0f} |")  # fmt: skip
+
+
 def _ship(args: argparse.Namespace) -> None:
     import tempfile
 
@@ -260,6 +274,7 @@ def parser() -> argparse.ArgumentParser:
         ("sample", _sample, "k samples per problem of a model -> regrouped refine rows"),
         ("train", _train, "LoRA SFT of the gsr arm and the direct control"),
         ("grpo", _grpo, "GRPO on the refine step from the parent arm's adapter"),
+        ("spread", _spread, "how many GRPO groups would give a gradient, per temperature"),
         ("ship", _ship, "an arm's adapter in float16, as a known model (NAME)"),
         ("eval", _eval, "gsr(n) per held-out problem, model and seed; then the report"),
         ("report", _report, "the table and plot from what eval finished"),
@@ -307,7 +322,7 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--lora-r", type=int, default=16)
             p.add_argument("--lora-alpha", type=int, default=32)
             p.add_argument("--lora-targets", default="all-linear")
-        if name == "grpo":
+        if name in ("grpo", "spread"):
             p.add_argument("--arm", default="gsr", choices=ARMS)
             p.add_argument(
                 "--all-groups", action="store_true",
@@ -315,6 +330,9 @@ def parser() -> argparse.ArgumentParser:
             )  # fmt: skip
             p.add_argument("--num-generations", type=int, default=8, help="samples per group")
             p.add_argument("--max-completion-length", type=int, default=128)
+        if name == "spread":
+            p.add_argument("--temperatures", nargs="+", type=float, default=[0.7, 1.0, 1.3])
+        if name == "grpo":
             p.add_argument("--beta", type=float, default=0.0, help="KL weight")
             _training_options(p, accum=2, lr=5e-5, warmup=0.0, save_steps=5, logging_steps=1)
         if name == "ship":

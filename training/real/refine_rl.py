@@ -12,7 +12,9 @@ correctness. The rows are fixed on first use, so a resumed run trains on the sam
     RUN/train/ARM/     grpo_rows.jsonl, checkpoint-N/, rollouts.jsonl, train.log, final/
 
 ``final/`` is the parent's adapter trained further, where the ``eval`` and ``ship``
-stages look for an arm's adapter.
+stages look for an arm's adapter. Before training, :func:`reward_spread` (the ``spread``
+stage) measures how many groups would give GRPO a gradient at each rollout temperature
+(``spread.json`` there).
 
 >>> from pathlib import Path
 >>> grpo_rows_path(Experiment(Path("runs/r3"), parent=Path("runs/r2")), "gsr").as_posix()
@@ -21,13 +23,16 @@ stages look for an arm's adapter.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from training.real.arms import Experiment, write_rows
+from training.real.arms import Experiment, open_engines, write_rows
 
-__all__ = ["grpo_rows_path", "refine_grpo_rows", "train_refine_grpo"]
+__all__ = ["grpo_rows_path", "refine_grpo_rows", "reward_spread", "train_refine_grpo"]
 
 
 def grpo_rows_path(exp: Experiment, arm: str) -> Path:
@@ -83,3 +88,63 @@ def train_refine_grpo(
             exp.base_dir(), rows, [reward], exp.arm_dir(arm), settings, grpo, rollout,
             init_adapter=init,
         )  # fmt: skip
+
+
+def reward_spread(
+    exp: Experiment,
+    temperatures: Sequence[float],
+    *,
+    arm: str = "gsr",
+    generations: int = 8,
+    max_tokens: int = 128,
+    limit: int | None = None,
+    mixed_only: bool = True,
+    seed: int = 0,
+) -> dict[str, dict[str, float]]:
+    """What GRPO would see on the parent ``arm``'s refine step at each temperature: the
+    mean reward of ``generations`` refinements per group, and the share of groups whose
+    refinements are not all equally right (a group of equal rewards gives no gradient).
+    The first ``limit`` GRPO rows, sampled through gsr's step builder on the parent's
+    adapter (served as the ``eval`` stage serves it); written to ``spread.json`` in the
+    arm's training folder."""
+    from scaffolds.answers import is_correct
+    from scaffolds.engine import Engine, SamplingParams
+    from training.rollouts import RolloutSettings, rollout_group
+
+    if exp.parent is None:
+        raise ValueError("the spread stage samples an arm of the parent run: pass --parent")
+    rows = refine_grpo_rows(exp, arm, mixed_only=mixed_only, seed=seed)[:limit]
+    rollout = RolloutSettings(prompt_set=exp.prompts, num_candidates=exp.n)
+    gate = asyncio.Semaphore(exp.concurrency)
+
+    async def rewards(engine: Engine, row: dict[str, Any], temperature: float) -> list[bool]:
+        params = SamplingParams(temperature=temperature, max_tokens=max_tokens)
+        async with gate:
+            group = await rollout_group(
+                row, engine, n=generations, max_tokens=max_tokens, settings=rollout,
+                params=params,
+            )  # fmt: skip
+        return [is_correct(str(row["answer"]), c.text) for c in group.completions]
+
+    async def measure() -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        async with open_engines(exp.parent_run(), [arm], logs=exp.run) as engines:
+            for temperature in temperatures:
+                groups = await asyncio.gather(
+                    *(rewards(engines[arm], row, temperature) for row in rows)
+                )
+                right = sum(sum(g) for g in groups)
+                out[str(temperature)] = {
+                    "mean_reward": right / max(1, generations * len(groups)),
+                    "groups_with_spread": sum(0 < sum(g) < len(g) for g in groups)
+                    / max(1, len(groups)),
+                    "groups": len(groups),
+                    "generations": generations,
+                }
+                print(f"T={temperature}: {out[str(temperature)]}", flush=True)
+        return out
+
+    result = asyncio.run(measure())
+    exp.arm_dir(arm).mkdir(parents=True, exist_ok=True)
+    (exp.arm_dir(arm) / "spread.json").write_text(json.dumps(result, indent=1) + "\n")
+    return result
