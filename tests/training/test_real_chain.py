@@ -117,6 +117,18 @@ def test_data_train_eval_report_on_a_tiny_model(tmp_path: Path) -> None:
     single = report["models"]["base"]["single"]
     assert maj["completion_tokens_mean"] > single["completion_tokens_mean"] > 0
     assert (run / "accuracy_vs_tokens.png").stat().st_size > 0
+    # Where the refinement beats the vote and where it loses, by right candidates of 4:
+    # the groups hold every run, and their shares add up to refine@4 - maj@4.
+    for model in ("base", "gsr", "direct"):
+        groups = report["against_vote"][model]
+        assert sum(g["runs"] for g in groups) == 6 * 2
+        assert all(0 <= g["right"] <= 4 for g in groups)
+        gap = (
+            report["models"][model]["refine@4"]["summary"]["accuracy"]
+            - report["models"][model]["maj@4"]["summary"]["accuracy"]
+        )
+        assert sum(g["refine_minus_maj"] for g in groups) == pytest.approx(gap)
+    assert "| right candidates (of 4) |" in (run / "report.md").read_text()
     assert "| gsr | refine@4 |" in (run / "report.md").read_text()
 
     main(["eval", str(run), *COMMON, *evaluation])  # resumes: nothing left to run

@@ -26,7 +26,7 @@ from scaffolds.trace import StepFinished, StepStarted
 from training.collect import ProblemRow
 from training.real.arms import Experiment, open_engines
 
-__all__ = ["evaluate", "report", "run_row", "score_row"]
+__all__ = ["against_vote", "against_vote_markdown", "evaluate", "report", "run_row", "score_row"]
 
 
 def score_row(row: Mapping[str, Any], gold: str) -> dict[str, bool]:
@@ -42,6 +42,52 @@ def score_row(row: Mapping[str, Any], gold: str) -> dict[str, bool]:
         "maj": right(None if vote is None else candidates[vote]),
         "refine": right(row.get("refined")),
     }
+
+
+def against_vote(
+    rows: Sequence[Mapping[str, Any]], gold: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    """Where refine@n gains and loses against maj@n over the same candidates, by how many
+    of the n candidates are right: each count's share of the runs, the vote's and the
+    refinement's accuracy there, and what that count adds to refine@n - maj@n overall.
+
+    >>> rows = [{"id": "a", "candidates": ["4", "4", "3", "2"], "maj": True, "refine": False},
+    ...         {"id": "b", "candidates": ["1", "2", "2", "3"], "maj": False, "refine": True}]
+    >>> [(g["right"], g["maj"], g["refine"], g["refine_minus_maj"]) for g in
+    ...  against_vote(rows, {"a": "4", "b": "1"})]
+    [(1, 0.0, 1.0, 0.5), (2, 1.0, 0.0, -0.5)]
+    """
+    counts: dict[int, list[int]] = {}  # right candidates -> [runs, maj right, refine right]
+    for row in rows:
+        right = sum(c is not None and is_correct(gold[row["id"]], c) for c in row["candidates"])
+        entry = counts.setdefault(right, [0, 0, 0])
+        entry[0] += 1
+        entry[1] += bool(row["maj"])
+        entry[2] += bool(row["refine"])
+    total = len(rows)
+    groups = []
+    for right, (runs, maj, refine) in sorted(counts.items()):
+        groups.append(
+            {"right": right, "runs": runs, "share": runs / total, "maj": maj / runs,
+             "refine": refine / runs, "refine_minus_maj": (refine - maj) / total}
+        )  # fmt: skip
+    return groups
+
+
+def against_vote_markdown(by_model: Mapping[str, Sequence[Mapping[str, Any]]], n: int) -> str:
+    """``against_vote``'s groups of every model as one Markdown table."""
+    lines = [
+        f"| model | right candidates (of {n}) | share of runs | maj@{n} | refine@{n} "
+        f"| adds to refine@{n} - maj@{n} |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for model, groups in by_model.items():
+        lines += [
+            f"| {model} | {g['right']} | {g['share']:.3f} | {g['maj']:.3f} | {g['refine']:.3f} "
+            f"| {g['refine_minus_maj']:+.3f} |"
+            for g in groups
+        ]
+    return "\n".join(lines) + "\n"
 
 
 def run_row(problem: ProblemRow, result: Any) -> dict[str, Any]:
@@ -215,7 +261,13 @@ def report(
         pairs += [(f"{arm}/{c}", f"{model}/{c}") for c in (refine, maj, "single")]
     if ids:
         stats.add_pairs(results, pairs)
+        gold = {p.id: str(p.answer) for p in problems}
+        results["against_vote"] = {
+            m: against_vote([done[m, s][i] for s in seeds for i in ids], gold) for m in models
+        }
     table = stats.markdown(results) if ids else "no problem finished by every model and seed\n"
+    if ids:
+        table += "\n" + against_vote_markdown(results["against_vote"], n)
     (exp.run / "report.json").write_text(json.dumps(results) + "\n")
     (exp.run / "report.md").write_text(table)
     if ids:
