@@ -3,8 +3,9 @@
 Works against vLLM, SGLang and OpenAI itself. The n samples of one prompt travel in one
 request (``n``), so the server can share the prompt's prefix cache across them. Failed
 connections and the statuses 408, 429 and 5xx are retried with jittered exponential
-backoff (honouring ``Retry-After``); other 4xx are never retried. Errors surface as the
-``Engine*Error`` classes of :mod:`scaffolds.errors`, never as httpx exceptions.
+backoff (honouring ``Retry-After``); other 4xx are never retried
+(:mod:`~scaffolds.engines.openai_retry`). Errors surface as the ``Engine*Error`` classes
+of :mod:`scaffolds.errors`, never as httpx exceptions.
 
 >>> engine = OpenAIEngine("http://localhost:8000/v1/", "Qwen/Qwen3-8B")
 >>> engine.base_url, engine.model
@@ -22,19 +23,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
-import logging
 from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 from typing import Any, Self
 
 import httpx
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_random_exponential,
-)
 
 from scaffolds.engine import (
     GenerateRequest,
@@ -50,42 +43,12 @@ from scaffolds.engines.greedy import greedy_samples, one_by_one
 from scaffolds.engines.http_transport import AiohttpTransport, FastResponse, aiohttp_available
 from scaffolds.engines.openai_context import ContextWindow
 from scaffolds.engines.openai_parse import Choice, ResponseParser, parse_retry_after, retry_status
+from scaffolds.engines.openai_retry import RetryableStatus, RetryPolicy
 from scaffolds.engines.prompt_lists import split_result
-from scaffolds.errors import (
-    EngineError,
-    EngineRejectedError,
-    EngineTimeoutError,
-    EngineUnavailableError,
-)
+from scaffolds.errors import EngineRejectedError, EngineTimeoutError, EngineUnavailableError
 from scaffolds.fanout import gather
 
 __all__ = ["Dialect", "OpenAIEngine"]
-
-logger = logging.getLogger(__name__)
-
-# Failures that happen before the server has answered: the request did no work, or its
-# answer was lost before any byte of it reached us, so sending it again is safe.
-_RETRY_TRANSPORT = (
-    httpx.ConnectError,
-    httpx.ConnectTimeout,
-    httpx.RemoteProtocolError,
-    httpx.ReadError,
-    httpx.WriteError,
-)
-
-
-class _RetryableStatus(Exception):
-    """An attempt got a status worth retrying (internal; never escapes the engine)."""
-
-    def __init__(self, status: int, message: str, retry_after: float | None) -> None:
-        super().__init__(f"HTTP {status}: {message}")
-        self.status = status
-        self.message = message
-        self.retry_after = retry_after
-
-
-def _is_retryable(exc: BaseException) -> bool:
-    return isinstance(exc, (_RetryableStatus, *_RETRY_TRANSPORT))
 
 
 POOL_SHARDS = 8
@@ -134,8 +97,6 @@ class OpenAIEngine:
         max_model_len: int | None = None,
         transport: str = "auto",
     ) -> None:
-        if max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0 (got {max_retries})")
         if pool_shards < 1:
             raise ValueError(f"pool_shards must be >= 1 (got {pool_shards})")
         self.pool_shards = pool_shards
@@ -144,9 +105,6 @@ class OpenAIEngine:
         self.parser = ResponseParser(self.base_url)
         self.model = model
         self.dialect: Dialect = get_dialect(dialect)
-        self.max_retries = max_retries
-        self.backoff_base = backoff_base
-        self.backoff_max = backoff_max
         self.read_timeout = read_timeout
         self._api_key = api_key
         self.connect_timeout = connect_timeout
@@ -154,7 +112,9 @@ class OpenAIEngine:
         self._client = client
         self._pool: list[httpx.AsyncClient] = []
         self._turn = itertools.count()
-        self._backoff = wait_random_exponential(multiplier=backoff_base, max=backoff_max)
+        self._retry = RetryPolicy(
+            self.base_url, max_retries, backoff_base, backoff_max, read_timeout
+        )  # raises on a negative max_retries
         self._aborts: set[asyncio.Task[None]] = set()
         self._context = ContextWindow(self, max_model_len)
         # Calls go over aiohttp when it is installed ("auto") and no client was passed in.
@@ -164,6 +124,11 @@ class OpenAIEngine:
             if fast and client is None
             else None
         )
+
+    @property
+    def max_retries(self) -> int:
+        """Retries after the first attempt (see ``RetryPolicy``)."""
+        return self._retry.max_retries
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -316,7 +281,7 @@ class OpenAIEngine:
                 prompt_ids = self.parser.prompt_ids(chunk) or prompt_ids
             finished = True
         except httpx.HTTPError as exc:
-            raise self._map_error(exc, attempts=1, started=True) from exc
+            raise self._retry.error(exc, attempts=1, started=True) from exc
         finally:
             await response.aclose()
             if not finished:  # closed early, cancelled or failed mid-stream
@@ -412,7 +377,7 @@ class OpenAIEngine:
         try:
             raw = await response.aread()
         except httpx.HTTPError as exc:
-            raise self._map_error(exc, attempts=1, started=True) from exc
+            raise self._retry.error(exc, attempts=1, started=True) from exc
         finally:
             await response.aclose()
         return self.parser.decode(raw)
@@ -420,37 +385,9 @@ class OpenAIEngine:
     async def _open(
         self, method: str, path: str, body: dict[str, Any] | None
     ) -> httpx.Response | FastResponse:
-        """Send a request, retrying as configured; return the (unread) 2xx response.
-
-        The first attempt runs outside tenacity (whose machinery costs as much CPU as a
-        fast engine call); a retryable failure then enters the retry loop as its first
-        attempt, so waits, logs and the attempt count are the same."""
+        """Send a request, retrying as configured; return the (unread) 2xx response."""
         url = self.base_url + path
-        try:
-            return await self._attempt(method, url, body)
-        except (_RetryableStatus, httpx.HTTPError) as exc:
-            if not _is_retryable(exc):
-                raise self._map_error(exc, attempts=1, started=False) from exc
-            first: BaseException | None = exc
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.max_retries + 1),
-            wait=self._wait,
-            retry=retry_if_exception(_is_retryable),
-            before_sleep=self._log_retry,
-            reraise=True,
-        )
-        attempts = 0
-        try:
-            async for attempt in retrying:
-                with attempt:
-                    attempts += 1
-                    if first is not None:
-                        failed, first = first, None
-                        raise failed
-                    return await self._attempt(method, url, body)
-        except (_RetryableStatus, httpx.HTTPError) as exc:
-            raise self._map_error(exc, attempts=attempts, started=False) from exc
-        raise AssertionError("unreachable: tenacity either returns or raises")
+        return await self._retry.run(lambda: self._attempt(method, url, body))
 
     async def _attempt(
         self, method: str, url: str, body: dict[str, Any] | None
@@ -476,46 +413,8 @@ class OpenAIEngine:
         message = error_message(raw)
         if retry_status(status):
             retry_after = parse_retry_after(response.headers.get("retry-after"))
-            raise _RetryableStatus(status, message, retry_after)
+            raise RetryableStatus(status, message, retry_after)
         raise EngineRejectedError(
             f"engine {self.base_url} rejected the request (HTTP {status}): {message}",
             status=status,
         )
-
-    def _wait(self, state: RetryCallState) -> float:
-        """Jittered exponential backoff, or the server's ``Retry-After`` (capped)."""
-        exc = _failure(state)
-        if isinstance(exc, _RetryableStatus) and exc.retry_after is not None:
-            return min(exc.retry_after, self.backoff_max)
-        return float(self._backoff(state))
-
-    def _log_retry(self, state: RetryCallState) -> None:
-        sleep = state.next_action.sleep if state.next_action is not None else 0.0
-        msg = "engine %s: attempt %d failed (%r); retrying in %.2fs"
-        logger.warning(msg, self.base_url, state.attempt_number, _failure(state), sleep)
-
-    def _map_error(self, exc: BaseException, *, attempts: int, started: bool) -> EngineError:
-        url = self.base_url
-        tries = f"after {attempts} attempt{'s' if attempts != 1 else ''}"
-        if isinstance(exc, _RetryableStatus):
-            return EngineUnavailableError(
-                f"engine {url} answered HTTP {exc.status} {tries}: {exc.message}",
-                status=exc.status,
-            )
-        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
-            return EngineUnavailableError(f"could not connect to engine {url} {tries} ({detail})")
-        if isinstance(exc, httpx.TimeoutException):
-            return EngineTimeoutError(
-                f"engine {url} did not answer within the timeout "
-                f"(read_timeout={self.read_timeout}s; {detail})"
-            )
-        if isinstance(exc, httpx.TransportError):
-            when = "while streaming its response" if started else tries
-            return EngineUnavailableError(f"lost the connection to engine {url} {when} ({detail})")
-        return EngineError(f"request to engine {url} failed ({detail})")
-
-
-def _failure(state: RetryCallState) -> BaseException | None:
-    outcome = state.outcome
-    return outcome.exception() if outcome is not None and outcome.failed else None

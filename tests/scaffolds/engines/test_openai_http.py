@@ -22,7 +22,7 @@ from scaffolds.engine import (
     StreamItem,
     chat,
 )
-from scaffolds.engines import openai_http
+from scaffolds.engines import openai_http, openai_retry
 from scaffolds.engines.http_transport import aiohttp_available
 from scaffolds.engines.openai_http import OpenAIEngine
 from scaffolds.engines.openai_parse import parse_retry_after as _parse_retry_after
@@ -245,7 +245,7 @@ async def test_each_attempt_is_counted_and_each_retry_logged(
     fake.config.fail_next(503, times=10)
     async with make_engine(fake, max_retries=retries) as engine:
         with (
-            caplog.at_level("WARNING", logger=openai_http.logger.name),
+            caplog.at_level("WARNING", logger=openai_retry.logger.name),
             pytest.raises(EngineUnavailableError) as info,
         ):
             await engine.generate(GenerateRequest("p"))
