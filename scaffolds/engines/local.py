@@ -74,22 +74,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import threading
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from scaffolds.engine import (
-    Completion,
     GenerateRequest,
     GenerateResult,
-    Prompt,
     StreamItem,
     Usage,
     stream_from_generate,
+)
+from scaffolds.engines.local_generate import (
+    Cancelled,
+    Sample,
+    completion_of,
+    device_of,
+    encode_prompt,
+    generate_rows,
+    module,
 )
 from scaffolds.errors import EngineError, InvalidRequestError, PonderError
 
@@ -99,113 +104,6 @@ LogprobMode = Literal["raw", "sampling"]
 
 _DEFAULT_MAX_TOKENS = 512
 """``max_tokens`` when a request leaves it unset (capped by the model's context)."""
-_SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "typical_p")
-"""Sampler settings dropped from ``generation_kwargs`` for greedy calls."""
-
-
-def _module(name: str) -> Any:
-    """Import an optional heavy dependency lazily (typed ``Any``: no stubs needed)."""
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise EngineError(
-            f"LocalEngine needs {name!r}: pip install torch transformers", code="engine_error"
-        ) from exc
-
-
-def encode_prompt(
-    tokenizer: Any,
-    prompt: Prompt,
-    chat_template_kwargs: Mapping[str, Any] | None = None,
-    *,
-    add_special_tokens: bool = False,
-    continue_final: bool = False,
-) -> list[int]:
-    """Token ids of an engine prompt.
-
-    Messages go through the tokenizer's chat template with the generation prompt (the
-    template supplies any special tokens), or, with ``continue_final``, ending inside
-    the last message (``continue_final_message``); text is encoded as it is, with the
-    tokenizer's special tokens (e.g. BOS) only if ``add_special_tokens``.
-    """
-    if isinstance(prompt, str):
-        ids = tokenizer(prompt, add_special_tokens=add_special_tokens)["input_ids"]
-        return [int(i) for i in ids]
-    if not getattr(tokenizer, "chat_template", None):
-        raise InvalidRequestError(
-            "the model's tokenizer has no chat template; send a plain prompt", param="messages"
-        )
-    options = {"continue_final_message": True} if continue_final else {}
-    encoded = tokenizer.apply_chat_template(
-        [m.to_openai() for m in prompt],
-        add_generation_prompt=not continue_final,
-        tokenize=True,
-        **options,
-        **dict(chat_template_kwargs or {}),
-    )
-    if isinstance(encoded, Mapping) or hasattr(encoded, "input_ids"):
-        encoded = encoded["input_ids"]
-    return [int(i) for i in encoded]
-
-
-class _Cancelled(Exception):
-    """Raised on the worker when a call's cancel flag stopped it."""
-
-
-@dataclass
-class _Sample:
-    token_ids: list[int]
-    logprobs: list[float] | None
-    finished: bool
-    top: list[list[float]] | None = None
-    """Per position, the top ``top_logprobs`` logprobs, best first (when asked)."""
-    """Ended by the end-of-sequence token or a stop string (else by max_tokens)."""
-
-
-class _Watcher:
-    """A stopping criterion: per row, stop at EOS or a stop string; all rows on cancel.
-
-    It records how many tokens each row had produced when it finished, because
-    ``generate`` pads finished rows (and the pad may equal EOS).
-    """
-
-    def __init__(
-        self,
-        tokenizer: Any,
-        prompt_len: int,
-        rows: int,
-        eos_ids: frozenset[int],
-        stop: Sequence[str],
-        cancel: threading.Event,
-    ) -> None:
-        self.tokenizer = tokenizer
-        self.prompt_len = prompt_len
-        self.eos_ids = eos_ids
-        self.stop = tuple(s for s in stop if s)
-        # Only the tail is decoded each step: enough tokens to span the longest stop.
-        self.window = max((len(s) for s in self.stop), default=0) + 8
-        self.cancel = cancel
-        self.finished_at: list[int | None] = [None] * rows
-
-    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-        torch = _module("torch")
-        rows = input_ids.shape[0]
-        generated = input_ids.shape[1] - self.prompt_len
-        if self.cancel.is_set():
-            return torch.ones(rows, dtype=torch.bool, device=input_ids.device)
-        last = input_ids[:, -1].tolist()
-        for row in range(rows):
-            if self.finished_at[row] is not None:
-                continue
-            if last[row] in self.eos_ids:
-                self.finished_at[row] = generated
-            elif self.stop:
-                start = max(self.prompt_len, input_ids.shape[1] - self.window)
-                tail = self.tokenizer.decode(input_ids[row, start:], skip_special_tokens=True)
-                if any(s in tail for s in self.stop):
-                    self.finished_at[row] = generated
-        done = [at is not None for at in self.finished_at]
-        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
 
 class LocalEngine:
@@ -268,7 +166,7 @@ class LocalEngine:
         call, and :meth:`aclose` only drops the engine's references."""
         engine = cls.__new__(cls)
         engine.model_dir = None
-        engine.device = str(_device_of(model))
+        engine.device = str(device_of(model))
         engine._configure(
             threads,
             max_batch,
@@ -338,7 +236,7 @@ class LocalEngine:
                 # aclose() dropped the queued call; the caller did not cancel anything.
                 raise EngineError("LocalEngine was closed before the call ran") from None
             raise
-        except _Cancelled:
+        except Cancelled:
             raise EngineError("LocalEngine was closed during the call") from None
         except PonderError:
             raise
@@ -384,7 +282,7 @@ class LocalEngine:
     # -- on the worker thread --------------------------------------------------------
     def _ensure_loaded(self) -> None:
         if self.threads is not None and not self._threads_set:
-            _module("torch").set_num_threads(self.threads)
+            module("torch").set_num_threads(self.threads)
             self._threads_set = True
         if self._model is not None:
             return
@@ -392,7 +290,7 @@ class LocalEngine:
             raise EngineError("LocalEngine is closed")
         if self._load_error is not None:
             raise EngineError(f"cannot load {self.model_dir}: {self._load_error}")
-        transformers = _module("transformers")
+        transformers = module("transformers")
         try:
             tokenizer = transformers.AutoTokenizer.from_pretrained(str(self.model_dir))
             model = transformers.AutoModelForCausalLM.from_pretrained(str(self.model_dir))
@@ -406,10 +304,10 @@ class LocalEngine:
 
     def _run(self, request: GenerateRequest, cancel: threading.Event) -> GenerateResult:
         if cancel.is_set():  # cancelled while it waited in the queue
-            raise _Cancelled()
+            raise Cancelled()
         self.calls_started += 1
         self._ensure_loaded()
-        torch = _module("torch")
+        torch = module("torch")
         params, model = request.params, self._model
         prompt_ids = encode_prompt(
             self._tokenizer,
@@ -437,11 +335,11 @@ class LocalEngine:
                     f"the model's context ({context})",
                     param="max_tokens",
                 )
-        samples: list[_Sample] = []
+        samples: list[Sample] = []
         was_training = bool(model.training)
         with contextlib.ExitStack() as scope:
             if params.seed is not None:  # seed a fork: the global RNG is left as it was
-                device = _device_of(model)
+                device = device_of(model)
                 on_cpu = device.type == "cpu"
                 scope.enter_context(
                     torch.random.fork_rng(
@@ -461,8 +359,10 @@ class LocalEngine:
                     samples += self._generate(request, prompt_ids, rows, max_tokens, cancel)
                     remaining -= rows
         if cancel.is_set():
-            raise _Cancelled()
-        completions = tuple(self._completion(s, params.stop, params.logprobs) for s in samples)
+            raise Cancelled()
+        completions = tuple(
+            completion_of(self._tokenizer, s, params.stop, params.logprobs) for s in samples
+        )
         usage = Usage(
             prompt_tokens=len(prompt_ids),
             completion_tokens=sum(c.completion_tokens for c in completions),
@@ -487,101 +387,12 @@ class LocalEngine:
         rows: int,
         max_tokens: int,
         cancel: threading.Event,
-    ) -> list[_Sample]:
-        torch = _module("torch")
-        transformers = _module("transformers")
-        params, extra = request.params, request.params.extra
-        model, tokenizer = self._model, self._tokenizer
-        eos_ids = self._eos_ids(bool(extra.get("ignore_eos")))
-        pad = tokenizer.pad_token_id
-        if pad is None:
-            pad = min(eos_ids) if eos_ids else 0
-        watcher = _Watcher(tokenizer, len(prompt_ids), rows, eos_ids, params.stop, cancel)
-        raw = self.logprobs == "raw"
-        top_n = params.top_logprobs or 0
-        wants = params.logprobs or top_n > 0
-        kwargs: dict[str, Any] = dict(self.generation_kwargs)
-        kwargs.update(
-            max_new_tokens=max_tokens,
-            num_return_sequences=rows,
-            pad_token_id=pad,
-            eos_token_id=sorted(eos_ids) if eos_ids else None,
-            stopping_criteria=transformers.StoppingCriteriaList([watcher]),
-            return_dict_in_generate=True,
-            output_logits=wants and raw,
-            output_scores=wants and not raw,
-        )
-        if extra.get("min_tokens"):
-            kwargs["min_new_tokens"] = int(extra["min_tokens"])
-        if params.temperature == 0.0:
-            for key in _SAMPLING_KEYS:
-                kwargs.pop(key, None)
-            kwargs["do_sample"] = False
-        else:
-            top_p = params.top_p if params.top_p is not None else kwargs.get("top_p")
-            top_k = extra["top_k"] if extra.get("top_k") is not None else kwargs.get("top_k")
-            kwargs.update(
-                do_sample=True,
-                temperature=1.0 if params.temperature is None else params.temperature,
-                top_p=1.0 if top_p is None else float(top_p),
-                top_k=int(top_k or 0),
-            )
-        input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=_device_of(model))
-        with torch.no_grad():
-            output = model.generate(
-                input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **kwargs
-            )
-        generated = output.sequences[:, len(prompt_ids) :]
-        steps = generated.shape[1]
-        self.generated_tokens += sum(
-            steps if at is None else at for at in watcher.finished_at[:rows]
-        )
-        per_step = (output.logits if raw else output.scores) if wants else None
-        logprobs: Any = None
-        tops: Any = None
-        if per_step:
-            normed = [torch.log_softmax(step.float(), dim=-1) for step in per_step]
-            picked = [
-                lp.gather(1, generated[:, i : i + 1]).squeeze(1) for i, lp in enumerate(normed)
-            ]
-            logprobs = torch.stack(picked, dim=1).tolist()
-            if top_n:
-                best = [lp.topk(min(top_n, lp.shape[-1]), dim=-1).values for lp in normed]
-                tops = torch.stack(best, dim=1).tolist()  # rows x steps x k
-        samples = []
-        for row in range(rows):
-            at = watcher.finished_at[row]
-            length = steps if at is None else at
-            ids = generated[row, :length].tolist()
-            samples.append(
-                _Sample(
-                    ids,
-                    None if logprobs is None else logprobs[row][:length],
-                    at is not None,
-                    None if tops is None else tops[row][:length],
-                )
-            )
+    ) -> list[Sample]:
+        eos_ids = self._eos_ids(bool(request.params.extra.get("ignore_eos")))
+        samples, spent = generate_rows(
+            self._model, self._tokenizer, request, prompt_ids, rows, max_tokens, cancel,
+            eos_ids=eos_ids, generation_kwargs=self.generation_kwargs,
+            raw_logprobs=self.logprobs == "raw",
+        )  # fmt: skip
+        self.generated_tokens += spent
         return samples
-
-    def _completion(self, sample: _Sample, stop: Sequence[str], logprobs: bool) -> Completion:
-        text = self._tokenizer.decode(sample.token_ids, skip_special_tokens=True)
-        finished = sample.finished
-        cuts = [index for s in stop if s and (index := text.find(s)) >= 0]
-        if cuts:
-            text, finished = text[: min(cuts)], True
-        return Completion(
-            text=text,
-            finish_reason="stop" if finished else "length",
-            completion_tokens=len(sample.token_ids),
-            token_ids=tuple(sample.token_ids) if logprobs else None,
-            logprobs=tuple(sample.logprobs) if logprobs and sample.logprobs is not None else None,
-            top_logprobs=None if sample.top is None else tuple(tuple(t) for t in sample.top),
-        )
-
-
-def _device_of(model: Any) -> Any:
-    """The torch device of ``model``'s first parameter (``model.device`` without any)."""
-    try:
-        return next(model.parameters()).device
-    except (AttributeError, StopIteration):
-        return model.device
