@@ -141,8 +141,10 @@ def test_data_train_eval_report_on_a_tiny_model(tmp_path: Path) -> None:
     assert len(rows) == 6 and all(len(r["candidates"]) == 4 for r in rows)
     assert all(r["refine_tokens"] > 0 and r["prompt_tokens"]["refine"] > 0 for r in rows)
     report_rsa = json.loads((run / "report-rsa.json").read_text())
-    assert set(report_rsa["models"]["gsr"]) == {"single", "maj@4", "rsa@4"}
-    assert "gsr/rsa@4 - gsr/maj@4" in report_rsa["paired"]
+    # refine@4 joins from the gsr rows of the same problems and seeds, for the pair
+    assert set(report_rsa["models"]["gsr"]) == {"single", "maj@4", "rsa@4", "refine@4"}
+    assert report_rsa["models"]["gsr"]["refine@4"] == report["models"]["gsr"]["refine@4"]
+    assert {"gsr/rsa@4 - gsr/maj@4", "gsr/rsa@4 - gsr/refine@4"} <= set(report_rsa["paired"])
     assert json.loads((run / "report.json").read_text()) == report
     assert (run / "accuracy_vs_tokens-rsa.png").stat().st_size > 0
 

