@@ -165,7 +165,6 @@ def generate_rows(
     if pad is None:
         pad = min(eos_ids) if eos_ids else 0
     watcher = StopWatcher(tokenizer, len(prompt_ids), rows, eos_ids, params.stop, cancel)
-    raw = raw_logprobs
     top_n = params.top_logprobs or 0
     wants = params.logprobs or top_n > 0
     kwargs: dict[str, Any] = dict(generation_kwargs)
@@ -176,8 +175,8 @@ def generate_rows(
         eos_token_id=sorted(eos_ids) if eos_ids else None,
         stopping_criteria=transformers.StoppingCriteriaList([watcher]),
         return_dict_in_generate=True,
-        output_logits=wants and raw,
-        output_scores=wants and not raw,
+        output_logits=wants and raw_logprobs,
+        output_scores=wants and not raw_logprobs,
     )
     if extra.get("min_tokens"):
         kwargs["min_new_tokens"] = int(extra["min_tokens"])
@@ -202,7 +201,7 @@ def generate_rows(
     generated = output.sequences[:, len(prompt_ids) :]
     steps = generated.shape[1]
     spent = sum(steps if at is None else at for at in watcher.finished_at[:rows])
-    per_step = (output.logits if raw else output.scores) if wants else None
+    per_step = (output.logits if raw_logprobs else output.scores) if wants else None
     logprobs: Any = None
     tops: Any = None
     if per_step:

@@ -33,18 +33,18 @@ from training.real.arms import Experiment, open_engines
 __all__ = ["against_vote", "against_vote_markdown", "evaluate", "report", "run_row", "score_row"]
 
 
+def _right(answer: str | None, gold: str) -> bool:
+    return answer is not None and is_correct(gold, answer)
+
+
 def score_row(row: Mapping[str, Any], gold: str) -> dict[str, bool]:
     """single / maj / refine correctness of one run's answers."""
     candidates = list(row["candidates"])
-
-    def right(answer: str | None) -> bool:
-        return answer is not None and is_correct(gold, answer)
-
     vote = majority_vote(candidates)
     return {
-        "single": right(candidates[0] if candidates else None),
-        "maj": right(None if vote is None else candidates[vote]),
-        "refine": right(row.get("refined")),
+        "single": _right(candidates[0] if candidates else None, gold),
+        "maj": _right(None if vote is None else candidates[vote], gold),
+        "refine": _right(row.get("refined"), gold),
     }
 
 
@@ -63,7 +63,7 @@ def against_vote(
     """
     counts: dict[int, list[int]] = {}  # right candidates -> [runs, maj right, refine right]
     for row in rows:
-        right = sum(c is not None and is_correct(gold[row["id"]], c) for c in row["candidates"])
+        right = sum(_right(c, gold[row["id"]]) for c in row["candidates"])
         entry = counts.setdefault(right, [0, 0, 0])
         entry[0] += 1
         entry[1] += bool(row["maj"])
@@ -79,11 +79,10 @@ def against_vote(
 
 
 def against_vote_markdown(
-    by_model: Mapping[str, Sequence[Mapping[str, Any]]], n: int, final: str = ""
+    by_model: Mapping[str, Sequence[Mapping[str, Any]]], n: int, final: str
 ) -> str:
     """``against_vote``'s groups of every model as one Markdown table; ``final``: the
-    scaffold's answer's label (``refine@n``)."""
-    final = final or f"refine@{n}"
+    scaffold's answer's label (``refine@n``, ``rsa@n``)."""
     lines = [
         f"| model | right candidates (of {n}) | share of runs | maj@{n} | {final} "
         f"| adds to {final} - maj@{n} |",
