@@ -232,7 +232,9 @@ def sft(
         progress=progress,
     )
     if prompt_set is None:
-        prompt_set = _prompt_set_of(data, rows)
+        from training.runs import prompt_set_of
+
+        prompt_set = prompt_set_of(data, rows)
     final = run_sft(
         model,
         rows,
@@ -244,19 +246,6 @@ def sft(
         resume=resume,
     )
     out.print(f"saved {final}")
-
-
-def _prompt_set_of(data: Path, rows: list[dict[str, Any]]) -> str | None:
-    """The prompt set the rows were made with: from the rows, else from the run directory
-    that holds them (``RUN/data/sft.jsonl`` -> ``RUN/run.json``)."""
-    sets = {r.get("prompt_set") for r in rows if r.get("prompt_set")}
-    if len(sets) == 1:
-        return str(sets.pop())
-    config = data.resolve().parent.parent / "run.json"
-    if data.resolve().parent.name == "data" and config.exists():
-        found = json.loads(config.read_text(encoding="utf-8")).get("data", {}).get("prompt_set")
-        return None if found is None else str(found)
-    return None
 
 
 @train_app.command()
@@ -300,6 +289,7 @@ def grpo(
     """GRPO where each group samples one scaffold step (its MIX mode) from a shared context."""
     from training.collect import load_problems
     from training.grpo import GRPOSettings, grpo_rows, parse_mix, run_grpo
+    from training.rewards import reward_functions
     from training.rollouts import RolloutSettings
     from training.runs import RunDir, read_rows
 
@@ -315,7 +305,9 @@ def grpo(
             ]
             rows = grpo_rows(problems, parse_mix(mix), seed=seed, chat=chat)
             run.write_rows("grpo_rows", rows)
-        funcs = _rewards(reward or ["correctness"], judge_url, judge_model, judge_api_key, rubric)
+        funcs = reward_functions(
+            reward or ["correctness"], judge_url, judge_model, judge_api_key, rubric
+        )
     except (OSError, ValueError) as exc:
         raise _fail(str(exc)) from None
     settings = _settings(
@@ -354,38 +346,6 @@ def grpo(
             if callable(close):
                 close()
     out.print(f"saved {final}")
-
-
-def _rewards(
-    names: list[str],
-    judge_url: str | None,
-    judge_model: str | None,
-    judge_api_key: str | None,
-    rubric: Path | None,
-) -> list[Any]:
-    from training.rewards import (
-        DEFAULT_RUBRIC,
-        CorrectnessReward,
-        RubricReward,
-        boxed_reward,
-        openai_judge,
-    )
-
-    funcs: list[Any] = []
-    for name in names:
-        if name == "correctness":
-            funcs.append(CorrectnessReward())
-        elif name == "boxed":
-            funcs.append(boxed_reward)
-        elif name == "rubric":
-            if not judge_url or not judge_model:
-                raise ValueError("--reward rubric needs --judge-url and --judge-model")
-            text = rubric.read_text(encoding="utf-8") if rubric else DEFAULT_RUBRIC
-            judge = openai_judge(judge_url, judge_model, api_key=judge_api_key)
-            funcs.append(RubricReward(judge, rubric=text))
-        else:
-            raise ValueError(f"unknown reward {name!r} (known: correctness, boxed, rubric)")
-    return funcs
 
 
 @train_app.command("verl")

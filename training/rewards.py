@@ -31,6 +31,7 @@ import inspect
 import re
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from scaffolds.answer_pool import AnswerChecker
@@ -45,6 +46,7 @@ __all__ = [
     "completion_text",
     "openai_judge",
     "parse_score",
+    "reward_functions",
     "run_sync",
 ]
 
@@ -291,3 +293,35 @@ def openai_judge(
             return str((choices[0].get("message") or {}).get("content") or "")
 
     return judge
+
+
+def reward_functions(
+    names: Sequence[str],
+    judge_url: str | None = None,
+    judge_model: str | None = None,
+    judge_api_key: str | None = None,
+    rubric: Path | None = None,
+) -> list[Any]:
+    """The reward functions named on ``ponder train grpo --reward`` (``ValueError`` if unknown).
+
+    >>> [type(f).__name__ for f in reward_functions(["correctness", "boxed"])]
+    ['CorrectnessReward', 'function']
+    """
+    funcs: list[Any] = []
+    for name in names:
+        if name == "correctness":
+            funcs.append(CorrectnessReward())
+        elif name == "boxed":
+            funcs.append(boxed_reward)
+        elif name == "rubric":
+            if not judge_url or not judge_model:
+                raise ValueError("--reward rubric needs --judge-url and --judge-model")
+            text = rubric.read_text(encoding="utf-8") if rubric else DEFAULT_RUBRIC
+            funcs.append(
+                RubricReward(
+                    openai_judge(judge_url, judge_model, api_key=judge_api_key), rubric=text
+                )
+            )
+        else:
+            raise ValueError(f"unknown reward {name!r} (known: correctness, boxed, rubric)")
+    return funcs

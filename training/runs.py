@@ -33,7 +33,14 @@ from typing import Any
 
 from training.traces import TraceRecord, read_records
 
-__all__ = ["RunConflictError", "RunDir", "last_checkpoint", "progress_bar"]
+__all__ = [
+    "RunConflictError",
+    "RunDir",
+    "last_checkpoint",
+    "progress_bar",
+    "prompt_set_of",
+    "read_rows",
+]
 
 
 class RunConflictError(ValueError):
@@ -132,6 +139,23 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a JSONL file (blank lines skipped)."""
     with Path(path).open(encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]
+
+
+def prompt_set_of(data: Path, rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """The prompt set ``rows`` were made with: from the rows, else from the run directory
+    that holds them (``RUN/data/sft.jsonl`` -> ``RUN/run.json``); ``None`` if neither says.
+
+    >>> prompt_set_of(Path("x.jsonl"), [{"prompt_set": "compact"}, {}])
+    'compact'
+    """
+    sets = {r.get("prompt_set") for r in rows if r.get("prompt_set")}
+    if len(sets) == 1:
+        return str(sets.pop())
+    config = data.resolve().parent.parent / "run.json"
+    if data.resolve().parent.name == "data" and config.exists():
+        found = json.loads(config.read_text(encoding="utf-8")).get("data", {}).get("prompt_set")
+        return None if found is None else str(found)
+    return None
 
 
 @contextmanager

@@ -30,7 +30,9 @@ from training.demo.rc_train import direct_row, oracle_engine, oracle_reply, rc_r
 COMPACT = get_prompt_set("compact")
 
 
-@pytest.mark.parametrize("name", ["listsum_task", "rc_train", "rc_experiments", "batched_engine"])
+@pytest.mark.parametrize(
+    "name", ["listsum_task", "rc_train", "rc_experiments", "rc_report", "batched_engine"]
+)
 def test_module_doctests(name: str) -> None:
     pytest.importorskip("transformers")
     module = importlib.import_module(f"training.demo.{name}")
@@ -254,7 +256,8 @@ def test_step_accuracy_scores_every_step_of_the_oracle_trajectory(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     pytest.importorskip("matplotlib")
-    from training.demo.rc_experiments import plot_steps, step_accuracy, step_table
+    from training.demo.rc_experiments import step_accuracy
+    from training.demo.rc_report import plot_steps, step_table
 
     out = asyncio.run(step_accuracy(tiny_model_dir, [5], 4))
     kinds = out["L=5"]
