@@ -147,15 +147,22 @@ def prompt_set_of(data: Path, rows: Sequence[Mapping[str, Any]]) -> str | None:
 
     >>> prompt_set_of(Path("x.jsonl"), [{"prompt_set": "compact"}, {}])
     'compact'
+    >>> import tempfile
+    >>> run = RunDir(tempfile.mkdtemp())
+    >>> run.agree("data", {"prompt_set": "compact"})
+    >>> prompt_set_of(run.data_dir / "sft.jsonl", [{}])
+    'compact'
+    >>> prompt_set_of(run.path / "sft.jsonl", [{}]) is None
+    True
     """
     sets = {r.get("prompt_set") for r in rows if r.get("prompt_set")}
     if len(sets) == 1:
         return str(sets.pop())
-    config = data.resolve().parent.parent / "run.json"
-    if data.resolve().parent.name == "data" and config.exists():
-        found = json.loads(config.read_text(encoding="utf-8")).get("data", {}).get("prompt_set")
-        return None if found is None else str(found)
-    return None
+    folder = data.resolve().parent
+    if folder.name != "data":
+        return None
+    found = RunDir(folder.parent).config().get("data", {}).get("prompt_set")
+    return None if found is None else str(found)
 
 
 @contextmanager

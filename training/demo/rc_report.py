@@ -40,7 +40,8 @@ def field_table(steps: dict[str, dict[str, dict[str, list[int]]]]) -> str:
 
 
 def step_table(steps: dict[str, dict[str, dict[str, list[int]]]]) -> str:
-    """Per-step greedy accuracy (with its 95% CI) from :func:`step_accuracy` results."""
+    """Per-step greedy accuracy (with its 95% CI) from
+    :func:`training.demo.rc_experiments.step_accuracy` results."""
     lines = [
         "| model | length | start chunk | continue chunk | summary |",
         "|---|---:|---|---|---|",
