@@ -31,7 +31,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from scaffolds.processes import owned_process
+from scaffolds.processes.children import owned_process
 
 ROOT = Path(__file__).resolve().parent.parent
 VENVS = ROOT / ".cache" / "bench-venvs"

@@ -29,9 +29,9 @@ from benchmarks.harness import ROOT, source_at
 
 PIECES = r"""
 import asyncio, json, time
-from scaffolds.engine import batch_engine
+from scaffolds.engines.protocol import batch_engine
 from scaffolds.engines.openai_http import OpenAIEngine
-from server.disconnect import until_disconnect
+from server.http.disconnect import until_disconnect
 
 def per_call(fn, n):
     fn(); start = time.process_time()

@@ -28,7 +28,8 @@ from pathlib import Path
 import httpx
 
 from scaffolds import solve
-from scaffolds.engine import (
+from scaffolds.engines.openai_http import OpenAIEngine
+from scaffolds.engines.protocol import (
     GenerateRequest,
     GenerateResult,
     SamplingParams,
@@ -36,9 +37,8 @@ from scaffolds.engine import (
     Usage,
     stream_from_generate,
 )
-from scaffolds.engines.openai_http import OpenAIEngine
 from scaffolds.prompts import PromptSet, Template
-from scaffolds.spec import get_prompt_set
+from scaffolds.spec.build import get_prompt_set
 
 SCAFFOLDS = ("majority(k=4)", "gsr(n=4)", "rc(steps=3, reasoning_tokens=16, summary_tokens=16)")
 HEADER = "### Problem\n$problem\n\n"

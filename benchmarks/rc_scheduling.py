@@ -21,8 +21,10 @@ import time
 import zlib
 from collections.abc import AsyncIterator
 
-from scaffolds.context import Context, Problem
-from scaffolds.engine import (
+from scaffolds.core.context import Context, Problem
+from scaffolds.core.fanout import gather
+from scaffolds.core.run import run_scaffold
+from scaffolds.engines.protocol import (
     Completion,
     GenerateRequest,
     GenerateResult,
@@ -30,8 +32,6 @@ from scaffolds.engine import (
     Usage,
     stream_from_generate,
 )
-from scaffolds.fanout import gather
-from scaffolds.run import run_scaffold
 from scaffolds.strategies.base import Solution
 from scaffolds.strategies.majority import Majority
 from scaffolds.strategies.rc import RC

@@ -22,7 +22,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from scaffolds.errors import PonderError
+from scaffolds.core.errors import PonderError
 
 __all__ = ["models_app"]
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scaffolds.context import Budget, Problem, Voter
-from scaffolds.engine import Engine, Message, SamplingParams
+from scaffolds.core.context import Budget, Problem, Voter
+from scaffolds.core.run import RunResult, run_scaffold
+from scaffolds.core.trace import TraceRecorder
+from scaffolds.engines.protocol import Engine, Message, SamplingParams
 from scaffolds.prompts import PromptSet
-from scaffolds.run import RunResult, run_scaffold
 from scaffolds.strategies.base import Strategy
-from scaffolds.trace import TraceRecorder
 
 __all__ = ["Budget", "Problem", "RunResult", "SamplingParams", "Strategy", "run_scaffold", "solve"]
 
@@ -40,7 +40,7 @@ async def solve(
     A string problem is sent as one user chat message; pass ``Problem.from_text(...)``
     to use the plain completions API instead.
     """
-    from scaffolds.spec import build_strategy
+    from scaffolds.spec.build import build_strategy
 
     strategy = build_strategy(spec)
     if isinstance(problem, str):

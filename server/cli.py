@@ -1,7 +1,7 @@
 """``ponder serve``: the command line generated from :class:`~server.settings.Settings`.
 
 Every settings field with a flag becomes one option: its name is ``--field-name`` unless
-its :class:`~server.model_config.Flag` metadata says otherwise, its help is the field's
+its :class:`~server.pool.model_settings.Flag` metadata says otherwise, its help is the field's
 docstring, and the help names its default and its ``PONDER_*`` variable, both read from
 the model. An option left out passes nothing, so the environment, then the config file,
 then the field's default decide it (pydantic-settings' precedence).
@@ -31,7 +31,7 @@ import typer
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from server.model_config import Flag
+from server.pool.model_settings import Flag
 from server.settings import ENV_PREFIX, Settings
 
 __all__ = ["SettingOption", "env_name", "serve", "serve_app", "setting_options"]
@@ -123,9 +123,9 @@ def serve(**given: Any) -> None:
     """
     from pydantic import ValidationError
 
-    from scaffolds.errors import PonderError
-    from server.app import serve as run_server
-    from server.embedded import embedded_default
+    from scaffolds.core.errors import PonderError
+    from server.http.app import serve as run_server
+    from server.pool.embedded import embedded_default
     from server.settings import setting_errors
 
     overrides = {k: v for k, v in given.items() if v is not None and v != []}

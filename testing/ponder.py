@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from server.app import create_app
+from server.http.app import create_app
 from server.settings import Settings
 from testing.threaded import serving_in_thread
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from scaffolds.engines.vllm_server import ROOT, VLLMServer, running_vllm, vllm_python
 
 if TYPE_CHECKING:
-    from scaffolds.run import RunResult
+    from scaffolds.core.run import RunResult
 
 __all__ = [
     "CACHE",
@@ -63,8 +63,8 @@ def build_tiny_model(python: Path, target: Path) -> Path:
 def assert_accounts_every_token(server: VLLMServer, result: RunResult, before: float) -> None:
     """Every engine call of ``result`` is a finished step, their usage adds up to the run's,
     and the run's generated tokens are what vLLM counted since ``before``."""
-    from scaffolds.engine import Usage  # not at import: vLLM's venv runs this module too
-    from scaffolds.trace import StepFinished
+    from scaffolds.core.trace import StepFinished
+    from scaffolds.engines.protocol import Usage  # not at import: vLLM's venv runs this module too
 
     finished = [e for e in result.events if isinstance(e, StepFinished)]
     assert result.usage.calls == len(finished) >= 1

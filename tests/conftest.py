@@ -10,8 +10,6 @@ import pytest
 from scaffolds.engines.vllm_server import VLLMServer
 from testing.vllm import MODEL_NAME, running_tiny_vllm, vllm_python_or_skip
 
-pytest_plugins = ["tests.process_guard"]
-
 
 @pytest.fixture(scope="session")
 def vllm_server() -> Iterator[VLLMServer]:

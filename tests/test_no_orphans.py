@@ -20,10 +20,10 @@ import pytest
 
 from clients.eval.synthetic import write_addition
 from scaffolds.engines.vllm_server import free_port
-from scaffolds.processes import owned_process, popen_owned, stop_group
+from scaffolds.processes.children import owned_process, popen_owned, stop_group
 from testing.fake_engine import FakeEngineConfig, running_fake_engine
+from testing.process_guard import descendants_of, gone
 from tests.clients.evalkit import MODEL, adder
-from tests.process_guard import descendants_of, gone
 from tests.server.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,7 +54,7 @@ def test_a_child_dies_when_its_owner_is_killed() -> None:
     owner_code = textwrap.dedent(
         f"""
         import sys, time
-        from scaffolds.processes import popen_owned
+        from scaffolds.processes.children import popen_owned
         child = popen_owned({SLEEPER!r})
         print(child.pid, flush=True)
         time.sleep(600)
@@ -88,7 +88,7 @@ def test_a_guarded_child_that_ignores_sigterm_still_dies_with_its_owner(guarded:
     owner_code = textwrap.dedent(
         f"""
         import sys, time
-        from scaffolds.processes import popen_owned
+        from scaffolds.processes.children import popen_owned
         popen_owned([sys.executable, "-c", {STUBBORN!r}], guard_grace_s={1.0 if guarded else None})
         time.sleep(600)
         """
@@ -194,7 +194,7 @@ def test_the_session_guard_fails_a_run_that_leaves_a_process(tmp_path: Path) -> 
         )
     )
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "tests.process_guard", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "-p", "testing.process_guard", "-p", "no:cacheprovider",
          "-q", str(tmp_path / "test_leaky.py"), "--rootdir", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
         env={**os.environ, "PYTEST_PONDER_GRACE_S": "1", "PYTHONPATH": str(ROOT)},

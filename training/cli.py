@@ -100,10 +100,10 @@ def data(
     progress: ProgressOpt = True,
 ) -> None:
     """Run a scaffold over DATASET into RUN_DIR and build its SFT datasets."""
-    from scaffolds.context import Budget
-    from scaffolds.engine import SamplingParams
+    from scaffolds.core.context import Budget
+    from scaffolds.core.errors import PonderError
     from scaffolds.engines.factory import EngineOptions, engine_from_url, engine_scheme
-    from scaffolds.errors import PonderError
+    from scaffolds.engines.protocol import SamplingParams
     from training.collect import load_problems
     from training.pipeline import make_data
     from training.runs import RunConflictError, RunDir

@@ -1,11 +1,11 @@
-r"""Run a scaffold over a dataset through any :class:`~scaffolds.engine.Engine`, keep the traces.
+r"""Run a scaffold over a dataset through any engine, and keep the traces.
 
-:func:`collect` solves each problem with :func:`scaffolds.run.run_scaffold` (so the
+:func:`collect` solves each problem with :func:`scaffolds.core.run.run_scaffold` (so the
 trace is exactly what serving would produce) and hands every finished
 :class:`~training.traces.TraceRecord` to a sink, e.g. a run directory's
 ``traces.jsonl``; a problem that fails is reported and left out, so rerunning retries
 it. :class:`GradeBook` grades all the texts of many traces at once, in math-verify's
-process pool (:class:`scaffolds.answer_pool.AnswerChecker`), for the dataset builders.
+process pool (:class:`scaffolds.evaluation.answer_pool.AnswerChecker`), for the dataset builders.
 
 >>> import asyncio
 >>> from scaffolds.engines.mock import MockEngine
@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scaffolds.answer_pool import AnswerChecker
-from scaffolds.answers import is_correct
-from scaffolds.context import Budget, Problem
-from scaffolds.engine import Engine, Message, SamplingParams
-from scaffolds.run import run_scaffold
+from scaffolds.core.context import Budget, Problem
+from scaffolds.core.run import run_scaffold
+from scaffolds.engines.protocol import Engine, Message, SamplingParams
+from scaffolds.evaluation.answer_pool import AnswerChecker
+from scaffolds.evaluation.answers import is_correct
 from scaffolds.strategies import Strategy
 from training.traces import TraceRecord
 
@@ -170,7 +170,7 @@ async def collect(
 class GradeBook:
     """Verdicts of ``(gold, text)`` pairs, graded ahead in a process pool.
 
-    Call it like :func:`scaffolds.answers.is_correct`; a pair it has not seen is graded
+    Call it like :func:`scaffolds.evaluation.answers.is_correct`; a pair it has not seen is graded
     inline (math-verify on the calling thread) and remembered.
 
     >>> book = GradeBook({("4", "so \\\\boxed{4}"): True})

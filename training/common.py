@@ -111,7 +111,7 @@ def retain_freed_memory(argv: Sequence[str]) -> None:
     Not glibc (or asked not to, with ``PONDER_MALLOC_RETAIN=0``): nothing happens::
 
         if __name__ == "__main__":
-            retain_freed_memory([sys.executable, "-m", "training.real", *sys.argv[1:]])
+            retain_freed_memory([sys.executable, "-m", "experiments.smollm2_refine", *sys.argv[1:]])
             main()
     """
     import platform

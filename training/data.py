@@ -3,7 +3,7 @@ r"""SFT rows from scaffold traces, in TRL's prompt/completion form.
 Every row's ``prompt`` is the step's prompt exactly as the trace recorded it (the same
 :mod:`scaffolds.prompts` template that serving renders), so training and serving cannot
 drift apart. The rows come from the strategies' own step builders
-(:mod:`scaffolds.steps`), looked up by the template each traced step recorded; the
+(:mod:`scaffolds.strategies.steps`), looked up by the template each traced step recorded; the
 values a row needs (the candidates, the solution under review, the summary, which note
 a solution read) are the step's recorded fields and parent links, never parsed back.
 Chat runs give chat messages (``[{"role": "user", ...}]`` prompts and one assistant
@@ -38,9 +38,9 @@ within the step), ``correct`` and ``prompt_set``. A new strategy's kinds join by
 step builders; :func:`row_kinds` lists them all.
 
 >>> import asyncio
->>> from scaffolds.context import Problem
+>>> from scaffolds.core.context import Problem
 >>> from scaffolds.engines.mock import MockEngine
->>> from scaffolds.run import run_scaffold
+>>> from scaffolds.core.run import run_scaffold
 >>> from scaffolds.strategies import GSR
 >>> engine = MockEngine(lambda r: "7" if "[" in r.prompt_text() else "5")
 >>> run = run_scaffold(GSR(n=2), Problem.from_text("3+4="), engine, prompts="compact")
@@ -56,10 +56,10 @@ import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from scaffolds.answers import is_correct
-from scaffolds.spec import Registry, default_registry, get_prompt_set
-from scaffolds.steps import RowInputs, StepBuilder, TracedStep
-from scaffolds.trace import PROVENANCE_SCHEMA
+from scaffolds.core.trace import PROVENANCE_SCHEMA
+from scaffolds.evaluation.answers import is_correct
+from scaffolds.spec.build import Registry, default_registry, get_prompt_set
+from scaffolds.strategies.steps import RowInputs, StepBuilder, TracedStep
 from training.traces import TraceRecord
 
 __all__ = [

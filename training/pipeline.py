@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from scaffolds.context import Budget
-from scaffolds.engine import Engine, SamplingParams
-from scaffolds.spec import build_strategy
+from scaffolds.core.context import Budget
+from scaffolds.engines.protocol import Engine, SamplingParams
+from scaffolds.spec.build import build_strategy
 from training.collect import CollectStats, GradeBook, ProblemRow, collect
 from training.data import build_rows, mix_rows, right_solutions, row_kinds, sft_columns
 from training.rollouts import context_columns

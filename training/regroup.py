@@ -11,9 +11,9 @@ from another group (``target="borrowed"``, solving afresh). Problems without a r
 solution make no row.
 
 >>> import asyncio
->>> from scaffolds.context import Problem
+>>> from scaffolds.core.context import Problem
 >>> from scaffolds.engines.mock import MockEngine
->>> from scaffolds.run import run_scaffold
+>>> from scaffolds.core.run import run_scaffold
 >>> from scaffolds.strategies import Majority
 >>> engine = MockEngine(lambda r: ["7", "8", "9", "6"])
 >>> run = asyncio.run(run_scaffold(Majority(k=4), Problem.from_text("3+4="), engine,
@@ -27,12 +27,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from scaffolds.answers import is_correct
-from scaffolds.problem import StepPrompt
-from scaffolds.spec import Registry
-from scaffolds.steps import render_step
+from scaffolds.core.problem import StepPrompt
+from scaffolds.core.thinking import Thinking
+from scaffolds.evaluation.answers import is_correct
+from scaffolds.spec.build import Registry
 from scaffolds.strategies.gsr import REFINE
-from scaffolds.thinking import Thinking
+from scaffolds.strategies.steps import render_step
 from training.data import Grade, Row, direct_solutions
 from training.traces import TraceRecord
 

@@ -7,7 +7,7 @@ conversational datasets.
 
 - :class:`CorrectnessReward`: 1.0 when the completion's final answer matches the row's
   gold ``answer``, else 0.0; ``None`` when the row has no answer. It grades with the
-  serving answer module (:func:`scaffolds.answers.is_correct`, math-verify) in a process
+  serving answer module (:func:`scaffolds.evaluation.answers.is_correct`, math-verify) in a process
   pool under a time limit, so a pathological answer can neither hang training nor trip
   math-verify's main-thread-only signal timeouts.
 - :class:`RubricReward`: a judge grades the completion on a 0..``max_score`` rubric
@@ -34,8 +34,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from scaffolds.answer_pool import AnswerChecker
-from scaffolds.answers import extract_boxed
+from scaffolds.evaluation.answer_pool import AnswerChecker
+from scaffolds.evaluation.answers import extract_boxed
 
 __all__ = [
     "DEFAULT_RUBRIC",

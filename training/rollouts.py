@@ -1,7 +1,7 @@
 r"""Scaffold steps as RL rollouts: one shared context per group, the group's samples continue it.
 
 A GRPO prompt row names a ``mode``: the scaffold step the policy practices. A mode is
-a strategy's step builder (:mod:`scaffolds.steps`, looked up by ``mode`` among every
+a strategy's step builder (:mod:`scaffolds.strategies.steps`, looked up by ``mode`` among every
 registered strategy's builders: :func:`rollout_modes`). It has a shared context, taken
 from the row's stored columns or, when the row has none, made by the policy itself
 (the builder's ``make_state``); the group's samples are the step that follows it,
@@ -19,7 +19,7 @@ rendered by the builder that ``solve()`` uses. The built-in modes:
 - ``abstraction_solve``: ``abstraction`` (one note); samples solve with the note as a
   cheat sheet (``generate``).
 
-Every prompt is rendered through a :class:`scaffolds.context.Context` with the run's
+Every prompt is rendered through a :class:`scaffolds.core.context.Context` with the run's
 prompt set, exactly as serving renders it, and every call is traced. :func:`plan_step`
 builds the context; :func:`sample_step` draws the group's samples and returns the
 prompt's token ids, each sample's sampled token ids and their log-probabilities as the
@@ -49,12 +49,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from scaffolds.context import Context, Problem, StepPrompt
-from scaffolds.engine import Completion, Engine, Prompt, SamplingParams, messages_from_openai
+from scaffolds.core.context import Context, Problem, StepPrompt
+from scaffolds.core.trace import StepFinished, TraceRecorder, event_to_dict
 from scaffolds.engines.local import LocalEngine, encode_prompt
-from scaffolds.spec import Registry, default_registry
-from scaffolds.steps import ContextLimits, StepBuilder
-from scaffolds.trace import StepFinished, TraceRecorder, event_to_dict
+from scaffolds.engines.protocol import (
+    Completion,
+    Engine,
+    Prompt,
+    SamplingParams,
+    messages_from_openai,
+)
+from scaffolds.spec.build import Registry, default_registry
+from scaffolds.strategies.steps import ContextLimits, StepBuilder
 from training.rewards import run_sync
 
 T = TypeVar("T")

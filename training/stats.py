@@ -1,6 +1,6 @@
 """Paired statistics over problems, the results table and the accuracy-vs-tokens plot that
-the training experiments share (the demo's, ``training/demo/experiments.py``, and the real
-model's, ``training/real``).
+the training experiments share (the demo's, ``experiments/tiny_models/experiments.py``, and the real
+model's, ``experiments/smollm2_refine``).
 
 A condition's scores are ``matrix[seed][problem]`` of 0/1. A problem's score is its mean
 over seeds; accuracy is the mean of those with a normal 95% interval (mean +- 1.96 SE

@@ -1,13 +1,13 @@
 """Stored scaffold runs: one :class:`TraceRecord` per problem, and how to read its steps.
 
 A record holds the problem, its gold answer and the typed trace events of
-:func:`scaffolds.run.run_scaffold`. Records round-trip through JSON (one per line of a
+:func:`scaffolds.core.run.run_scaffold`. Records round-trip through JSON (one per line of a
 run directory's ``traces.jsonl``), and :meth:`TraceRecord.steps` pairs each
 ``StepStarted`` with its ``StepFinished``, which is what the dataset builders read: each
 start records its template, field values, messages as sent and parent step, so nothing
 is parsed back out of a prompt.
 
-A saved record carries its ``schema`` (:data:`scaffolds.trace.TRACE_SCHEMA`); one from
+A saved record carries its ``schema`` (:data:`scaffolds.core.trace.TRACE_SCHEMA`); one from
 before provenance (1) still loads, and one from a newer Ponder fails naming its version.
 
 >>> TraceRecord.from_json({"id": "p", "problem": "1+1=", "answer": "2", "schema": 9})
@@ -24,9 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scaffolds.engine import Message, Usage
-from scaffolds.steps import TracedStep, TraceView
-from scaffolds.trace import (
+from scaffolds.core.trace import (
     TRACE_SCHEMA,
     RunFinished,
     StepDelta,
@@ -36,6 +34,8 @@ from scaffolds.trace import (
     TraceEvent,
     event_to_dict,
 )
+from scaffolds.engines.protocol import Message, Usage
+from scaffolds.strategies.steps import TracedStep, TraceView
 
 __all__ = [
     "TraceRecord",
@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 TraceStep = TracedStep
-"""One finished engine call of a run (see :class:`scaffolds.steps.TracedStep`)."""
+"""One finished engine call of a run (see :class:`scaffolds.strategies.steps.TracedStep`)."""
 
 _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "cached_tokens", "calls", "reasoning_tokens")
 
@@ -60,9 +60,9 @@ def _tuple(items: Iterable[Any] | None) -> tuple[Any, ...]:
 
 
 def event_from_dict(data: Mapping[str, Any]) -> TraceEvent:
-    """The inverse of :func:`scaffolds.trace.event_to_dict`.
+    """The inverse of :func:`scaffolds.core.trace.event_to_dict`.
 
-    >>> from scaffolds.trace import event_to_dict
+    >>> from scaffolds.core.trace import event_to_dict
     >>> e = StepStarted(step_id="run:1", parent_id="run", kind="generate", label="answer")
     >>> event_from_dict(event_to_dict(e)) == e
     True

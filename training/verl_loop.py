@@ -45,10 +45,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from scaffolds.answer_pool import AnswerChecker
-from scaffolds.answers import is_correct
-from scaffolds.context import Context
-from scaffolds.engine import (
+from scaffolds.core.context import Context
+from scaffolds.engines.local import encode_prompt
+from scaffolds.engines.protocol import (
     Completion,
     GenerateRequest,
     GenerateResult,
@@ -57,7 +56,8 @@ from scaffolds.engine import (
     Usage,
     stream_from_generate,
 )
-from scaffolds.engines.local import encode_prompt
+from scaffolds.evaluation.answer_pool import AnswerChecker
+from scaffolds.evaluation.answers import is_correct
 from training.rollouts import (
     RolloutSettings,
     StepPlan,
@@ -107,7 +107,7 @@ class LoopSettings:
 
 
 class VerlServerEngine:
-    """An :class:`~scaffolds.engine.Engine` over verl's async server manager.
+    """An :class:`~scaffolds.engines.protocol.Engine` over verl's async server manager.
 
     Chat prompts are tokenized with the tokenizer's chat template; each of the ``n``
     samples is one ``server_manager.generate`` call (verl's servers sample one at a

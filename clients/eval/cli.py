@@ -119,7 +119,7 @@ def run(
     from clients.eval.results import read_results
     from clients.eval.runner import EvalConfig, check_specs, load_extra_body
     from clients.interrupt import INTERRUPTED_STATUS, Interrupted, run_interruptible
-    from scaffolds.errors import SpecError
+    from scaffolds.core.errors import SpecError
 
     missing = [n for n, v in (("--base-url", base_url), ("--model", model),
                               ("--dataset", dataset), ("--out", out)) if not v]  # fmt: skip

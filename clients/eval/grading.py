@@ -2,7 +2,7 @@ r"""Graders: was a response right?
 
 - :class:`MathGrader` (default): the final answer (last ``\boxed{}``, "the answer is",
   ``####``, last number) against the reference through math-verify, in a process pool
-  with a time limit per item (:class:`scaffolds.answer_pool.AnswerChecker`).
+  with a time limit per item (:class:`scaffolds.evaluation.answer_pool.AnswerChecker`).
 - :class:`ExactGrader`: normalized string equality (for tasks math-verify would
   over-interpret, e.g. labels).
 - :class:`JudgeGrader`: a judge model at an OpenAI-compatible URL scores the response
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from clients.eval.datasets import Problem
-from scaffolds.answer_pool import AnswerChecker
-from scaffolds.answers import extract_answer, normalize_answer
+from scaffolds.evaluation.answer_pool import AnswerChecker
+from scaffolds.evaluation.answers import extract_answer, normalize_answer
 
 __all__ = [
     "DEFAULT_RUBRIC",

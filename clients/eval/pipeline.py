@@ -23,7 +23,7 @@ from clients.eval.plots import write_plots
 from clients.eval.report import Cluster, markdown_report, summarize, write_json
 from clients.eval.results import Record, read_results
 from clients.eval.runner import EvalConfig, RunOutcome, run_eval
-from scaffolds.answer_pool import AnswerChecker
+from scaffolds.evaluation.answer_pool import AnswerChecker
 
 __all__ = ["clustering", "evaluate", "write_reports"]
 

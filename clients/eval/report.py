@@ -26,8 +26,8 @@ from rich.console import Console
 from rich.table import Table
 
 from clients.eval.results import Record
-from scaffolds.errors import PonderError
-from scaffolds.spec import build_strategy
+from scaffolds.core.errors import PonderError
+from scaffolds.spec.build import build_strategy
 from scaffolds.strategies import Adaptive, Majority
 
 __all__ = [

@@ -46,9 +46,9 @@ from rich.text import Text
 from clients.eval.datasets import Problem
 from clients.eval.grading import Grader
 from clients.eval.results import Key, Record, ResultStore
-from scaffolds.answers import extract_answer
-from scaffolds.errors import SpecError
-from scaffolds.spec import format_spec, parse_spec
+from scaffolds.core.errors import SpecError
+from scaffolds.evaluation.answers import extract_answer
+from scaffolds.spec.build import format_spec, parse_spec
 
 __all__ = ["NO_SCAFFOLD", "EvalConfig", "RunOutcome", "reasoning_steps", "run_eval", "spec_name"]
 

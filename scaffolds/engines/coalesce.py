@@ -4,8 +4,8 @@ A ``/v1/completions`` request with k prompts through ``single`` is k scaffold ru
 per prompt, each making its one engine call. A :class:`Coalescer`, made for that one
 request (never shared between requests), stands in for their engine: it holds each call
 until every run that is still going is waiting on it, then sends the calls that can
-share a request (text prompts, the same params: :func:`~scaffolds.engine.batchable`) as
-one :meth:`~scaffolds.engine.BatchEngine.generate_batch` and hands each run its own
+share a request (text prompts, the same params: :func:`~scaffolds.engines.protocol.batchable`) as
+one :meth:`~scaffolds.engines.protocol.BatchEngine.generate_batch` and hands each run its own
 result. A call that shares with no other goes out alone, as it would have anyway.
 
 Runs stay exactly as they are (budget, trace, forced answers, errors): only the engine
@@ -14,7 +14,7 @@ a run that is cancelled (its deadline, or the client leaving) stops waiting, and
 request nobody waits for any more is cancelled, which closes its HTTP call.
 
 >>> import asyncio
->>> from scaffolds.engine import GenerateRequest
+>>> from scaffolds.engines.protocol import GenerateRequest
 >>> from scaffolds.engines.mock import MockEngine
 >>> class Lists(MockEngine):
 ...     takes_prompt_lists = True
@@ -36,7 +36,7 @@ import functools
 from collections.abc import AsyncIterator, Awaitable
 from typing import TypeVar
 
-from scaffolds.engine import (
+from scaffolds.engines.protocol import (
     BatchEngine,
     GenerateRequest,
     GenerateResult,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scaffolds.engine import Completion, GenerateResult, Message, Usage
+from scaffolds.engines.protocol import Completion, GenerateResult, Message, Usage
 
 __all__ = ["fitted_max_tokens", "no_room", "prompt_token_bound"]
 

@@ -28,7 +28,7 @@ Request fields
       top_logprobs: k`` on chat, ``logprobs: k`` on completions.
     * Continuing an assistant message (``GenerateRequest.continue_final``): vLLM and
       SGLang take ``continue_final_message: true, add_generation_prompt: false``; OpenAI
-      cannot, and says so (:class:`~scaffolds.errors.UnsupportedError`).
+      cannot, and says so (:class:`~scaffolds.core.errors.UnsupportedError`).
 
 Responses (handled for every dialect, since servers change shape across versions)
     * Reasoning arrives in ``reasoning_content`` (SGLang with ``--reasoning-parser``, older
@@ -54,7 +54,7 @@ from typing import Any, ClassVar
 
 import httpx
 
-from scaffolds.errors import UnsupportedError
+from scaffolds.core.errors import UnsupportedError
 
 _SNIPPET = 500
 
@@ -104,7 +104,7 @@ class Dialect:
         """Chat fields that make the model continue the last (assistant) message instead of
         starting a new turn (``GenerateRequest.continue_final``): the chat-template options
         of vLLM and SGLang. A server that cannot do it raises
-        :class:`~scaffolds.errors.UnsupportedError`."""
+        :class:`~scaffolds.core.errors.UnsupportedError`."""
         return {"continue_final_message": True, "add_generation_prompt": False}
 
     def max_tokens_key(self, *, chat: bool) -> str:

@@ -1,4 +1,4 @@
-"""One engine factory: an engine URL to an :class:`~scaffolds.engine.Engine`.
+"""One engine factory: an engine URL to an :class:`~scaffolds.engines.protocol.Engine`.
 
 ``ponder serve``, ``ponder train`` and anything else that takes an engine on its command
 line name it by URL, and this module is the one place that reads one:
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from scaffolds.engine import Engine
+from scaffolds.engines.protocol import Engine
 
 __all__ = [
     "SCHEMES",

@@ -7,7 +7,7 @@ several samples (``majority(k=4)``) then sends exactly that. Such a call goes ou
 samples in order, the usage summed (still one call of the scaffold's plan).
 
 >>> import asyncio
->>> from scaffolds.engine import GenerateRequest, SamplingParams
+>>> from scaffolds.engines.protocol import GenerateRequest, SamplingParams
 >>> from scaffolds.engines.mock import MockEngine
 >>> engine = MockEngine(lambda r: "4")
 >>> request = GenerateRequest("2+2=", SamplingParams(n=3, temperature=0.0))
@@ -21,8 +21,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Awaitable, Callable
 
-from scaffolds.engine import GenerateRequest, GenerateResult, Usage
-from scaffolds.fanout import gather
+from scaffolds.core.fanout import gather
+from scaffolds.engines.protocol import GenerateRequest, GenerateResult, Usage
 
 __all__ = ["greedy_samples", "one_by_one"]
 

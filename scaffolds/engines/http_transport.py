@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from scaffolds import fastjson
+from scaffolds.core import fastjson
 
 if TYPE_CHECKING:
     import aiohttp

@@ -44,7 +44,7 @@ Semantics follow vLLM's OpenAI server where they can:
   ignored. ``generation_kwargs`` (e.g. ``top_k``, ``min_p``, ``repetition_penalty``) go
   to every ``generate``; the request's own settings win over them.
 
-``stream`` is :func:`~scaffolds.engine.stream_from_generate`: one delta per sample once
+``stream`` is :func:`~scaffolds.engines.protocol.stream_from_generate`: one delta per sample once
 the whole call is done, not token by token.
 
 torch and transformers are imported lazily, on the worker thread, when the model is
@@ -80,13 +80,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
-from scaffolds.engine import (
-    GenerateRequest,
-    GenerateResult,
-    StreamItem,
-    Usage,
-    stream_from_generate,
-)
+from scaffolds.core.errors import EngineError, InvalidRequestError, PonderError
 from scaffolds.engines.local_generate import (
     Cancelled,
     Sample,
@@ -96,7 +90,13 @@ from scaffolds.engines.local_generate import (
     generate_rows,
     module,
 )
-from scaffolds.errors import EngineError, InvalidRequestError, PonderError
+from scaffolds.engines.protocol import (
+    GenerateRequest,
+    GenerateResult,
+    StreamItem,
+    Usage,
+    stream_from_generate,
+)
 
 __all__ = ["LocalEngine", "LogprobMode", "encode_prompt"]
 

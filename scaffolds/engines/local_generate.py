@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scaffolds.engine import Completion, GenerateRequest, Prompt
-from scaffolds.errors import EngineError, InvalidRequestError
+from scaffolds.core.errors import EngineError, InvalidRequestError
+from scaffolds.engines.protocol import Completion, GenerateRequest, Prompt
 
 __all__ = [
     "SAMPLING_KEYS",

@@ -21,7 +21,7 @@ import inspect
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
-from scaffolds.engine import (
+from scaffolds.engines.protocol import (
     Completion,
     EngineDelta,
     GenerateRequest,

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from scaffolds.engine import GenerateRequest
 from scaffolds.engines.context_fit import fitted_max_tokens, prompt_token_bound
+from scaffolds.engines.protocol import GenerateRequest
 
 if TYPE_CHECKING:
     from scaffolds.engines.openai_http import OpenAIEngine

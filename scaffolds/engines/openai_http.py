@@ -5,7 +5,7 @@ request (``n``), so the server can share the prompt's prefix cache across them. 
 connections and the statuses 408, 429 and 5xx are retried with jittered exponential
 backoff (honouring ``Retry-After``); other 4xx are never retried
 (:mod:`~scaffolds.engines.openai_retry`). Errors surface as the ``Engine*Error`` classes
-of :mod:`scaffolds.errors`, never as httpx exceptions.
+of :mod:`scaffolds.core.errors`, never as httpx exceptions.
 
 >>> engine = OpenAIEngine("http://localhost:8000/v1/", "Qwen/Qwen3-8B")
 >>> engine.base_url, engine.model
@@ -29,14 +29,8 @@ from typing import Any, Self
 
 import httpx
 
-from scaffolds.engine import (
-    GenerateRequest,
-    GenerateResult,
-    StreamItem,
-    Usage,
-    batchable,
-    stream_from_generate,
-)
+from scaffolds.core.errors import EngineRejectedError, EngineTimeoutError, EngineUnavailableError
+from scaffolds.core.fanout import gather
 from scaffolds.engines.context_fit import no_room
 from scaffolds.engines.dialects import Dialect, error_message, get_dialect
 from scaffolds.engines.greedy import greedy_samples, one_by_one
@@ -45,8 +39,14 @@ from scaffolds.engines.openai_context import ContextWindow
 from scaffolds.engines.openai_parse import Choice, ResponseParser, parse_retry_after, retry_status
 from scaffolds.engines.openai_retry import RetryableStatus, RetryPolicy
 from scaffolds.engines.prompt_lists import split_result
-from scaffolds.errors import EngineRejectedError, EngineTimeoutError, EngineUnavailableError
-from scaffolds.fanout import gather
+from scaffolds.engines.protocol import (
+    GenerateRequest,
+    GenerateResult,
+    StreamItem,
+    Usage,
+    batchable,
+    stream_from_generate,
+)
 
 __all__ = ["Dialect", "OpenAIEngine"]
 
@@ -58,7 +58,7 @@ high concurrency (benchmarks/pool_shards.py)."""
 
 
 class OpenAIEngine:
-    """An :class:`~scaffolds.engine.Engine` backed by an OpenAI-compatible server.
+    """An :class:`~scaffolds.engines.protocol.Engine` backed by an OpenAI-compatible server.
 
     ``base_url`` ends in ``/v1``. ``api_key`` is the engine's own key, sent as a bearer
     token only when set. ``max_retries`` counts retries after the first attempt. The

@@ -3,7 +3,7 @@
 OpenAI's ``/v1/completions`` (and vLLM's) takes ``prompt: [p0, p1, ...]`` and answers
 ``len(prompts) * n`` choices, prompt ``p``'s samples at indices ``p * n .. p * n + n - 1``,
 with ONE usage for the whole request. :func:`split_result` cuts that answer into one
-:class:`~scaffolds.engine.GenerateResult` per prompt, so each prompt's scaffold run gets
+:class:`~scaffolds.engines.protocol.GenerateResult` per prompt, so each prompt's scaffold run gets
 its own samples and accounts its own share:
 
 * completion tokens: each prompt's own samples' counts (exact when the engine sent token
@@ -16,7 +16,7 @@ its own samples and accounts its own share:
 
 The shares always add up to exactly what the engine reported.
 
->>> from scaffolds.engine import Completion, Usage
+>>> from scaffolds.engines.protocol import Completion, Usage
 >>> whole = GenerateResult(
 ...     tuple(Completion(t, completion_tokens=1) for t in "abcd"),
 ...     Usage(prompt_tokens=9, completion_tokens=4, calls=1),
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scaffolds.engine import GenerateResult, Usage
+from scaffolds.engines.protocol import GenerateResult, Usage
 
 __all__ = ["apportion", "split_result"]
 

@@ -1,6 +1,6 @@
 """Reward models: score candidate solutions (for ``best_of_n(judge="reward")``).
 
-:class:`HTTPRewardModel` implements :class:`scaffolds.engine.RewardModel` over vLLM's
+:class:`HTTPRewardModel` implements :class:`scaffolds.engines.protocol.RewardModel` over vLLM's
 pooling API (a reward model served with ``--runner pooling``): one request per
 candidate, the conversation ``[user: problem, assistant: candidate]``, and the score is
 the last number of the pooled output (reward models return one value per token or one
@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from scaffolds.errors import EngineError, EngineUnavailableError
+from scaffolds.core.errors import EngineError, EngineUnavailableError
 
 
 class HTTPRewardModel:

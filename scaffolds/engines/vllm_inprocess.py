@@ -48,7 +48,8 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from scaffolds.engine import (
+from scaffolds.core.errors import EngineRejectedError, EngineUnavailableError
+from scaffolds.engines.protocol import (
     Completion,
     EngineDelta,
     GenerateRequest,
@@ -56,7 +57,6 @@ from scaffolds.engine import (
     StreamItem,
     Usage,
 )
-from scaffolds.errors import EngineRejectedError, EngineUnavailableError
 
 __all__ = ["InProcessVLLMEngine"]
 

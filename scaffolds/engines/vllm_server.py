@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from scaffolds.processes import owned_process
+from scaffolds.processes.children import owned_process
 
 ROOT = Path(__file__).resolve().parents[2]
 """The repository (or install) root: where ``.venv-vllm`` is looked for."""
@@ -131,8 +131,8 @@ def serving_process(
     ``port`` answers 200; on exit stop its whole process group (SIGTERM, then SIGKILL).
     ``env`` adds to ours. The child leads its own process group and gets SIGTERM if this
     process dies, however it dies (uvicorn re-raises SIGTERM after its shutdown, which
-    skips ``finally`` blocks); with ``guard``, a :mod:`scaffolds.group_guard` leads the group
-    and makes sure of it. Raises RuntimeError, naming the log, if it exits or stays
+    skips ``finally`` blocks); with ``guard``, a :mod:`scaffolds.processes.group_guard` leads
+    the group and makes sure of it. Raises RuntimeError, naming the log, if it exits or stays
     unhealthy."""
     with (
         log_path.open("wb") as log,

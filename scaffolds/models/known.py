@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scaffolds.errors import NotFoundError, PonderError
+from scaffolds.core.errors import NotFoundError, PonderError
 
 __all__ = ["KnownModel", "ModelNotReadyError", "ModelPreparationError", "ModelStatus"]
 
@@ -51,7 +51,7 @@ class KnownModel:
     """top_p when a request sets none."""
     thinking_off: str | None = None
     """A thinking model's way to turn thinking off for helper steps (a preset of
-    :data:`scaffolds.thinking.THINKING_OFF`); None: the model does not think."""
+    :data:`scaffolds.core.thinking.THINKING_OFF`); None: the model does not think."""
     reasoning_parser: str | None = None
     """The vLLM reasoning parser that separates its thinking (``--reasoning-parser``)."""
     base: str | None = None

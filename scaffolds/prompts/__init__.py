@@ -3,7 +3,7 @@
 A served model declares the set it was trained with (``default`` for instruction-following
 chat models, ``compact`` for the small synthetic-task model). The shared templates of each
 set live in :mod:`scaffolds.prompts.common`; each strategy contributes its own (its
-``prompt_sets``), and :func:`scaffolds.spec.get_prompt_set` assembles a whole set from
+``prompt_sets``), and :func:`scaffolds.spec.build.get_prompt_set` assembles a whole set from
 every registered strategy.
 
 >>> common_prompts("compact").template("solve").render(problem="3+4=")
@@ -11,12 +11,12 @@ every registered strategy.
 >>> common_prompts("nope")
 Traceback (most recent call last):
 ...
-scaffolds.errors.NotFoundError: unknown prompt set 'nope' (known: compact, default)
+scaffolds.core.errors.NotFoundError: unknown prompt set 'nope' (known: compact, default)
 """
 
 from __future__ import annotations
 
-from scaffolds.errors import NotFoundError
+from scaffolds.core.errors import NotFoundError
 from scaffolds.prompts import common
 from scaffolds.prompts.sets import PromptSet
 from scaffolds.prompts.template import Template

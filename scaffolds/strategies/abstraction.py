@@ -15,14 +15,42 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from scaffolds.context import Context, Problem, StepPrompt
-from scaffolds.errors import BudgetExhaustedError
-from scaffolds.fanout import gather_within_budget
-from scaffolds.prompts import PromptSet, abstraction
-from scaffolds.steps import ContextLimits, Parent, RowInputs, StepBuilder, TracedStep
+from scaffolds.core.context import Context, Problem, StepPrompt
+from scaffolds.core.errors import BudgetExhaustedError
+from scaffolds.core.fanout import gather_within_budget
+from scaffolds.prompts import PromptSet, Template
 from scaffolds.strategies.base import Solution, Strategy, register
 from scaffolds.strategies.majority import pick_by_vote
 from scaffolds.strategies.single import Single
+from scaffolds.strategies.steps import ContextLimits, Parent, RowInputs, StepBuilder, TracedStep
+
+# This strategy's templates, one part per prompt set.
+PROPOSE_TEMPLATE = Template(
+    "abstraction_propose",
+    "### Problem\n$problem\n\n"
+    "### Instructions\n"
+    "Do not solve this problem. Write one short note that would help someone solve "
+    "problems of this kind: name a useful technique, fact or common pitfall, describe "
+    "it in general terms, and illustrate it with a small example of your own. Use none "
+    "of this problem's own numbers or objects. Keep the note under 150 words.",
+)
+
+SOLVE_TEMPLATE = Template(
+    "abstraction_solve",
+    "### Cheat sheet\n$abstraction\n\n"
+    "### Problem\n$problem\n\n"
+    "### Instructions\n"
+    "The cheat sheet describes a general idea that may help; use it where it applies. "
+    "Reason step by step, and end with your final answer within \\boxed{}.",
+)
+
+COMPACT_PROPOSE_TEMPLATE = Template("abstraction_propose", "$problem@")
+COMPACT_SOLVE_TEMPLATE = Template("abstraction_solve", "$abstraction;$problem")
+
+PROMPT_SETS = (
+    PromptSet.of("default", PROPOSE_TEMPLATE, SOLVE_TEMPLATE),
+    PromptSet.of("compact", COMPACT_PROPOSE_TEMPLATE, COMPACT_SOLVE_TEMPLATE),
+)
 
 
 def propose_prompt(
@@ -92,7 +120,7 @@ SOLVE = StepBuilder(
 class Abstraction(Strategy):
     name: ClassVar[str] = "abstraction"
     summary: ClassVar[str] = "Abstraction-then-solve: m hints, n solutions per hint, vote."
-    prompt_sets: ClassVar[tuple[PromptSet, ...]] = abstraction.SETS
+    prompt_sets: ClassVar[tuple[PromptSet, ...]] = PROMPT_SETS
     step_builders: ClassVar[tuple[StepBuilder, ...]] = (PROPOSE, SOLVE)
     helper_models: ClassVar[tuple[str, ...]] = ("abstractor",)
 

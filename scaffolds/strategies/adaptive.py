@@ -10,7 +10,7 @@ left out (a Dirichlet over all of them would need a Monte Carlo estimate, and th
 two decide the vote). For whole counts the probability is exact,
 ``P(Binomial(v1 + v2 + 1, 1/2) <= v1)``. The run stops once it reaches ``confidence``,
 or at ``max_k`` samples, and answers with the majority. Each wave's reading is a
-``stopping`` note (:class:`~scaffolds.trace.StepNote`) on the wave's scope.
+``stopping`` note (:class:`~scaffolds.core.trace.StepNote`) on the wave's scope.
 
 >>> round(leader_probability(4, 0), 4), leader_probability(2, 2)
 (0.9688, 0.5)
@@ -25,8 +25,8 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from scaffolds.context import Context, Problem
-from scaffolds.errors import BudgetExhaustedError
+from scaffolds.core.context import Context, Problem
+from scaffolds.core.errors import BudgetExhaustedError
 from scaffolds.strategies.base import Solution, Strategy, register
 from scaffolds.strategies.single import Single
 

@@ -8,7 +8,7 @@ so scaffolds compose as ordinary values::
 Subclasses set ``name`` (the spec name), declare their parameters as pydantic fields
 (validation errors name the field), implement :meth:`Strategy.solve`, list their
 templates per prompt set (``prompt_sets``) and their step builders
-(``step_builders``, see :mod:`scaffolds.steps`), and join the registry with
+(``step_builders``, see :mod:`scaffolds.strategies.steps`), and join the registry with
 :func:`register`::
 
     @register
@@ -25,14 +25,14 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from scaffolds.answers import extract_answer
-from scaffolds.context import Context, Problem, Step
-from scaffolds.errors import BudgetExhaustedError, InvalidRequestError
-from scaffolds.fanout import gather_within_budget
-from scaffolds.grammar import format_spec
+from scaffolds.core.context import Context, Problem, Step
+from scaffolds.core.errors import BudgetExhaustedError, InvalidRequestError
+from scaffolds.core.fanout import gather_within_budget
+from scaffolds.core.thinking import Thinking
+from scaffolds.evaluation.answers import extract_answer
 from scaffolds.prompts import PromptSet, common_prompts
-from scaffolds.steps import StepBuilder
-from scaffolds.thinking import Thinking
+from scaffolds.spec.grammar import format_spec
+from scaffolds.strategies.steps import StepBuilder
 
 S = TypeVar("S", bound="type[Strategy]")
 
@@ -212,7 +212,7 @@ class Strategy(BaseModel):
 
 
 def register(cls: S) -> S:
-    """Mark a strategy class for :func:`scaffolds.spec.default_registry` (a decorator)."""
+    """Mark a strategy class for :func:`scaffolds.spec.build.default_registry` (a decorator)."""
     cls.registered = True
     return cls
 

@@ -16,14 +16,32 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from scaffolds.answers import extract_answer
-from scaffolds.context import Context, Problem, StepPrompt
-from scaffolds.errors import BudgetExhaustedError, InvalidRequestError
-from scaffolds.prompts import PromptSet, best_of_n
-from scaffolds.steps import Parent, StepBuilder
+from scaffolds.core.context import Context, Problem, StepPrompt
+from scaffolds.core.errors import BudgetExhaustedError, InvalidRequestError
+from scaffolds.evaluation.answers import extract_answer
+from scaffolds.prompts import PromptSet, Template
 from scaffolds.strategies.base import Solution, Strategy, register
 from scaffolds.strategies.majority import pick_by_vote
 from scaffolds.strategies.single import Single
+from scaffolds.strategies.steps import Parent, StepBuilder
+
+# This strategy's templates, one part per prompt set.
+JUDGE_TEMPLATE = Template(
+    "best_of_n_judge",
+    "### Problem\n$problem\n\n"
+    "### Candidate solutions\n$candidates\n\n"
+    "### Instructions\n"
+    "Decide which of the $count candidate solutions above is most likely correct. Check "
+    "each one's reasoning and final answer. End with the number of the best candidate "
+    "within \\boxed{}, for example \\boxed{2}.",
+)
+
+COMPACT_JUDGE_TEMPLATE = Template("best_of_n_judge", "$problem[$candidates]!")
+
+PROMPT_SETS = (
+    PromptSet.of("default", JUDGE_TEMPLATE),
+    PromptSet.of("compact", COMPACT_JUDGE_TEMPLATE),
+)
 
 
 def judge_prompt(
@@ -50,7 +68,7 @@ JUDGE = StepBuilder("best_of_n_judge", "judge", ("best_of_n_judge",), build=judg
 class BestOfN(Strategy):
     name: ClassVar[str] = "best_of_n"
     summary: ClassVar[str] = "Best-of-N: n candidates, an LLM judge picks the best one."
-    prompt_sets: ClassVar[tuple[PromptSet, ...]] = best_of_n.SETS
+    prompt_sets: ClassVar[tuple[PromptSet, ...]] = PROMPT_SETS
     step_builders: ClassVar[tuple[StepBuilder, ...]] = (JUDGE,)
     helper_models: ClassVar[tuple[str, ...]] = ("judge_model",)
 

@@ -32,15 +32,27 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from scaffolds.answers import extract_answer
-from scaffolds.context import Context, Problem, Step, StepPrompt
-from scaffolds.engine import Completion, Message
-from scaffolds.errors import BudgetExhaustedError
-from scaffolds.fanout import gather
-from scaffolds.prompts import PromptSet, budget_forcing
-from scaffolds.steps import Parent, StepBuilder
+from scaffolds.core.context import Context, Problem, Step, StepPrompt
+from scaffolds.core.errors import BudgetExhaustedError
+from scaffolds.core.fanout import gather
+from scaffolds.engines.protocol import Completion, Message
+from scaffolds.evaluation.answers import extract_answer
+from scaffolds.prompts import PromptSet, Template
 from scaffolds.strategies.base import Solution, Strategy, register
 from scaffolds.strategies.single import solve_prompt
+from scaffolds.strategies.steps import Parent, StepBuilder
+
+# This strategy's templates, one part per prompt set.
+WAIT_TEMPLATE = Template("budget_forcing_wait", "\n\nWait")
+
+COMPACT_WAIT_TEMPLATE = Template(
+    "budget_forcing_wait", " wait"
+)  # the compact vocabulary is lowercase
+
+PROMPT_SETS = (
+    PromptSet.of("default", WAIT_TEMPLATE),
+    PromptSet.of("compact", COMPACT_WAIT_TEMPLATE),
+)
 
 END_OF_THINKING = "</think>"
 
@@ -96,7 +108,7 @@ class BudgetForcing(Strategy):
         "s1 budget forcing: an answer that ends too early gets 'Wait' and continues."
     )
     batches_samples: ClassVar[bool] = True
-    prompt_sets: ClassVar[tuple[PromptSet, ...]] = budget_forcing.SETS
+    prompt_sets: ClassVar[tuple[PromptSet, ...]] = PROMPT_SETS
     step_builders: ClassVar[tuple[StepBuilder, ...]] = (CONTINUE,)
 
     min_tokens: int = Field(default=512, ge=1)

@@ -10,7 +10,7 @@ confidence and whether it was kept (a ``step_note`` of kind ``confidence``).
 
 The samples must come from single calls with logprobs, so ``solver`` may only be a
 ``single`` (its ``prompt`` and ``max_tokens`` are used). An engine that returns no
-logprobs is an :class:`~scaffolds.errors.UnsupportedError` (a 400 naming deepconf).
+logprobs is an :class:`~scaffolds.core.errors.UnsupportedError` (a 400 naming deepconf).
 Only ``mode="offline"`` is built; ``online`` (a warm-up sets a threshold, later traces
 stop early) is refused with a clear error.
 
@@ -28,8 +28,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from scaffolds.context import Context, Problem
-from scaffolds.errors import UnsupportedError
+from scaffolds.core.context import Context, Problem
+from scaffolds.core.errors import UnsupportedError
 from scaffolds.strategies.base import Solution, Strategy, register
 from scaffolds.strategies.single import Single, solve_prompt
 

@@ -18,13 +18,33 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from scaffolds.context import Context, Problem, StepPrompt
-from scaffolds.errors import BudgetExhaustedError
-from scaffolds.prompts import PromptSet, gsr
-from scaffolds.steps import ContextLimits, Parent, RowInputs, StepBuilder, TracedStep
+from scaffolds.core.context import Context, Problem, StepPrompt
+from scaffolds.core.errors import BudgetExhaustedError
+from scaffolds.prompts import PromptSet, Template
 from scaffolds.strategies.base import Solution, Strategy, register
 from scaffolds.strategies.majority import pick_by_vote
 from scaffolds.strategies.single import Single
+from scaffolds.strategies.steps import ContextLimits, Parent, RowInputs, StepBuilder, TracedStep
+
+# This strategy's templates, one part per prompt set.
+REFINE_TEMPLATE = Template(
+    "gsr_refine",
+    "### Problem\n$problem\n\n"
+    "### Candidate solutions\n$candidates\n\n"
+    "### Instructions\n"
+    "Above are $count candidate solutions to the problem, written independently; any "
+    "of them may be wrong. Compare them and check their reasoning, then write one "
+    "complete solution that is better than each of them: keep what is right and repair "
+    "what is wrong. If none of them is right, solve the problem yourself from scratch. "
+    "Reason step by step, and end with your final answer within \\boxed{}.",
+)
+
+COMPACT_REFINE_TEMPLATE = Template("gsr_refine", "$problem[$candidates]")
+
+PROMPT_SETS = (
+    PromptSet.of("default", REFINE_TEMPLATE),
+    PromptSet.of("compact", COMPACT_REFINE_TEMPLATE),
+)
 
 
 def refine_prompt(
@@ -102,7 +122,7 @@ REFINE = StepBuilder(
 class GSR(Strategy):
     name: ClassVar[str] = "gsr"
     summary: ClassVar[str] = "Generative self-refinement: n candidates, then one refine over all."
-    prompt_sets: ClassVar[tuple[PromptSet, ...]] = gsr.SETS
+    prompt_sets: ClassVar[tuple[PromptSet, ...]] = PROMPT_SETS
     step_builders: ClassVar[tuple[StepBuilder, ...]] = (REFINE,)
     helper_models: ClassVar[tuple[str, ...]] = ("refiner",)
 

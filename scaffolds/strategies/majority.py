@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from scaffolds.context import Context, Problem
+from scaffolds.core.context import Context, Problem
 from scaffolds.strategies.base import Solution, Strategy, register
 from scaffolds.strategies.single import Single
 

@@ -18,12 +18,71 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from scaffolds.context import Context, Problem, StepPrompt
-from scaffolds.errors import BudgetExhaustedError
-from scaffolds.fanout import gather_within_budget
-from scaffolds.prompts import PromptSet, rc
-from scaffolds.steps import ContextLimits, Parent, RowInputs, StepBuilder, TracedStep
+from scaffolds.core.context import Context, Problem, StepPrompt
+from scaffolds.core.errors import BudgetExhaustedError
+from scaffolds.core.fanout import gather_within_budget
+from scaffolds.prompts import PromptSet, Template
 from scaffolds.strategies.base import Solution, Strategy, keep_finished, register
+from scaffolds.strategies.steps import ContextLimits, Parent, RowInputs, StepBuilder, TracedStep
+
+# This strategy's templates, one part per prompt set.
+REASONING_START_TEMPLATE = Template(
+    "rc_reasoning_start",
+    "### Problem\n$problem\n\n"
+    "### Instructions\n"
+    "Solve the problem. Reason step by step, and end with your final answer "
+    "within \\boxed{}.",
+)
+
+REASONING_CONTINUE_TEMPLATE = Template(
+    "rc_reasoning_continue",
+    "### Problem\n$problem\n\n"
+    "### Summary of an earlier attempt\n$summary\n\n"
+    "### Instructions\n"
+    "The summary above describes earlier work on this problem and may contain mistakes. "
+    "Improve on it: check its steps and results; if it is correct, confirm it by a "
+    "different argument; if something is wrong, repair it or try another approach; if "
+    "it stops before the end, carry it on. Reason step by step, and end with your final "
+    "answer within \\boxed{}.",
+)
+
+SUMMARY_TEMPLATE = Template(
+    "rc_summary",
+    "### Problem\n$problem\n\n"
+    "### Existing summary\n$summary\n\n"
+    "### Latest attempt\n$attempt\n\n"
+    "### Instructions\n"
+    "Write an updated summary of the work on this problem. Describe the strategy, the "
+    "facts and results used, the checks made and the key calculations, and relate it to "
+    "the existing summary: keep what still stands and say what the latest attempt "
+    "changed. Write as the person who did the work, in the first person, in at most two "
+    "paragraphs of plain prose with no headers. Include only reasoning that appears in "
+    "the latest attempt or the existing summary; do not work anything out anew.",
+)
+
+NO_SUMMARY_TEMPLATE = "(none: this is the first attempt)"
+
+COMPACT_REASONING_START_TEMPLATE = Template("rc_reasoning_start", "$problem")
+COMPACT_REASONING_CONTINUE_TEMPLATE = Template("rc_reasoning_continue", "$problem|$summary>")
+COMPACT_SUMMARY_TEMPLATE = Template("rc_summary", "$problem|$summary|$attempt#")
+COMPACT_NO_SUMMARY_TEMPLATE = ""
+
+PROMPT_SETS = (
+    PromptSet.of(
+        "default",
+        REASONING_START_TEMPLATE,
+        REASONING_CONTINUE_TEMPLATE,
+        SUMMARY_TEMPLATE,
+        rc_no_summary=NO_SUMMARY_TEMPLATE,
+    ),
+    PromptSet.of(
+        "compact",
+        COMPACT_REASONING_START_TEMPLATE,
+        COMPACT_REASONING_CONTINUE_TEMPLATE,
+        COMPACT_SUMMARY_TEMPLATE,
+        rc_no_summary=COMPACT_NO_SUMMARY_TEMPLATE,
+    ),
+)
 
 
 def reasoning_prompt(
@@ -98,7 +157,7 @@ class RC(Strategy):
     name: ClassVar[str] = "rc"
     summary: ClassVar[str] = "Reasoning Cache: reason, summarize, continue from the summary."
     batches_samples: ClassVar[bool] = True
-    prompt_sets: ClassVar[tuple[PromptSet, ...]] = rc.SETS
+    prompt_sets: ClassVar[tuple[PromptSet, ...]] = PROMPT_SETS
     step_builders: ClassVar[tuple[StepBuilder, ...]] = (REASONING, SUMMARY)
     helper_models: ClassVar[tuple[str, ...]] = ("summarizer",)
 

@@ -20,14 +20,35 @@ from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 
-from scaffolds.context import Context, Problem, StepPrompt
-from scaffolds.fanout import gather_within_budget
-from scaffolds.prompts import PromptSet, rsa
-from scaffolds.steps import Parent, RowInputs, StepBuilder, TracedStep
+from scaffolds.core.context import Context, Problem, StepPrompt
+from scaffolds.core.fanout import gather_within_budget
+from scaffolds.prompts import PromptSet, Template
 from scaffolds.strategies.base import Solution, Strategy, register
 from scaffolds.strategies.gsr import REFINE
 from scaffolds.strategies.majority import pick_by_vote
 from scaffolds.strategies.single import Single
+from scaffolds.strategies.steps import Parent, RowInputs, StepBuilder, TracedStep
+
+# This strategy's templates, one part per prompt set.
+AGGREGATE_TEMPLATE = Template(
+    "rsa_aggregate",
+    "### Problem\n$problem\n\n"
+    "### Attempts to combine\n$candidates\n\n"
+    "### Instructions\n"
+    "The $count attempts above were written separately, and each of them may contain "
+    "errors. Read them critically: find the steps they agree on, check those, and find "
+    "where and why they disagree. Then write one self-contained solution that takes the "
+    "sound ideas from the attempts and fixes their mistakes; where every attempt goes "
+    "wrong, work the problem out on your own. Do not refer to the attempts in your "
+    "solution. Reason step by step, and end with your final answer within \\boxed{}.",
+)
+
+COMPACT_AGGREGATE_TEMPLATE = Template("rsa_aggregate", "$problem($candidates)")
+
+PROMPT_SETS = (
+    PromptSet.of("default", AGGREGATE_TEMPLATE),
+    PromptSet.of("compact", COMPACT_AGGREGATE_TEMPLATE),
+)
 
 
 def aggregate_prompt(
@@ -76,7 +97,7 @@ class RSA(Strategy):
     summary: ClassVar[str] = (
         "Recursive self-aggregation: a population of n, each round n calls fold k into one."
     )
-    prompt_sets: ClassVar[tuple[PromptSet, ...]] = rsa.SETS
+    prompt_sets: ClassVar[tuple[PromptSet, ...]] = PROMPT_SETS
     step_builders: ClassVar[tuple[StepBuilder, ...]] = (AGGREGATE,)
     helper_models: ClassVar[tuple[str, ...]] = ("aggregator",)
 

@@ -15,12 +15,55 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from scaffolds.context import Context, Problem, StepPrompt
-from scaffolds.errors import BudgetExhaustedError
-from scaffolds.prompts import PromptSet, self_refine
-from scaffolds.steps import ContextLimits, Parent, RowInputs, StepBuilder, TracedStep
+from scaffolds.core.context import Context, Problem, StepPrompt
+from scaffolds.core.errors import BudgetExhaustedError
+from scaffolds.prompts import PromptSet, Template
 from scaffolds.strategies.base import Solution, Strategy, register
 from scaffolds.strategies.single import Single
+from scaffolds.strategies.steps import ContextLimits, Parent, RowInputs, StepBuilder, TracedStep
+
+# This strategy's templates, one part per prompt set.
+FEEDBACK_TEMPLATE = Template(
+    "self_refine_feedback",
+    "### Problem\n$problem\n\n"
+    "### Proposed solution\n$solution\n\n"
+    "### Instructions\n"
+    "Check the proposed solution step by step. For each step, say whether it is "
+    "correct, and explain any error precisely. Do not write a new solution. End with "
+    "one line that reads exactly `VERDICT: CORRECT` if the whole solution and its final "
+    "answer are right, or `VERDICT: INCORRECT` otherwise.",
+)
+
+REFINE_TEMPLATE = Template(
+    "self_refine_refine",
+    "### Problem\n$problem\n\n"
+    "### Previous solution\n$solution\n\n"
+    "### Feedback on it\n$feedback\n\n"
+    "### Instructions\n"
+    "Write a new, complete solution that fixes every problem the feedback points out. "
+    "Reason step by step, and end with your final answer within \\boxed{}.",
+)
+
+CORRECT_MARKER_TEMPLATE = "VERDICT: CORRECT"
+
+COMPACT_FEEDBACK_TEMPLATE = Template("self_refine_feedback", "$problem$solution?")
+COMPACT_REFINE_TEMPLATE = Template("self_refine_refine", "$problem$solution?$feedback>")
+COMPACT_CORRECT_MARKER_TEMPLATE = "ok"
+
+PROMPT_SETS = (
+    PromptSet.of(
+        "default",
+        FEEDBACK_TEMPLATE,
+        REFINE_TEMPLATE,
+        self_refine_correct_marker=CORRECT_MARKER_TEMPLATE,
+    ),
+    PromptSet.of(
+        "compact",
+        COMPACT_FEEDBACK_TEMPLATE,
+        COMPACT_REFINE_TEMPLATE,
+        self_refine_correct_marker=COMPACT_CORRECT_MARKER_TEMPLATE,
+    ),
+)
 
 
 def feedback_prompt(
@@ -87,7 +130,7 @@ REFINE = StepBuilder(
 class SelfRefine(Strategy):
     name: ClassVar[str] = "self_refine"
     summary: ClassVar[str] = "Self-Refine: solve, get feedback, refine until judged correct."
-    prompt_sets: ClassVar[tuple[PromptSet, ...]] = self_refine.SETS
+    prompt_sets: ClassVar[tuple[PromptSet, ...]] = PROMPT_SETS
     step_builders: ClassVar[tuple[StepBuilder, ...]] = (FEEDBACK, REFINE)
     helper_models: ClassVar[tuple[str, ...]] = ("critic",)
 

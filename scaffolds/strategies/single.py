@@ -14,9 +14,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from scaffolds.context import Context, Problem, StepPrompt
-from scaffolds.steps import ContextLimits, RowInputs, StepBuilder, TracedStep
+from scaffolds.core.context import Context, Problem, StepPrompt
 from scaffolds.strategies.base import Solution, Strategy, register
+from scaffolds.strategies.steps import ContextLimits, RowInputs, StepBuilder, TracedStep
 
 
 def solve_prompt(

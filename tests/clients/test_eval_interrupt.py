@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from clients.eval.synthetic import write_addition
-from scaffolds.processes import popen_owned, stop_group
+from scaffolds.processes.children import popen_owned, stop_group
 from testing.fake_engine import FakeEngineHandle
+from testing.process_guard import descendants_of
 from tests.clients.evalkit import MODEL, ponder_over_fake, read_jsonl
-from tests.process_guard import descendants_of
 from tests.server.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

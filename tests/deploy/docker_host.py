@@ -31,7 +31,7 @@ from pathlib import Path
 import httpx
 
 from scaffolds.engines.vllm_server import ROOT
-from scaffolds.processes import owned_process
+from scaffolds.processes.children import owned_process
 
 CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ponder" / "docker"
 DEFAULT_SOCKET = Path("/var/run/docker.sock")

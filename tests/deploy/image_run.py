@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 
 from scaffolds.engines.vllm_server import ROOT
-from scaffolds.processes import owned_process
+from scaffolds.processes.children import owned_process
 from tests.deploy.artifacts import final_stage, image_command, parse_dockerfile
 
 VENV_IN_IMAGE = "/opt/venv/bin"

@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from scaffolds import solve
-from scaffolds.engine import GenerateRequest, GenerateResult, SamplingParams, chat
+from scaffolds.engines.protocol import GenerateRequest, GenerateResult, SamplingParams, chat
 from scaffolds.engines.vllm_inprocess import InProcessVLLMEngine
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 
 from scaffolds import Budget, solve
-from scaffolds.engine import GenerateRequest, SamplingParams, chat
+from scaffolds.core.trace import StepFinished, StepStarted
 from scaffolds.engines import OpenAIEngine
+from scaffolds.engines.protocol import GenerateRequest, SamplingParams, chat
 from scaffolds.engines.vllm_server import VLLMServer
-from scaffolds.trace import StepFinished, StepStarted
 from testing.vllm import assert_accounts_every_token
 
 pytestmark = pytest.mark.vllm

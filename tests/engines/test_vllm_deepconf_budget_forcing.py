@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 from scaffolds import Problem, solve
-from scaffolds.engine import GenerateRequest, SamplingParams, chat
+from scaffolds.core.trace import StepFinished, StepNote, StepStarted
 from scaffolds.engines import OpenAIEngine
+from scaffolds.engines.protocol import GenerateRequest, SamplingParams, chat
 from scaffolds.engines.vllm_server import VLLMServer
-from scaffolds.trace import StepFinished, StepNote, StepStarted
 from testing.vllm import assert_accounts_every_token
 
 pytestmark = pytest.mark.vllm

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from testing.child_report import child_report
 from testing.vllm import CACHE, build_tiny_model, vllm_python_or_skip
-from tests.child_report import child_report
 
 pytestmark = pytest.mark.vllm
 

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import pytest
 
 from scaffolds import solve
-from scaffolds.engine import GenerateRequest, SamplingParams, chat
 from scaffolds.engines import OpenAIEngine
+from scaffolds.engines.protocol import GenerateRequest, SamplingParams, chat
 from scaffolds.engines.vllm_server import VLLMServer, running_vllm
 from scaffolds.models import get_model
 from scaffolds.models.prepare import prepare_model

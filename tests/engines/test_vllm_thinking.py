@@ -17,15 +17,15 @@ from typing import Any
 import httpx
 import pytest
 
-from scaffolds.context import Budget, Problem
-from scaffolds.engine import Message, SamplingParams
+from scaffolds.core.context import Budget, Problem
+from scaffolds.core.run import RunResult, run_scaffold
+from scaffolds.core.thinking import HelperModel, Routing, Thinking
+from scaffolds.core.trace import StepFinished, StepNote, StepStarted
 from scaffolds.engines import OpenAIEngine
+from scaffolds.engines.protocol import Message, SamplingParams
 from scaffolds.engines.vllm_server import VLLMServer, running_vllm
 from scaffolds.models import get_model, model_path
-from scaffolds.run import RunResult, run_scaffold
-from scaffolds.spec import build_strategy
-from scaffolds.thinking import HelperModel, Routing, Thinking
-from scaffolds.trace import StepFinished, StepNote, StepStarted
+from scaffolds.spec.build import build_strategy
 from testing.vllm import CACHE, vllm_python_or_skip
 
 pytestmark = pytest.mark.vllm

@@ -22,12 +22,14 @@ import httpx
 import pytest
 
 from scaffolds.engines.vllm_server import ROOT, VLLMServer, running_vllm
-from scaffolds.processes import owned_process
+from scaffolds.evaluation.addition_task import problems
+from scaffolds.models import model_path
+from scaffolds.processes.children import owned_process
 from server.settings import Settings
 from testing.ponder import running_ponder
 from testing.vllm import vllm_python_or_skip
-from tests.training_demo.conftest import SHIPPED_MODEL
-from training.demo.task import problems
+
+SHIPPED_MODEL = model_path("ponder-addition")
 
 MODEL = "addition"
 ALIAS = "maj4"

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from scaffolds.models import model_path
 from tests.harnesses.conftest import (
     ALIAS,
     HARNESS_TIMEOUT_S,
@@ -25,7 +26,8 @@ from tests.harnesses.conftest import (
     offline_env,
     run_harness,
 )
-from tests.training_demo.conftest import SHIPPED_MODEL
+
+SHIPPED_MODEL = model_path("ponder-addition")
 
 # Several harness runs per test, each a few imports-heavy processes.
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(4 * HARNESS_TIMEOUT_S)]

@@ -153,7 +153,7 @@ def test_a_replaced_adapter_is_merged_again(adapter: Path, home: Path, tmp_path:
 def test_the_embedded_default_serves_an_adapter_beside_its_base(
     adapter: Path, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from server import embedded
+    from server.pool import embedded
     from server.settings import Settings
     from testing.ponder import running_ponder
 

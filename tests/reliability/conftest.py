@@ -18,7 +18,7 @@ import pytest
 from fastapi import FastAPI
 from starlette.types import Scope
 
-from server.app import create_app
+from server.http.app import create_app
 from server.settings import Settings
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from testing.threaded import serving_in_thread

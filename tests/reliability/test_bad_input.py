@@ -24,9 +24,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from scaffolds.errors import PonderError
-from server.errors import api_error, validation_error
-from server.protocol import ChatCompletionRequest, CompletionRequest
+from scaffolds.core.errors import PonderError
+from server.http.errors import api_error, validation_error
+from server.http.protocol import ChatCompletionRequest, CompletionRequest
 from tests.reliability.conftest import assert_openai_error
 from tests.server.conftest import build_app
 

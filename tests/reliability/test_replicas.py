@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from scaffolds.engines.vllm_server import free_port
-from scaffolds.processes import owned_process
+from scaffolds.processes.children import owned_process
 from testing.fake_engine import FakeEngineConfig, running_fake_engine
 from tests.reliability.conftest import chat, client, eventually, ponder_settings, serving_ponder
 

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from scaffolds.engine import GenerateRequest, GenerateResult, StreamItem
-from server.app import create_app
+from scaffolds.engines.protocol import GenerateRequest, GenerateResult, StreamItem
+from server.http.app import create_app
 from server.settings import Settings
 from testing.fake_engine import FakeEngineHandle
 from tests.reliability.conftest import (

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from scaffolds.engines.vllm_server import free_port
-from scaffolds.processes import owned_process
+from scaffolds.processes.children import owned_process
 from testing.fake_engine import FakeEngineHandle
 from tests.reliability.conftest import KEY, MODEL, assert_answered, auth, chat
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from scaffolds.engine import GenerateRequest
+from scaffolds.engines.protocol import GenerateRequest
 
 Reply = Callable[[GenerateRequest], str | list[str]]
 

@@ -1,5 +1,5 @@
-"""Tests for scaffolds.answers (extraction, normalization, equivalence, voting) and
-scaffolds.answer_pool (the checker)."""
+"""Tests for scaffolds.evaluation.answers (extraction, normalization, equivalence, voting) and
+scaffolds.evaluation.answer_pool (the checker)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from scaffolds import answer_pool
-from scaffolds.answer_pool import AnswerChecker
-from scaffolds.answers import (
+from scaffolds.evaluation import answer_pool
+from scaffolds.evaluation.answer_pool import AnswerChecker
+from scaffolds.evaluation.answers import (
     answers_equal,
     cluster_answers,
     extract_answer,
@@ -284,7 +284,7 @@ async def test_checker_pool_timeout_and_recovery(
         # A hung comparison: the pool is killed, and this call compares strings only
         # (so 1/2 and 0.5 no longer match).
         monkeypatch.setattr(answer_pool, "answers_equal", _hang)
-        with caplog.at_level(logging.WARNING, logger="scaffolds.answer_pool"):
+        with caplog.at_level(logging.WARNING, logger="scaffolds.evaluation.answer_pool"):
             hung_at = time.monotonic()
             assert await checker.equal("1/2", "0.5") is False
         # It gave up on the worker at its limit, long before the worker would return.

@@ -6,18 +6,18 @@ import asyncio
 
 import pytest
 
-from scaffolds.context import Budget, Context, Problem
-from scaffolds.engine import Message, SamplingParams
-from scaffolds.engines.mock import MockEngine
-from scaffolds.errors import (
+from scaffolds.core.context import Budget, Context, Problem
+from scaffolds.core.errors import (
     BudgetExhaustedError,
     EngineUnavailableError,
     InvalidRequestError,
 )
-from scaffolds.fanout import gather
-from scaffolds.ledger import FORCE_ANSWER_TOKENS
-from scaffolds.spec import get_prompt_set
-from scaffolds.trace import StepDelta, StepFinished, StepStarted, TraceRecorder
+from scaffolds.core.fanout import gather
+from scaffolds.core.ledger import FORCE_ANSWER_TOKENS
+from scaffolds.core.trace import StepDelta, StepFinished, StepStarted, TraceRecorder
+from scaffolds.engines.mock import MockEngine
+from scaffolds.engines.protocol import Message, SamplingParams
+from scaffolds.spec.build import get_prompt_set
 
 
 @pytest.mark.parametrize(
@@ -141,7 +141,7 @@ async def test_child_scopes_only_stay_final_inside_final_scopes() -> None:
 
 
 async def test_every_call_of_a_run_carries_the_problems_affinity_key() -> None:
-    from scaffolds.run import run_scaffold
+    from scaffolds.core.run import run_scaffold
     from scaffolds.strategies import GSR
 
     engine = MockEngine(lambda r: "\\boxed{1}")

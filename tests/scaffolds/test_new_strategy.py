@@ -20,9 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
+from scaffolds.core.errors import InvalidRequestError
 from scaffolds.engines.mock import MockEngine
-from scaffolds.errors import InvalidRequestError
-from scaffolds.spec import build_strategy, default_registry, get_prompt_set
+from scaffolds.spec.build import build_strategy, default_registry, get_prompt_set
 from tests.server.conftest import build_app, chat_body
 from training.collect import ProblemRow
 from training.grpo import grpo_rows
@@ -37,9 +37,9 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from scaffolds.answers import extract_answer
+from scaffolds.evaluation.answers import extract_answer
 from scaffolds.prompts import PromptSet, Template
-from scaffolds.steps import StepBuilder
+from scaffolds.strategies.steps import StepBuilder
 from scaffolds.strategies.base import Solution, Strategy, register
 from scaffolds.strategies.single import Single
 

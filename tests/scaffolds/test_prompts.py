@@ -14,7 +14,7 @@ import pytest
 
 from scaffolds.prompts import PROMPT_SET_NAMES, PromptSet
 from scaffolds.prompts.template import Template
-from scaffolds.spec import get_prompt_set
+from scaffolds.spec.build import get_prompt_set
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 SAMPLE_FIELDS = {

@@ -1,4 +1,4 @@
-"""Tests for scaffolds.spec: the compact/JSON spec forms, the registry and building."""
+"""Tests for scaffolds.spec.build: the compact/JSON spec forms, the registry and building."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import Field
 
-from scaffolds import spec as spec_module
-from scaffolds.errors import FanOutError, SpecError
-from scaffolds.spec import (
+from scaffolds.spec import build as spec_module
+from scaffolds.core.errors import FanOutError, SpecError
+from scaffolds.spec.build import (
     MAX_NESTING,
     MAX_SPEC_CHARS,
     Registry,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from scaffolds.engine import Completion, GenerateRequest
+from scaffolds.engines.protocol import Completion, GenerateRequest
 
 THOUGHT = "hmm"
 

@@ -12,7 +12,7 @@ import pytest
 from fastapi import FastAPI
 
 from scaffolds.engines.mock import Handler, MockEngine
-from server.app import create_app
+from server.http.app import create_app
 from server.settings import Settings
 
 UNUSED = "http://engine.invalid/v1"

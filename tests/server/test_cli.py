@@ -20,9 +20,9 @@ from typer.testing import CliRunner
 
 from clients.cli import app
 from scaffolds.engines.vllm_server import free_port
-from scaffolds.processes import popen_owned, stop_group
+from scaffolds.processes.children import popen_owned, stop_group
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
-from tests.process_guard import children_of, gone
+from testing.process_guard import children_of, gone
 from tests.server.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,7 +21,7 @@ URL = "http://engine:8000/v1"
 def served(monkeypatch: pytest.MonkeyPatch) -> list[Settings]:
     """What ``ponder serve`` would serve, instead of serving it."""
     seen: list[Settings] = []
-    monkeypatch.setattr("server.app.serve", seen.append)
+    monkeypatch.setattr("server.http.app.serve", seen.append)
     return seen
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from server.disconnect import until_disconnect
-from server.errors import ClientDisconnectedError
+from server.http.disconnect import until_disconnect
+from server.http.errors import ClientDisconnectedError
 
 
 class Client:

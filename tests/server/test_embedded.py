@@ -7,7 +7,7 @@ from pathlib import Path
 import openai
 
 from scaffolds.models import get_model
-from server.embedded import (
+from server.pool.embedded import (
     EMBEDDED_MODEL,
     SHIPPED_MODEL_DIR,
     embedded_config,

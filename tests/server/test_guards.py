@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from scaffolds.engine import EngineDelta, GenerateRequest, GenerateResult, StreamItem
+from scaffolds.core.errors import EngineUnavailableError
 from scaffolds.engines.mock import MockEngine
-from scaffolds.errors import EngineUnavailableError
-from server.engines import MeteredEngine, ReplicaEngine
-from server.errors import OverloadedError
-from server.limits import RunLimiter
-from server.metrics import Metrics
+from scaffolds.engines.protocol import EngineDelta, GenerateRequest, GenerateResult, StreamItem
+from server.http.errors import OverloadedError
+from server.http.limits import RunLimiter
+from server.http.metrics import Metrics
+from server.pool.metered import MeteredEngine, ReplicaEngine
 from tests.server.conftest import chat_body, parse_sse
 
 

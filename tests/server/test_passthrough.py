@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from scaffolds.engine import Completion, GenerateRequest, GenerateResult, Usage
+from scaffolds.engines.protocol import Completion, GenerateRequest, GenerateResult, Usage
 from server.settings import Settings
 from testing.fake_engine import running_fake_engine
 from testing.ponder import running_ponder

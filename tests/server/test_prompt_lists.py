@@ -17,10 +17,10 @@ import httpx
 import openai
 import pytest
 
-from scaffolds.engine import GenerateRequest, batch_engine
 from scaffolds.engines.mock import MockEngine
-from server.engines import MeteredEngine, ReplicaEngine
-from server.metrics import Metrics
+from scaffolds.engines.protocol import GenerateRequest, batch_engine
+from server.http.metrics import Metrics
+from server.pool.metered import MeteredEngine, ReplicaEngine
 from server.settings import Settings
 from testing.fake_engine import FakeEngineHandle, running_fake_engine
 from testing.ponder import running_ponder

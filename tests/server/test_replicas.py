@@ -20,7 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from scaffolds.engine import (
+from scaffolds.core.errors import EngineRejectedError, EngineTimeoutError, EngineUnavailableError
+from scaffolds.engines.protocol import (
     Completion,
     EngineDelta,
     GenerateRequest,
@@ -28,10 +29,9 @@ from scaffolds.engine import (
     StreamItem,
     Usage,
 )
-from scaffolds.errors import EngineRejectedError, EngineTimeoutError, EngineUnavailableError
-from server.engines import MeteredEngine, replica_status
-from server.metrics import Metrics
-from server.replicas import ReplicaEngine
+from server.http.metrics import Metrics
+from server.pool.metered import MeteredEngine, replica_status
+from server.pool.replica_engine import ReplicaEngine
 from server.settings import Settings
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from testing.ponder import running_ponder
@@ -397,7 +397,7 @@ async def test_status_and_gauges() -> None:
 
 
 async def test_settings_reach_the_replica_engine() -> None:
-    from server.serving import Serving
+    from server.serving.handler import Serving
 
     settings = Settings(
         model="m",

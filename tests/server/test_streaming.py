@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from scaffolds.engine import Usage
-from scaffolds.trace import RunFinished, StepDelta, StepFinished, StepNote, StepStarted
-from server.streaming import ChoiceRouter, Piece
+from scaffolds.core.trace import RunFinished, StepDelta, StepFinished, StepNote, StepStarted
+from scaffolds.engines.protocol import Usage
+from server.serving.streaming import ChoiceRouter, Piece
 
 
 def started(step: str, label: str, *, n: int = 1, final: bool = False, choice: int | None = None):
@@ -153,11 +153,11 @@ def test_a_chunk_of_choices_is_the_same_bytes_as_the_chunk_object_encoded() -> N
     from types import SimpleNamespace
     from typing import cast
 
-    from scaffolds import fastjson
-    from server.planning import RunPlan
-    from server.protocol import chunk_object, delta_choice
-    from server.responses import ChunkMaker
-    from server.streaming import sse_event
+    from scaffolds.core import fastjson
+    from server.http.protocol import chunk_object, delta_choice
+    from server.serving.planning import RunPlan
+    from server.serving.responses import ChunkMaker
+    from server.serving.streaming import sse_event
 
     for endpoint in ("chat", "completions"):
         plan = cast(RunPlan, SimpleNamespace(endpoint=endpoint, model="m+gsr(n=2) «ü»"))

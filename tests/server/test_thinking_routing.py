@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from scaffolds.core.errors import InvalidRequestError
 from scaffolds.engines.mock import MockEngine
-from scaffolds.errors import InvalidRequestError
-from server.planning import plan_run
-from server.protocol import ChatCompletionRequest
-from server.serving_models import ServedModels
+from server.http.protocol import ChatCompletionRequest
+from server.pool.served_models import ServedModels
+from server.serving.planning import plan_run
 from server.settings import ModelConfig, Settings
 
 MESSAGES = [{"role": "user", "content": "3+4="}]

@@ -21,7 +21,7 @@ import httpx
 from prometheus_client import CollectorRegistry, multiprocess
 
 from scaffolds.engines.vllm_server import free_port
-from scaffolds.processes import owned_process
+from scaffolds.processes.children import owned_process
 from testing.fake_engine import FakeEngineConfig, fake_engine
 from tests.server.conftest import wait_until
 

@@ -2,9 +2,9 @@
 
 :func:`golden_rows` runs every built-in scaffold (and two compositions) over a seeded
 set of demo addition problems through :func:`training.pipeline.make_data`, with a
-deterministic MockEngine, in both prompt sets (compact text, default chat); adds the
-demo trainers' own rows (:mod:`training.demo.gsr_train`, :mod:`training.demo.rc_train`)
-and one GRPO rollout group per mode and set (:func:`training.rollouts.rollout_group`).
+deterministic MockEngine, in both prompt sets (compact text, default chat), and one
+GRPO rollout group per mode and set (:func:`training.rollouts.rollout_group`). The demo
+trainers' own rows are pinned beside them, in ``experiments/tiny_models/tests``.
 ``tests/training/fixtures/rows_before.json`` pins its output as it was before the
 scaffold code path was unified; :mod:`tests.training.test_training_golden` compares.
 
@@ -21,11 +21,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from scaffolds.engine import GenerateRequest, Message
 from scaffolds.engines.mock import MockEngine
+from scaffolds.engines.protocol import GenerateRequest, Message
+from scaffolds.evaluation.addition_task import problems
 from training.collect import ProblemRow
-from training.demo import gsr_train, rc_train
-from training.demo.task import problems
 from training.pipeline import make_data
 from training.rollouts import rollout_group
 from training.runs import RunDir
@@ -129,16 +128,11 @@ async def _rollouts(prompt_set: str, chat: bool) -> dict[str, Any]:
 
 def golden_rows() -> dict[str, Any]:
     """Every row and rollout above, as JSON-ready data."""
-    demo_items = problems("train", 3, seed=5)
-    cands = [["1", "2", str(int(p.answer))] for p in demo_items]
     return {
         "data/compact": asyncio.run(_data_rows("compact", False)),
         "data/default-chat": asyncio.run(_data_rows("default", True)),
         "rollouts/compact": asyncio.run(_rollouts("compact", False)),
         "rollouts/default-chat": asyncio.run(_rollouts("default", True)),
-        "demo/gsr_refine": gsr_train.refine_rows(demo_items, cands),
-        "demo/rc": rc_train.training_rows("rc", 4, seed=0),
-        "demo/rc-direct": rc_train.training_rows("direct", 4, seed=0),
     }
 
 

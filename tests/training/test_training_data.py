@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from scaffolds.context import Problem
-from scaffolds.engine import GenerateRequest, Message
+from scaffolds.core.context import Problem
+from scaffolds.core.run import run_scaffold
+from scaffolds.core.trace import TRACE_SCHEMA, StepStarted
 from scaffolds.engines.mock import MockEngine
-from scaffolds.run import run_scaffold
-from scaffolds.spec import get_prompt_set
+from scaffolds.engines.protocol import GenerateRequest, Message
+from scaffolds.spec.build import get_prompt_set
 from scaffolds.strategies import GSR, RC, RSA, Abstraction, SelfRefine, Strategy
-from scaffolds.trace import TRACE_SCHEMA, StepStarted
 from training.data import Row, build_rows, mix_rows, right_solutions, sft_columns
 from training.traces import TraceRecord
 
@@ -294,8 +294,8 @@ def test_rsa_wrong_aggregations_are_dropped_and_compact_rows_render() -> None:
 
 
 def test_adaptive_notes_round_trip_through_saved_records() -> None:
+    from scaffolds.core.trace import StepNote
     from scaffolds.strategies import Adaptive
-    from scaffolds.trace import StepNote
 
     record = record_of(Adaptive(max_k=8, wave=4))
     again = TraceRecord.from_json(json.loads(json.dumps(record.to_json())))

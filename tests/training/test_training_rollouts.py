@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from scaffolds.engine import GenerateRequest, Message
 from scaffolds.engines.mock import MockEngine
-from scaffolds.spec import get_prompt_set
+from scaffolds.engines.protocol import GenerateRequest, Message
+from scaffolds.spec.build import get_prompt_set
 from training.rollouts import (
     RolloutSettings,
     ScaffoldRollout,

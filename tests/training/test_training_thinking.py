@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 import json
 
-from scaffolds.context import Problem
-from scaffolds.engine import GenerateRequest, Message
+from scaffolds.core.context import Problem
+from scaffolds.core.run import run_scaffold
+from scaffolds.core.thinking import Routing, Thinking
 from scaffolds.engines.mock import MockEngine
-from scaffolds.run import run_scaffold
-from scaffolds.spec import build_strategy
-from scaffolds.thinking import Routing, Thinking
+from scaffolds.engines.protocol import GenerateRequest, Message
+from scaffolds.spec.build import build_strategy
 from tests.scaffolds.scripted import step_of
 from tests.scaffolds.thinking_engine import THOUGHT, ThinkingModel
 from training.data import build_rows

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.child_report import child_report
+from testing.child_report import child_report
 
 REPO = Path(__file__).resolve().parents[2]
 VERL_PYTHON = REPO / os.environ.get("PONDER_VERL_PYTHON", ".cache/verl-venv/bin/python")

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 
 from scaffolds import solve
-from scaffolds.engine import GenerateRequest, SamplingParams, chat
 from scaffolds.engines.openai_http import OpenAIEngine
+from scaffolds.engines.protocol import GenerateRequest, SamplingParams, chat
 
 URL = "http://engine.test/v1"
 

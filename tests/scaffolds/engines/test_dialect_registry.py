@@ -9,7 +9,6 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from scaffolds.engine import GenerateRequest, chat
 from scaffolds.engines.dialects import (
     Dialect,
     OpenAIDialect,
@@ -19,7 +18,8 @@ from scaffolds.engines.dialects import (
     get_dialect,
 )
 from scaffolds.engines.openai_http import OpenAIEngine
-from server.engines import model_engine
+from scaffolds.engines.protocol import GenerateRequest, chat
+from server.pool.metered import model_engine
 from server.settings import Settings, setting_errors
 
 URL = "http://engine:8000/v1"

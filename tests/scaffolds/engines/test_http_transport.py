@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from scaffolds.engine import EngineDelta, GenerateRequest, GenerateResult, chat
+from scaffolds.core.errors import EngineTimeoutError, EngineUnavailableError
 from scaffolds.engines.http_transport import aiohttp_available
 from scaffolds.engines.openai_http import OpenAIEngine
-from scaffolds.errors import EngineTimeoutError, EngineUnavailableError
+from scaffolds.engines.protocol import EngineDelta, GenerateRequest, GenerateResult, chat
 
 pytestmark = pytest.mark.skipif(not aiohttp_available(), reason="aiohttp is not installed")
 

@@ -13,7 +13,17 @@ from email.utils import format_datetime
 import httpx
 import pytest
 
-from scaffolds.engine import (
+from scaffolds.core.errors import (
+    EngineError,
+    EngineRejectedError,
+    EngineTimeoutError,
+    EngineUnavailableError,
+)
+from scaffolds.engines import openai_http, openai_retry
+from scaffolds.engines.http_transport import aiohttp_available
+from scaffolds.engines.openai_http import OpenAIEngine
+from scaffolds.engines.openai_parse import parse_retry_after as _parse_retry_after
+from scaffolds.engines.protocol import (
     Engine,
     EngineDelta,
     GenerateRequest,
@@ -21,16 +31,6 @@ from scaffolds.engine import (
     SamplingParams,
     StreamItem,
     chat,
-)
-from scaffolds.engines import openai_http, openai_retry
-from scaffolds.engines.http_transport import aiohttp_available
-from scaffolds.engines.openai_http import OpenAIEngine
-from scaffolds.engines.openai_parse import parse_retry_after as _parse_retry_after
-from scaffolds.errors import (
-    EngineError,
-    EngineRejectedError,
-    EngineTimeoutError,
-    EngineUnavailableError,
 )
 from testing.fake_engine import (
     FakeEngineConfig,
@@ -461,8 +461,8 @@ async def test_http_reward_model_scores_each_candidate_over_vllm_pooling() -> No
 
 
 async def test_http_reward_model_reports_an_unreachable_endpoint() -> None:
+    from scaffolds.core.errors import EngineUnavailableError
     from scaffolds.engines.reward import HTTPRewardModel
-    from scaffolds.errors import EngineUnavailableError
 
     reward = HTTPRewardModel("http://127.0.0.1:9/pooling", "rm", timeout=2)
     with pytest.raises(EngineUnavailableError, match="unreachable"):

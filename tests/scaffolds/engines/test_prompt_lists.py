@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from scaffolds.engine import GenerateRequest, SamplingParams, Usage
 from scaffolds.engines.openai_http import OpenAIEngine
+from scaffolds.engines.protocol import GenerateRequest, SamplingParams, Usage
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 
 MODEL = "fake-model"

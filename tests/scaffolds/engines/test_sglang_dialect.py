@@ -14,10 +14,16 @@ from contextlib import aclosing
 
 import pytest
 
-from scaffolds.engine import EngineDelta, GenerateRequest, GenerateResult, SamplingParams, chat
+from scaffolds.core.errors import EngineError, EngineRejectedError, EngineUnavailableError
 from scaffolds.engines.dialects import reported_error
 from scaffolds.engines.openai_http import OpenAIEngine
-from scaffolds.errors import EngineError, EngineRejectedError, EngineUnavailableError
+from scaffolds.engines.protocol import (
+    EngineDelta,
+    GenerateRequest,
+    GenerateResult,
+    SamplingParams,
+    chat,
+)
 from testing.fake_engine import Failure, FakeEngineConfig, FakeEngineHandle, running_fake_engine
 
 MODEL = "fake-model"

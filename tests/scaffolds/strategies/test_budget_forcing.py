@@ -6,16 +6,16 @@ import asyncio
 
 import pytest
 
-from scaffolds.context import Budget, Problem
-from scaffolds.engine import Completion, GenerateRequest, Message
+from scaffolds.core.context import Budget, Problem
+from scaffolds.core.errors import SpecError
+from scaffolds.core.run import run_scaffold
+from scaffolds.core.trace import StepFinished, StepStarted
 from scaffolds.engines.mock import MockEngine
-from scaffolds.errors import SpecError
-from scaffolds.run import run_scaffold
-from scaffolds.spec import build_strategy, spec_string
-from scaffolds.steps import render_step
+from scaffolds.engines.protocol import Completion, GenerateRequest, Message
+from scaffolds.spec.build import build_strategy, spec_string
 from scaffolds.strategies import BudgetForcing, Majority
 from scaffolds.strategies.budget_forcing import CONTINUE
-from scaffolds.trace import StepFinished, StepStarted
+from scaffolds.strategies.steps import render_step
 
 PROBLEM = Problem.from_messages((Message("user", "What is 6*7?"),))
 WAIT = "\n\nWait"

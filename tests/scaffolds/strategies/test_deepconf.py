@@ -6,15 +6,15 @@ import asyncio
 
 import pytest
 
-from scaffolds.context import Budget, Problem
-from scaffolds.engine import Completion, GenerateRequest, Message, SamplingParams
+from scaffolds.core.context import Budget, Problem
+from scaffolds.core.errors import SpecError, UnsupportedError
+from scaffolds.core.run import run_scaffold
+from scaffolds.core.trace import StepFinished, StepNote, StepStarted
 from scaffolds.engines.mock import MockEngine, synthetic_top_logprobs
-from scaffolds.errors import SpecError, UnsupportedError
-from scaffolds.run import run_scaffold
-from scaffolds.spec import build_strategy, spec_string
+from scaffolds.engines.protocol import Completion, GenerateRequest, Message, SamplingParams
+from scaffolds.spec.build import build_strategy, spec_string
 from scaffolds.strategies import DeepConf, Majority
 from scaffolds.strategies.deepconf import kept_indices, token_confidence, trace_confidence
-from scaffolds.trace import StepFinished, StepNote, StepStarted
 
 PROBLEM = Problem.from_messages((Message("user", "What is 6*7?"),))
 
@@ -180,7 +180,7 @@ def test_sampling_params_bound_top_logprobs() -> None:
 
 
 async def test_the_confidence_note_survives_a_saved_trace() -> None:
-    from scaffolds.trace import event_to_dict
+    from scaffolds.core.trace import event_to_dict
     from training.traces import event_from_dict
 
     engine = scripted(trace("1", 2.0), trace("2", 1.0))

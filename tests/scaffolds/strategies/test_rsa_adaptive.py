@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from scaffolds.context import Budget, Problem
-from scaffolds.engine import GenerateRequest, Message, SamplingParams, Usage
+from scaffolds.core.context import Budget, Problem
+from scaffolds.core.errors import SpecError
+from scaffolds.core.run import RunResult, run_scaffold
+from scaffolds.core.trace import StepFinished, StepNote, StepStarted
 from scaffolds.engines.mock import MockEngine
-from scaffolds.errors import SpecError
-from scaffolds.run import RunResult, run_scaffold
-from scaffolds.spec import build_strategy
+from scaffolds.engines.protocol import GenerateRequest, Message, SamplingParams, Usage
+from scaffolds.spec.build import build_strategy
 from scaffolds.strategies import GSR, RC, RSA, Adaptive, Strategy
 from scaffolds.strategies.adaptive import leader_probability
-from scaffolds.trace import StepFinished, StepNote, StepStarted
 from tests.scaffolds.scripted import Script
 
 PROBLEM = Problem.from_messages((Message("user", "What is 6*7?"),))

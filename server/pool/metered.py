@@ -1,0 +1,202 @@
+"""Engine wrappers the server puts around its engines: replicas and metering.
+
+:class:`~server.pool.replica_engine.ReplicaEngine` (re-exported here)
+routes calls over several replicas of one model: affinity by problem, least outstanding
+requests, circuit breakers, health polling and failover. :class:`MeteredEngine` counts
+every call, its latency and its tokens for Prometheus (and exports a wrapped
+``ReplicaEngine``'s per-replica gauges). Both implement the
+:class:`~scaffolds.engines.protocol.Engine` protocol, so a scaffold cannot tell.
+
+>>> import asyncio
+>>> from scaffolds.engines.protocol import GenerateRequest
+>>> from scaffolds.engines.mock import MockEngine
+>>> from server.http.metrics import Metrics
+>>> pool = ReplicaEngine([MockEngine(lambda r: "a"), MockEngine(lambda r: "b")])
+>>> engine = MeteredEngine(pool, Metrics(), "m")
+>>> [asyncio.run(engine.generate(GenerateRequest("hi"))).completions[0].text for _ in range(3)]
+['a', 'b', 'a']
+>>> [r["breaker"] for r in replica_status(engine)]
+['closed', 'closed']
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from scaffolds.core.fanout import gather
+from scaffolds.engines.factory import EngineOptions, engine_from_url
+from scaffolds.engines.protocol import (
+    Engine,
+    GenerateRequest,
+    GenerateResult,
+    StreamItem,
+    Usage,
+    batch_engine,
+)
+from server.pool.replica_engine import ReplicaEngine, engine_health
+
+if TYPE_CHECKING:
+    from server.http.metrics import Metrics
+    from server.pool.model_settings import ModelConfig
+    from server.settings import Settings
+
+R = TypeVar("R")
+
+
+def model_engine(config: ModelConfig, settings: Settings) -> Engine:
+    """One served model's engine: each of its URLs through
+    :func:`~scaffolds.engines.factory.engine_from_url`, behind a :class:`ReplicaEngine`
+    when there are several.
+
+    >>> from server.settings import Settings
+    >>> settings = Settings(model="m", engines=("http://a/v1", "http://b/v1"))
+    >>> model_engine(settings.served_models()[0], settings)
+    ReplicaEngine(['http://a/v1', 'http://b/v1'])
+    """
+    key = config.engine_api_key.get_secret_value() if config.engine_api_key else None
+    options = EngineOptions(
+        model=config.served_engine_model,
+        api_key=key,
+        dialect=config.dialect,
+        connect_timeout=settings.engine_connect_timeout_s,
+        read_timeout=settings.engine_read_timeout_s,
+        max_retries=settings.engine_max_retries,
+        pool_shards=settings.engine_pool_shards,
+        max_model_len=config.max_model_len,
+    )
+    replicas = [engine_from_url(url, options) for url in config.engines]
+    if len(replicas) == 1:
+        return replicas[0]
+    return ReplicaEngine(
+        replicas,
+        failure_threshold=settings.engine_breaker_threshold,
+        cooldown_s=settings.engine_breaker_cooldown_s,
+        health_interval_s=settings.engine_health_interval_s,
+        load_factor=settings.engine_load_factor,
+    )
+
+
+class MeteredEngine:
+    """Counts calls, latency, tokens and outcomes of ``inner`` under the ``model`` label."""
+
+    def __init__(self, inner: Engine, metrics: Metrics, model: str):
+        self.inner = inner
+        self.metrics = metrics
+        self.model = model
+        if isinstance(inner, ReplicaEngine):
+            inner.bind_metrics(metrics, model)
+
+    def __repr__(self) -> str:
+        return f"MeteredEngine({self.inner!r})"
+
+    def _record(self, started: float, outcome: str, result: GenerateResult | None) -> None:
+        m = self.metrics
+        m.engine_calls.labels(model=self.model, outcome=outcome).inc()
+        m.engine_latency.labels(model=self.model).observe(time.perf_counter() - started)
+        if result is not None:
+            m.prompt_tokens.labels(model=self.model).inc(result.usage.prompt_tokens)
+            m.completion_tokens.labels(model=self.model).inc(result.usage.completion_tokens)
+
+    @property
+    def takes_prompt_lists(self) -> bool:
+        return batch_engine(self.inner) is not None
+
+    async def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
+        """Several prompts as one call of the inner engine (one each where it cannot)."""
+        inner = batch_engine(self.inner)
+        if inner is None:
+            return await gather(*(self.generate(r) for r in requests))
+        results = await self._metered(
+            inner.generate_batch(requests),
+            lambda results: GenerateResult((), sum((r.usage for r in results), Usage())),
+        )
+        return results
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        return await self._metered(self.inner.generate(request), lambda result: result)
+
+    async def _metered(self, call: Awaitable[R], usage_of: Callable[[R], GenerateResult]) -> R:
+        """Await one engine call, recording its outcome, latency and tokens."""
+        started = time.perf_counter()
+        try:
+            result = await call
+        except asyncio.CancelledError:
+            self._record(started, "cancelled", None)
+            raise
+        except Exception:
+            self._record(started, "error", None)
+            raise
+        self._record(started, "ok", usage_of(result))
+        return result
+
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamItem]:
+        started = time.perf_counter()
+        result: GenerateResult | None = None
+        outcome = "cancelled"
+        iterator = self.inner.stream(request)
+        try:
+            async for item in iterator:
+                if isinstance(item, GenerateResult):
+                    result = item
+                yield item
+            outcome = "ok" if result is not None else "error"
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            outcome = "error"
+            raise
+        finally:
+            await _aclose(iterator)
+            self._record(started, outcome, result)
+
+    async def health(self) -> bool:
+        return await engine_health(self.inner)
+
+    async def start(self) -> None:
+        await engine_start(self.inner)
+
+    async def aclose(self) -> None:
+        await engine_aclose(self.inner)
+
+
+async def engine_start(engine: Any) -> None:
+    """Call an engine's optional ``start()`` (background work such as health polls)."""
+    start = getattr(engine, "start", None)
+    if start is not None:
+        await start()
+
+
+def replica_status(engine: Any) -> list[dict[str, Any]] | None:
+    """The per-replica state of a (possibly wrapped) :class:`ReplicaEngine`, else None."""
+    while engine is not None:
+        if isinstance(engine, ReplicaEngine):
+            return engine.status()
+        engine = getattr(engine, "inner", None)
+    return None
+
+
+async def engine_aclose(engine: Any) -> None:
+    """Call an engine's optional ``aclose()``."""
+    close = getattr(engine, "aclose", None)
+    if close is not None:
+        await close()
+
+
+async def _aclose(iterator: AsyncIterator[Any]) -> None:
+    close = getattr(iterator, "aclose", None)
+    if close is not None:
+        await close()
+
+
+__all__ = [
+    "MeteredEngine",
+    "ReplicaEngine",
+    "engine_aclose",
+    "engine_health",
+    "engine_start",
+    "model_engine",
+    "replica_status",
+]

@@ -1,0 +1,215 @@
+"""One served model's settings, and the field types settings share.
+
+:class:`ModelOptions` holds what one served model is (engines, prompt set, dialect,
+scaffolds); :class:`ModelConfig` adds its name (a config file's ``models`` entries), and
+:class:`~server.settings.Settings` inherits the same fields for its flat single-model
+form (``ponder serve --model --engine``). :class:`Flag` is the command-line metadata a
+field carries when its flag is not simply ``--field-name``.
+
+>>> m = ModelConfig(name="m", engines="http://e:8000/v1/", aliases="g=gsr(n=2)")
+>>> m.engines, m.alias_specs(), m.dialect
+(('http://e:8000/v1',), {'m+g': 'gsr(n=2)'}, 'vllm')
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    model_validator,
+)
+from pydantic_settings import NoDecode
+
+from scaffolds.core.thinking import Thinking, thinking_off
+from scaffolds.engines.dialects import check_dialect_name
+from scaffolds.engines.factory import check_engine_url
+
+__all__ = ["DialectName", "EngineURLs", "Flag", "ModelConfig", "ModelOptions", "parse_aliases"]
+
+PromptSetName = Literal["default", "compact"]
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How a setting appears on ``ponder serve``'s command line (as field metadata).
+
+    ``name`` replaces the default ``--field-name``; ``metavar`` names the value;
+    ``repeat`` makes it repeatable (a list); ``off`` is a boolean's negative form;
+    ``hidden`` keeps it off the command line (config file and environment only).
+
+    >>> Flag("--graceful-timeout").name
+    '--graceful-timeout'
+    """
+
+    name: str | None = None
+    metavar: str | None = None
+    repeat: bool = False
+    off: str | None = None
+    hidden: bool = False
+
+
+def split_list(value: Any, sep: str = ",") -> Any:
+    """Comma-separated strings (env, or items of a list) or JSON lists to flat lists.
+
+    >>> split_list("a, b"), split_list(["a,b", "c"])
+    (['a', 'b'], ['a', 'b', 'c'])
+    """
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [part.strip() for part in text.split(sep) if part.strip()]
+    if isinstance(value, list | tuple):
+        out: list[Any] = []
+        for item in value:
+            out.extend(split_list(item, sep) if isinstance(item, str) else [item])
+        return out
+    return value
+
+
+def parse_aliases(value: Any) -> Any:
+    """``NAME=SPEC`` items (a list, or one string separated by ``;`` or newlines) to a dict.
+
+    >>> parse_aliases("gsr4=gsr(n=4, solver=single); rc=rc(steps=2)")
+    {'gsr4': 'gsr(n=4, solver=single)', 'rc': 'rc(steps=2)'}
+    """
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("{"):
+            return json.loads(text)
+        value = [p for p in text.replace("\n", ";").split(";") if p.strip()]
+    if isinstance(value, list | tuple):
+        out: dict[str, Any] = {}
+        for item in value:
+            if not isinstance(item, str) or "=" not in item:
+                raise ValueError(f"alias must look like NAME=SPEC (got {item!r})")
+            name, spec = item.split("=", 1)
+            out[name.strip()] = spec.strip()
+        return out
+    return value
+
+
+EngineURLs = Annotated[
+    tuple[str, ...],
+    BeforeValidator(split_list),
+    AfterValidator(lambda urls: tuple(check_engine_url(url) for url in urls)),
+    NoDecode,
+]
+"""Engine URLs (see :mod:`scaffolds.engines.factory`) from a list or a comma-separated
+string, each checked."""
+
+DialectName = Annotated[str, AfterValidator(check_dialect_name)]
+"""A registered dialect's name (:func:`scaffolds.engines.dialects.dialect_names`)."""
+
+Aliases = Annotated[dict[str, str], BeforeValidator(parse_aliases), NoDecode]
+
+ThinkingOff = Annotated[dict[str, Any], BeforeValidator(thinking_off), NoDecode]
+"""A :data:`scaffolds.core.thinking.THINKING_OFF` preset name or a JSON object of request fields."""
+
+
+def check_alias_names(model: str, aliases: Mapping[str, str]) -> None:
+    """Alias names are non-empty without spaces, and each has a spec."""
+    for name, spec in aliases.items():
+        short = name.removeprefix(f"{model}+")
+        if not short or any(c.isspace() for c in short):
+            raise ValueError(f"alias name {name!r} must be non-empty without spaces")
+        if not spec.strip():
+            raise ValueError(f"alias {name!r} has an empty spec")
+
+
+class ModelOptions(BaseModel):
+    """What one served model is, apart from its name (shared by both model forms)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    engines: Annotated[EngineURLs, Flag("--engine", "URL", repeat=True)] = ()
+    """Engine base URL ending in /v1 (vLLM, SGLang, any OpenAI-compatible server), or
+    local:DIR for a model directory run in process; repeat for replicas (env:
+    comma-separated)."""
+    engine_model: Annotated[str | None, Flag(metavar="NAME")] = None
+    """Model name the engines serve (default: --model)."""
+    engine_api_key: Annotated[SecretStr | None, Flag(metavar="KEY")] = None
+    """The engines' own API key (never a client's)."""
+    prompts: Annotated[PromptSetName, Flag(metavar="SET")] = "default"
+    """Prompt set the model was trained with: default or compact."""
+    default_scaffold: Annotated[str, Flag(metavar="SPEC")] = "single"
+    """Scaffold when a request names none."""
+    aliases: Annotated[Aliases, Flag("--alias", "NAME=SPEC", repeat=True)] = Field(
+        default_factory=dict
+    )
+    """Scaffold alias listed in /v1/models as MODEL+NAME, e.g. gsr4='gsr(n=4)';
+    repeatable (env: separated by ';')."""
+    dialect: Annotated[DialectName, Flag(metavar="NAME")] = "vllm"
+    """How the engines differ from OpenAI's API: a registered dialect (vllm, sglang,
+    openai)."""
+    reward_url: Annotated[str | None, Flag(metavar="URL")] = None
+    """A reward model's vLLM pooling endpoint (http://host:port/pooling), for
+    best_of_n(judge="reward")."""
+    reward_model: Annotated[str | None, Flag(metavar="NAME")] = None
+    """Model name the reward endpoint serves (default: --model)."""
+    default_max_tokens: int | None = Field(default=None, ge=1)
+    """max_tokens per engine call when a request sets none."""
+    default_temperature: float | None = Field(default=None, ge=0, le=2)
+    """temperature when a request sets none (a model's recommended sampling, as vLLM
+    takes it from generation_config.json; default: the engine's own)."""
+    default_top_p: float | None = Field(default=None, gt=0, le=1)
+    """top_p when a request sets none (default: the engine's own)."""
+    max_model_len: Annotated[int | None, Field(ge=1), Flag(metavar="TOKENS")] = None
+    """The model's context length; each call's max_tokens is lowered to what it leaves
+    after the prompt (default: what the engine reports, as vLLM does in /v1/models)."""
+    thinking: Annotated[bool, Flag("--thinking", off="--no-thinking")] = False
+    """The model thinks before it answers (<think>...</think>), whether or not the
+    engine's reasoning parser separates the thinking."""
+    thinking_off: Annotated[ThinkingOff, Flag(metavar="PRESET|JSON")] = Field(default_factory=dict)
+    """What a helper step (summary, feedback, abstraction, judge) adds to its engine
+    request to turn thinking off: qwen3 (chat_template_kwargs.enable_thinking=false),
+    gpt-oss (reasoning_effort=low), none, or a JSON object of request fields."""
+    thinking_end: Annotated[str, Flag(metavar="TEXT")] = "</think>"
+    """The model's end-of-thinking marker (a forced answer closes the thinking with it)."""
+    helper_model: Annotated[str | None, Flag(metavar="NAME")] = None
+    """The served model that runs helper steps by default, e.g. an instruct model beside
+    a thinking one (a spec's summarizer=, critic=, abstractor=, judge_model= win)."""
+
+    def thinking_config(self) -> Thinking:
+        """How this model thinks, for a run (:class:`scaffolds.core.thinking.Thinking`)."""
+        return Thinking(declared=self.thinking, off=dict(self.thinking_off), end=self.thinking_end)
+
+    def model_options(self) -> dict[str, Any]:
+        """These fields' values, by name (what a :class:`ModelConfig` is built from)."""
+        return {name: getattr(self, name) for name in ModelOptions.model_fields}
+
+
+class ModelConfig(ModelOptions):
+    """One served base model: its engine replicas, prompt set, default scaffold, aliases.
+
+    Aliases are exposed as ``<name>+<alias>`` (e.g. ``qwen3-4b+gsr4``).
+    """
+
+    name: str = Field(min_length=1, pattern=r"^[^+\s]+$")
+
+    @model_validator(mode="after")
+    def _complete(self) -> ModelConfig:
+        if not self.engines:
+            raise ValueError(f"engines: model {self.name!r} needs at least one engine URL")
+        check_alias_names(self.name, self.aliases)
+        return self
+
+    def alias_specs(self) -> dict[str, str]:
+        """Public alias model ids to their specs."""
+        return {
+            f"{self.name}+{name.removeprefix(self.name + '+')}": spec
+            for name, spec in self.aliases.items()
+        }
+
+    @property
+    def served_engine_model(self) -> str:
+        return self.engine_model or self.name

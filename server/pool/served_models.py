@@ -1,0 +1,197 @@
+"""The served models: each base model's engine, default scaffold and aliases, by name.
+
+:meth:`ServedModels.build` makes every model's engine (through the one engine factory,
+replicated and metered), validates its scaffolds once, and resolves a request's
+``model`` (base, alias, or ``base+<spec>``) to a model and a scaffold; it also answers
+``/v1/models`` and readiness. It knows nothing of HTTP requests.
+
+>>> from scaffolds.engines.mock import MockEngine
+>>> from server.settings import Settings
+>>> settings = Settings(model="m", engines=("http://unused/v1",), aliases={"g2": "gsr(n=2)"})
+>>> served = ServedModels.build(settings, engines={"m": MockEngine(lambda r: "4")})
+>>> [card["id"] for card in served.model_cards()], served.resolve("m+g2")[1].name
+(['m', 'm+g2'], 'gsr')
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from scaffolds.core.errors import FanOutError, InvalidRequestError, NotFoundError, SpecError
+from scaffolds.core.thinking import HelperModel, Routing
+from scaffolds.engines.protocol import Engine
+from scaffolds.engines.reward import HTTPRewardModel
+from scaffolds.spec.build import Registry, SpecLimits, build_strategy, default_registry, spec_string
+from scaffolds.strategies.base import Strategy
+from server.http.metrics import Metrics
+from server.http.protocol import model_card
+from server.pool.metered import (
+    MeteredEngine,
+    engine_aclose,
+    engine_health,
+    engine_start,
+    model_engine,
+    replica_status,
+)
+from server.settings import ModelConfig, Settings
+
+__all__ = ["ServedModel", "ServedModels", "spec_error"]
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """A base model, its (metered, replicated) engine, default scaffold and aliases."""
+
+    config: ModelConfig
+    engine: Engine
+    default: Strategy
+    aliases: Mapping[str, Strategy]
+    reward_model: HTTPRewardModel | None = None
+    routing: Routing = field(default_factory=Routing)
+    """How the model thinks, and the served models its helper steps may run on."""
+
+
+def spec_error(exc: SpecError, where: str) -> SpecError:
+    """Re-root a spec error's dotted ``param`` under the request field it came from.
+
+    >>> spec_error(SpecError("bad", param="n"), "scaffold").param
+    'scaffold.n'
+    """
+    param = where if exc.param in (None, "scaffold") else f"{where}.{exc.param}"
+    cls = FanOutError if isinstance(exc, FanOutError) else SpecError
+    return cls(exc.message, param=param)
+
+
+@dataclass(frozen=True)
+class ServedModels:
+    """Every served model by name, with the scaffold registry and limits they use."""
+
+    models: Mapping[str, ServedModel]
+    registry: Registry
+    limits: SpecLimits
+
+    @classmethod
+    def build(
+        cls,
+        settings: Settings,
+        *,
+        metrics: Metrics | None = None,
+        engines: Mapping[str, Engine] | None = None,
+    ) -> ServedModels:
+        """Build engines (or use ``engines`` by model name) and validate every scaffold.
+
+        A bad default scaffold or alias raises :class:`SpecError` naming it.
+        """
+        metrics = metrics or Metrics()
+        registry, limits = default_registry(), settings.spec_limits()
+        models: dict[str, ServedModel] = {}
+        for config in settings.served_models():
+            if engines is not None and config.name in engines:
+                inner = engines[config.name]
+            else:
+                inner = model_engine(config, settings)
+            try:
+                default = build_strategy(config.default_scaffold, registry, limits)
+            except SpecError as exc:
+                raise spec_error(exc, f"models.{config.name}.default_scaffold") from None
+            aliases: dict[str, Strategy] = {}
+            for alias, spec in config.alias_specs().items():
+                try:
+                    aliases[alias] = build_strategy(spec, registry, limits)
+                except SpecError as exc:
+                    raise spec_error(exc, f"aliases.{alias}") from None
+            for strategy in (default, *aliases.values()):
+                strategy.check_prompt_set(config.prompts)
+            reward = (
+                HTTPRewardModel(config.reward_url, config.reward_model or config.name)
+                if config.reward_url
+                else None
+            )
+            engine = MeteredEngine(inner, metrics, config.name)
+            models[config.name] = ServedModel(config, engine, default, aliases, reward)
+        helpers = {
+            name: HelperModel(m.engine, m.config.thinking_config()) for name, m in models.items()
+        }
+        for name, m in models.items():
+            routing = Routing(m.config.thinking_config(), m.config.helper_model, helpers)
+            models[name] = replace(m, routing=routing)
+        built = cls(models, registry, limits)
+        for name, m in models.items():
+            built.check_named_models(m.default, f"models.{name}.default_scaffold")
+            for alias, strategy in m.aliases.items():
+                built.check_named_models(strategy, f"aliases.{alias}")
+        return built
+
+    def check_named_models(self, strategy: Strategy, where: str) -> None:
+        """Every model a spec names for its helper steps is served; else an error whose
+        ``param`` is the field under ``where`` (e.g. ``scaffold.summarizer``)."""
+        for field_path, name in strategy.named_models(where):
+            if name not in self.models:
+                known = ", ".join(self.models)
+                raise InvalidRequestError(
+                    f"no served model {name!r} (served: {known})", param=field_path
+                )
+
+    def strategy(self, spec: str | Mapping[str, Any], where: str) -> Strategy:
+        """``spec`` built with this registry and limits; errors rooted at ``where``."""
+        try:
+            return build_strategy(spec, self.registry, self.limits)
+        except SpecError as exc:
+            raise spec_error(exc, where) from None
+
+    def model_cards(self) -> list[dict[str, Any]]:
+        """``/v1/models`` entries: each base model, then its aliases."""
+        cards = []
+        for name, served in self.models.items():
+            default = spec_string(served.default)
+            cards.append(model_card(name, ponder={"base_model": name, "scaffold": default}))
+            for alias, strategy in served.aliases.items():
+                scaffold = spec_string(strategy)
+                cards.append(model_card(alias, ponder={"base_model": name, "scaffold": scaffold}))
+        return cards
+
+    def resolve(self, model: str) -> tuple[ServedModel, Strategy]:
+        """A model id (base, alias, or ``base+<spec>``) to its model and scaffold."""
+        if model in self.models:
+            served = self.models[model]
+            return served, served.default
+        base, plus, suffix = model.partition("+")
+        served_or_none = self.models.get(base) if plus else None
+        if served_or_none is not None:
+            if model in served_or_none.aliases:
+                return served_or_none, served_or_none.aliases[model]
+            try:
+                return served_or_none, build_strategy(suffix, self.registry, self.limits)
+            except SpecError as exc:
+                if "(" in suffix:
+                    raise spec_error(exc, "model") from None
+        known = ", ".join(card["id"] for card in self.model_cards())
+        raise NotFoundError(f"the model {model!r} does not exist (known: {known})", param="model")
+
+    async def start(self) -> None:
+        """Start the engines' background work (replica health polls)."""
+        for served in self.models.values():
+            await engine_start(served.engine)
+
+    async def aclose(self) -> None:
+        for served in self.models.values():
+            await engine_aclose(served.engine)
+            if served.reward_model is not None:
+                await served.reward_model.aclose()
+
+    async def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """Whether every model has a reachable engine, and the per-model detail."""
+        names = list(self.models)
+        checks = await asyncio.gather(*(engine_health(self.models[n].engine) for n in names))
+        detail = {
+            name: "ok" if ok else "unreachable" for name, ok in zip(names, checks, strict=True)
+        }
+        ready = all(checks)
+        out: dict[str, Any] = {"status": "ready" if ready else "unavailable", "models": detail}
+        replicas = {n: replica_status(self.models[n].engine) for n in names}
+        if any(r is not None for r in replicas.values()):
+            out["replicas"] = {n: r for n, r in replicas.items() if r is not None}
+        return ready, out

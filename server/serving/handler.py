@@ -1,0 +1,315 @@
+"""The serving layer: one HTTP request becomes one scaffold run, here and only here.
+
+:class:`Serving` ties the parts together: :mod:`server.pool.served_models` (the served
+models and their engines), :mod:`server.serving.planning` (request to :class:`RunPlan`),
+admission (:class:`~server.http.limits.RunLimiter`, 429 when full), the run itself through
+:func:`~scaffolds.core.run.run_scaffold` while watching for the client to go away
+(:mod:`server.http.disconnect`), and :mod:`server.serving.responses` (the OpenAI response or SSE
+stream). Routers only call :meth:`Serving.handle`.
+
+>>> from scaffolds.engines.mock import MockEngine
+>>> from server.settings import Settings
+>>> settings = Settings(model="m", engines=("http://unused/v1",), aliases={"g2": "gsr(n=2)"})
+>>> serving = Serving.build(settings, engines={"m": MockEngine(lambda r: "\\\\boxed{4}")})
+>>> [card["id"] for card in serving.model_cards()]
+['m', 'm+g2']
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from typing import Any, TypeVar
+
+from fastapi.responses import Response
+
+from scaffolds.core.fanout import gather
+from scaffolds.core.problem import Problem
+from scaffolds.core.run import RunResult, run_scaffold
+from scaffolds.core.trace import TraceEvent, TraceRecorder
+from scaffolds.engines.coalesce import Coalescer
+from scaffolds.engines.protocol import Engine, batch_engine
+from scaffolds.evaluation.answer_pool import AnswerChecker
+from scaffolds.spec.build import Registry, SpecLimits
+from scaffolds.strategies.base import Strategy
+from server.http.disconnect import Receive, until_disconnect
+from server.http.errors import ClientDisconnectedError, api_error
+from server.http.limits import RunLimiter
+from server.http.metrics import Metrics
+from server.http.protocol import Endpoint, delta_choice
+from server.pool.served_models import ServedModel, ServedModels
+from server.serving.planning import AnyRequest, RunPlan, plan_run
+from server.serving.responses import (
+    ChunkMaker,
+    FastJSONResponse,
+    finish_reasons,
+    reasoning_tokens,
+    response_body,
+    response_extra,
+)
+from server.serving.streaming import ChoiceRouter, SSEResponse, sse_event, stream_event_json
+from server.settings import Settings
+
+log = logging.getLogger("ponder.server")
+T = TypeVar("T")
+
+__all__ = ["RunPlan", "ServedModel", "Serving", "finish_reasons"]
+
+
+class Serving:
+    """Holds the served models and turns requests into scaffold runs."""
+
+    def __init__(
+        self, settings: Settings, served: ServedModels, *, metrics: Metrics, limiter: RunLimiter
+    ):
+        self.settings = settings
+        self.served = served
+        self.metrics = metrics
+        self.limiter = limiter
+        # Votes compare answers with math-verify, which can hang on pathological LaTeX:
+        # a process pool with a time limit keeps that off the event loop.
+        self.voter = AnswerChecker(max_workers=1)
+
+    @classmethod
+    def build(
+        cls,
+        settings: Settings,
+        *,
+        metrics: Metrics | None = None,
+        engines: Mapping[str, Engine] | None = None,
+    ) -> Serving:
+        """Serving over :meth:`ServedModels.build` (which raises on a bad scaffold)."""
+        metrics = metrics or Metrics()
+        served = ServedModels.build(settings, metrics=metrics, engines=engines)
+        limiter = RunLimiter(settings.max_concurrent_runs, settings.queue_size, metrics)
+        return cls(settings, served, metrics=metrics, limiter=limiter)
+
+    @property
+    def models(self) -> Mapping[str, ServedModel]:
+        return self.served.models
+
+    @property
+    def registry(self) -> Registry:
+        return self.served.registry
+
+    @property
+    def spec_limits(self) -> SpecLimits:
+        return self.served.limits
+
+    async def start(self) -> None:
+        """Start the engines' background work (replica health polls)."""
+        await self.served.start()
+
+    async def aclose(self) -> None:
+        await self.served.aclose()
+        self.voter.close()
+
+    def model_cards(self) -> list[dict[str, Any]]:
+        """``/v1/models`` entries: each base model, then its aliases."""
+        return self.served.model_cards()
+
+    def resolve_model(self, model: str) -> tuple[ServedModel, Strategy]:
+        """A model id (base, alias, or ``base+<spec>``) to its model and scaffold."""
+        return self.served.resolve(model)
+
+    def plan(self, endpoint: Endpoint, req: AnyRequest) -> RunPlan:
+        """Validate a request against the served models and limits; build its run."""
+        return plan_run(self.served, self.settings, endpoint, req)
+
+    async def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """Whether every model has a reachable engine, and the per-model detail."""
+        return await self.served.readiness()
+
+    # -- handling ----------------------------------------------------------------------
+    async def handle(self, endpoint: Endpoint, req: AnyRequest, receive: Receive) -> Response:
+        """Plan, admit, run and answer one completion request; ``receive`` is the request's
+        ASGI receive (its disconnect cancels the run)."""
+        started = time.perf_counter()
+        base = req.model.partition("+")[0]  # labels stay bounded whatever the client sends
+        labels = {"endpoint": endpoint, "model": base if base in self.models else "unknown"}
+        labels["scaffold"] = "-"
+        try:
+            plan = self.plan(endpoint, req)
+            labels.update(model=plan.served.config.name, scaffold=plan.scaffold)
+            slot = self.limiter.admit()
+        except Exception as exc:
+            self._observe(labels, api_error(exc).status, started)
+            raise
+        try:
+            if slot.free:  # taken at once: no wait for the client to leave during
+                await slot.acquire()
+            else:
+                await self._until_disconnect(receive, slot.acquire())
+        except BaseException as exc:
+            slot.release()
+            self._observe(labels, _status_of(exc), started)
+            raise
+        if plan.stream:
+            observed = False
+
+            def observe(status: int) -> None:
+                nonlocal observed
+                if not observed:
+                    observed = True
+                    if status == 499:
+                        self.metrics.disconnects.inc()
+                    self._observe(labels, status, started)
+
+            def close() -> None:
+                slot.release()
+                observe(499)  # counts a client that left before its stream began
+
+            return SSEResponse(self._sse(plan, observe), on_close=close)
+        try:
+            runs = await self._until_disconnect(receive, self._run_all(plan))
+            response = response_body(plan, runs)
+        except BaseException as exc:
+            self._observe(labels, _status_of(exc), started)
+            raise
+        finally:
+            slot.release()
+        self._observe(labels, 200, started)
+        return FastJSONResponse(response)
+
+    def _observe(self, labels: Mapping[str, str], status: int, started: float) -> None:
+        self.metrics.requests.labels(**labels, status=str(status)).inc()
+        self.metrics.request_latency.labels(**labels).observe(time.perf_counter() - started)
+
+    async def _until_disconnect(self, receive: Receive, work: Awaitable[T]) -> T:
+        try:
+            return await until_disconnect(receive, work)
+        except ClientDisconnectedError:
+            self.metrics.disconnects.inc()
+            raise
+
+    async def _run_all(self, plan: RunPlan) -> list[tuple[RunResult, TraceRecorder]]:
+        """One run per prompt (just one for chat), concurrently, each with its recorder.
+
+        ``single`` over several prompts shares one :class:`Coalescer` for this request,
+        so the runs' calls go to the engine as ONE request when it takes a list of
+        prompts (a multi-step scaffold's runs each call the engine on their own). The
+        first failure is raised as is (its status is the response's) and cancels the
+        other runs."""
+        problems = plan.problems or (plan.problem,)
+        recorders = [TraceRecorder() for _ in problems]
+        lists = batch_engine(plan.served.engine)
+        if lists is None or len(problems) == 1 or plan.strategy.name != "single":
+            runs = [self._run(plan, r, p) for r, p in zip(recorders, problems, strict=True)]
+            results = await gather(*runs)
+            return list(zip(results, recorders, strict=True))
+        coalescer = Coalescer(lists, len(problems))
+        try:
+            results = await gather(
+                *(
+                    coalescer.member(self._run(plan, recorder, problem, coalescer))
+                    for recorder, problem in zip(recorders, problems, strict=True)
+                )
+            )
+        finally:
+            await coalescer.aclose()
+        return list(zip(results, recorders, strict=True))
+
+    async def _run(
+        self,
+        plan: RunPlan,
+        recorder: TraceRecorder,
+        problem: Problem | None = None,
+        engine: Engine | None = None,
+    ) -> RunResult:
+        try:
+            result = await run_scaffold(
+                plan.strategy,
+                problem or plan.problem,
+                engine or plan.served.engine,
+                n=plan.n,
+                budget=plan.budget,
+                params=plan.params,
+                prompts=plan.served.config.prompts,
+                chat=plan.endpoint == "chat",
+                recorder=recorder,
+                voter=self.voter,
+                reward_model=plan.served.reward_model,
+                routing=plan.served.routing,
+            )
+        finally:
+            recorder.close()
+        model, scaffold = plan.served.config.name, plan.scaffold
+        if result.cut_reason:
+            self.metrics.budget_cutoffs.labels(
+                model=model, scaffold=scaffold, reason=result.cut_reason
+            ).inc()
+        tokens = self.metrics.run_tokens
+        tokens.labels(model=model, scaffold=scaffold, kind="prompt").inc(result.usage.prompt_tokens)
+        tokens.labels(model=model, scaffold=scaffold, kind="completion").inc(
+            result.usage.completion_tokens
+        )
+        self.metrics.run_engine_calls.labels(model=model, scaffold=scaffold).inc(result.usage.calls)
+        return result
+
+    async def _sse(self, plan: RunPlan, observe: Callable[[int], None]) -> AsyncIterator[bytes]:
+        """The SSE body: role chunks, reasoning/content deltas, finish, usage, [DONE].
+
+        ``observe`` records the request's final status (499 when the client left).
+        """
+        recorder = TraceRecorder(live=True)
+        batches = recorder.subscribe_batches()
+        task = asyncio.ensure_future(self._run(plan, recorder))
+        router = ChoiceRouter(plan.n)
+        chunk = ChunkMaker(plan)
+        status = 499
+        try:
+            if plan.endpoint == "chat":
+                for i in range(plan.n):
+                    yield chunk([delta_choice("chat", i, role=True, content="")])
+            async for batch in batches:  # what arrived together goes out in one write
+                if out := b"".join(self._event_chunks(plan, batch, router, chunk)):
+                    yield out
+            result = await task
+            for i, reason in enumerate(finish_reasons(result)):
+                yield chunk([delta_choice(plan.endpoint, i, finish_reason=reason)])
+            extra = response_extra(plan, result, recorder)
+            if plan.include_usage:
+                thought = reasoning_tokens(result)
+                yield chunk([], usage=result.usage, extra=extra, reasoning_tokens=thought)
+            elif plan.return_trace:
+                yield chunk([], extra=extra)
+            status = 200
+        except Exception as exc:
+            error = api_error(exc)
+            status = error.status
+            if error.status >= 500:
+                log.warning("stream failed: %s (%s)", error.message, type(exc).__name__)
+            yield sse_event(error.body())
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.wait({task})
+            observe(status)
+        yield sse_event("[DONE]")
+
+    @staticmethod
+    def _event_chunks(
+        plan: RunPlan, events: list[TraceEvent], router: ChoiceRouter, chunk: ChunkMaker
+    ) -> Iterator[bytes]:
+        """The SSE chunks of some trace events: each routed piece, and with
+        ``stream_trace`` each event itself."""
+        for event in events:
+            if plan.stream_trace:
+                yield chunk([], extra={"ponder": {"event": stream_event_json(event)}})
+            for piece in router.feed(event):
+                text = piece.text
+                if piece.kind == "content":
+                    choice = delta_choice(
+                        plan.endpoint, piece.choice, content=text, extra=piece.extra
+                    )
+                else:
+                    choice = delta_choice(plan.endpoint, piece.choice, reasoning=text)
+                yield chunk([choice])
+
+
+def _status_of(exc: BaseException) -> int:
+    if isinstance(exc, asyncio.CancelledError):
+        return 499
+    return api_error(exc).status

@@ -1,0 +1,224 @@
+"""Request planning: a validated OpenAI request to the one scaffold run it asks for.
+
+:func:`plan_run` resolves the model and scaffold, checks the fan-out against the limits,
+turns messages or a prompt into a :class:`~scaffolds.core.context.Problem`, caps the budget
+and fixes the sampling params, and refuses OpenAI fields Ponder cannot honour.
+
+>>> from scaffolds.engines.mock import MockEngine
+>>> from server.http.protocol import ChatCompletionRequest
+>>> from server.pool.served_models import ServedModels
+>>> from server.settings import Settings
+>>> settings = Settings(model="m", engines=("http://unused/v1",))
+>>> models = ServedModels.build(settings, engines={"m": MockEngine(lambda r: "4")})
+>>> req = ChatCompletionRequest(model="m+gsr(n=2)", messages=[{"role": "user", "content": "hi"}])
+>>> plan = plan_run(models, settings, "chat", req)
+>>> plan.scaffold, plan.n, plan.budget.timeout_s
+('gsr', 1, 900.0)
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from scaffolds.core.context import Budget, Problem
+from scaffolds.core.errors import InvalidRequestError
+from scaffolds.engines.protocol import SamplingParams, messages_from_openai
+from scaffolds.spec.build import check_runs
+from scaffolds.strategies.base import Strategy
+from server.http.protocol import ChatCompletionRequest, CompletionRequest, Endpoint
+from server.pool.served_models import ServedModel, ServedModels
+from server.settings import Settings
+
+__all__ = [
+    "FINAL_STEP_FIELDS",
+    "UNSUPPORTED_FIELDS",
+    "AnyRequest",
+    "RunPlan",
+    "engine_fields",
+    "plan_run",
+]
+
+log = logging.getLogger("ponder.server")
+
+AnyRequest = ChatCompletionRequest | CompletionRequest
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything one run needs, decided once from the request."""
+
+    endpoint: Endpoint
+    model: str
+    served: ServedModel
+    strategy: Strategy
+    problem: Problem
+    n: int
+    budget: Budget
+    params: SamplingParams
+    stream: bool
+    include_usage: bool
+    return_trace: bool
+    stream_trace: bool = False
+    problems: tuple[Problem, ...] = ()
+    """Every prompt's problem when a completions request holds several (``problem`` is
+    the first): each is its own run, and choice ``i`` of prompt ``p`` is ``p * n + i``
+    (``single``'s runs share one engine request: ``Serving._run_all``)."""
+
+    @property
+    def scaffold(self) -> str:
+        """The metrics label: the top-level strategy name (bounded cardinality)."""
+        return self.strategy.name
+
+
+def plan_run(
+    models: ServedModels, settings: Settings, endpoint: Endpoint, req: AnyRequest
+) -> RunPlan:
+    """Validate a request against the served models and limits; build its run."""
+    unknown = req.unknown_fields()
+    if unknown:
+        log.info("passing on request fields Ponder does not read: %s", ", ".join(unknown))
+    served, strategy = models.resolve(req.model)
+    if req.scaffold is not None:
+        strategy = models.strategy(req.scaffold, "scaffold")
+        models.check_named_models(strategy, "scaffold")
+    elif "(" in req.model:  # a spec in the model id (aliases were checked at start)
+        models.check_named_models(strategy, "model")
+    every, final = engine_fields(strategy, req)
+    strategy.check_prompt_set(served.config.prompts)
+    if isinstance(req, ChatCompletionRequest):
+        messages = messages_from_openai([m.model_dump() for m in req.messages])
+        problems: tuple[Problem, ...] = (Problem.from_messages(messages),)
+    else:
+        texts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
+        if not texts:
+            raise InvalidRequestError("prompt must not be an empty list", param="prompt")
+        if len(texts) > 1 and req.stream:
+            raise InvalidRequestError(
+                "a streamed request takes one prompt: send a list of prompts without stream",
+                param="prompt",
+            )
+        problems = tuple(Problem.from_text(text) for text in texts)
+    check_runs(strategy, req.n * len(problems), models.limits)
+    asked = req.budget
+    budget = (
+        Budget(asked.max_tokens, asked.max_calls, asked.timeout_s) if asked else Budget()
+    ).capped_by(settings.budget_cap())
+    params = SamplingParams(
+        n=1,
+        max_tokens=req.requested_max_tokens() or served.config.default_max_tokens,
+        temperature=served.config.default_temperature
+        if req.temperature is None
+        else req.temperature,
+        top_p=served.config.default_top_p if req.top_p is None else req.top_p,
+        stop=req.stop_list(),
+        seed=req.seed,
+        extra=every,
+        final_extra=final,
+    )
+    return RunPlan(
+        endpoint=endpoint,
+        model=req.model,
+        served=served,
+        strategy=strategy,
+        problem=problems[0],
+        n=req.n,
+        budget=budget,
+        params=params,
+        stream=req.stream,
+        include_usage=req.include_usage(),
+        return_trace=req.return_trace,
+        stream_trace=req.stream_trace,
+        problems=problems if len(problems) > 1 else (),
+    )
+
+
+FINAL_STEP_FIELDS = frozenset(
+    {
+        "response_format",
+        "logprobs",
+        "top_logprobs",
+        "parallel_tool_calls",
+        "structured_outputs",
+        "guided_json",
+        "guided_regex",
+        "guided_choice",
+        "guided_grammar",
+        "guided_decoding_backend",
+        "guided_whitespace_pattern",
+    }
+)
+"""Fields a multi-step scaffold sends only on the calls that write its final answer: the
+answer's shape (structured output) and its logprobs. Every other field goes to every call."""
+
+UNSUPPORTED_FIELDS = {
+    "tools": "a scaffold's steps are not tool calls: tools work with the single scaffold",
+    "functions": "a scaffold's steps are not tool calls: functions work with the single scaffold",
+    "tool_choice": "a scaffold's steps are not tool calls: tool_choice works with the single "
+    "scaffold",
+    "function_call": "a scaffold's steps are not tool calls: function_call works with the "
+    "single scaffold",
+    "echo": "the prompt is not echoed: scaffolds rewrite it for their engine calls (echo works "
+    "with the single scaffold)",
+    "prompt_logprobs": "scaffolds rewrite the prompt for their engine calls (prompt_logprobs "
+    "works with the single scaffold)",
+    "suffix": "insertion (suffix) works with the single scaffold only",
+    "best_of": 'server-side best_of is a scaffold here: use "scaffold": "best_of_n(n=...)"',
+    "continue_final_message": "scaffolds write their own prompts (continue_final_message works "
+    "with the single scaffold)",
+    "add_generation_prompt": "scaffolds write their own prompts (add_generation_prompt works "
+    "with the single scaffold)",
+}
+"""Fields a multi-step scaffold cannot honour: a request that sets one (to anything but
+its off value) gets a 400 that says why, rather than an answer that silently lacks it.
+``single`` passes every one of them to the engine."""
+
+SEVERAL_GENERATIONS = {
+    "budget_forcing": "budget_forcing's answer is several engine generations (continued)",
+    "deepconf": "deepconf asks for its own top logprobs on its final step",
+}
+"""Scaffolds whose answer has no logprobs of one engine generation to return."""
+
+_OFF: tuple[Any, ...] = (None, False, 0, "", [], {}, "none", "auto")
+
+
+def engine_fields(strategy: Strategy, req: AnyRequest) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The request's pass-through fields as ``(every call, final-answer calls)``.
+
+    ``single`` is a pass-through: every field goes to its one call as given (the seed
+    too, not one derived from it). A multi-step scaffold sends :data:`FINAL_STEP_FIELDS`
+    to its final answer's calls, refuses :data:`UNSUPPORTED_FIELDS` (and ``logprobs``
+    where the answer is several generations) with a 400 naming the field, and sends
+    the rest to every call.
+    """
+    fields = req.passthrough()
+    if strategy.name == "single":
+        return {}, fields | ({"seed": req.seed} if req.seed is not None else {})
+    for name, why in UNSUPPORTED_FIELDS.items():
+        value = fields.get(name)
+        if not _is_off(name, value):
+            raise InvalidRequestError(f"{name} is not supported: {why}", param=name)
+    final = {k: v for k, v in fields.items() if k in FINAL_STEP_FIELDS}
+    for name in ("logprobs", "top_logprobs"):
+        if not _is_off(name, final.get(name)):
+            for inner, why in SEVERAL_GENERATIONS.items():
+                if inner in _names(strategy):
+                    raise InvalidRequestError(f"{name} is not supported: {why}", param=name)
+    every = {k: v for k, v in fields.items() if k not in final and k not in UNSUPPORTED_FIELDS}
+    return every, final
+
+
+def _is_off(name: str, value: Any) -> bool:
+    if isinstance(value, dict) and name == "response_format":
+        return value.get("type") == "text"
+    return any(value is off or (value == off and type(value) is type(off)) for off in _OFF)
+
+
+def _names(strategy: Strategy) -> set[str]:
+    """The names of ``strategy`` and every scaffold nested in it."""
+    names = {strategy.name}
+    for value in vars(strategy).values():
+        if isinstance(value, Strategy):
+            names |= _names(value)
+    return names
