@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator
 from scaffolds.core.context import Context, Problem
 from scaffolds.core.fanout import gather
 from scaffolds.core.run import run_scaffold
+from scaffolds.core.solution import Solution
 from scaffolds.engines.protocol import (
     Completion,
     GenerateRequest,
@@ -32,7 +33,6 @@ from scaffolds.engines.protocol import (
     Usage,
     stream_from_generate,
 )
-from scaffolds.strategies.base import Solution
 from scaffolds.strategies.majority import Majority
 from scaffolds.strategies.rc import RC
 

@@ -28,13 +28,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from clients.eval.datasets import load_problems
-from clients.eval.grading import MathGrader
 from clients.eval.pipeline import evaluate
-from clients.eval.results import read_results
 from clients.eval.runner import EvalConfig
-from clients.eval.synthetic import arithmetic_problems, write_rows
 from scaffolds.engines.vllm_server import free_port, running_vllm, serving_process, vllm_python
+from scaffolds.evaluation.grading import MathGrader
+from scaffolds.evaluation.problems import load_problems
+from scaffolds.evaluation.results import read_results
+from scaffolds.evaluation.synthetic import arithmetic_problems, write_rows
 from scaffolds.models import get_model
 from scaffolds.models.prepare import prepare_model
 

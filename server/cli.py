@@ -1,7 +1,8 @@
 """``ponder serve``: the command line generated from :class:`~server.settings.Settings`.
 
-Every settings field with a flag becomes one option: its name is ``--field-name`` unless
-its :class:`~server.pool.model_settings.Flag` metadata says otherwise, its help is the field's
+Every settings field with a flag becomes one option (:mod:`scaffolds.cli_options`, which
+generates ``ponder train``'s too): its name is ``--field-name`` unless its
+:class:`~scaffolds.cli_options.Flag` metadata says otherwise, its help is the field's
 docstring, and the help names its default and its ``PONDER_*`` variable, both read from
 the model. An option left out passes nothing, so the environment, then the config file,
 then the field's default decide it (pydantic-settings' precedence).
@@ -20,68 +21,33 @@ Example::
 
 from __future__ import annotations
 
-import inspect
-import types
-import typing
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Annotated, Any
+from dataclasses import dataclass, fields
+from typing import Any
 
 import typer
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from server.pool.model_settings import Flag
+from scaffolds.cli_options import Option, command_function, field_options
 from server.settings import ENV_PREFIX, Settings
 
 __all__ = ["SettingOption", "env_name", "serve", "serve_app", "setting_options"]
 
 
 @dataclass(frozen=True)
-class SettingOption:
-    """One ``ponder serve`` option, as generated from a settings field."""
-
-    field: str
-    flag: str
-    off: str | None
-    metavar: str | None
-    repeat: bool
-    kind: type
-    help: str
+class SettingOption(Option):
+    """One ``ponder serve`` option: no default of its own (pydantic-settings decides),
+    and a help that names the field's default and variable."""
 
     @property
     def env(self) -> str:
         """The environment variable pydantic-settings reads the field from."""
         return env_name(self.field)
 
-    def parameter(self) -> inspect.Parameter:
-        """The keyword parameter typer reads this option from."""
-        decls = f"{self.flag}/{self.off}" if self.off else self.flag
-        option = typer.Option(decls, metavar=self.metavar, help=self.help, show_default=False)
-        kind: Any = list[self.kind] if self.repeat else self.kind  # type: ignore[name-defined]
-        return inspect.Parameter(
-            self.field,
-            inspect.Parameter.KEYWORD_ONLY,
-            default=None,
-            annotation=Annotated[kind | None, option],
-        )
-
 
 def env_name(field: str) -> str:
     """``PONDER_<FIELD>``: the variable a settings field is read from."""
     return f"{ENV_PREFIX}{field.upper()}"
-
-
-def _flag(info: FieldInfo) -> Flag:
-    return next((m for m in info.metadata if isinstance(m, Flag)), Flag())
-
-
-def _kind(annotation: Any) -> type:
-    """The option's value type: bool, int, float or Path as the field is, else str."""
-    args = typing.get_args(annotation)
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        annotation = next(a for a in args if a is not type(None))
-    return annotation if annotation in (bool, int, float, Path) else str
 
 
 def _default_text(info: FieldInfo) -> str:
@@ -98,21 +64,14 @@ def _default_text(info: FieldInfo) -> str:
 def setting_options() -> list[SettingOption]:
     """The options of every settings field that has a flag, in the model's order."""
     options = []
-    for name, info in Settings.model_fields.items():
-        flag = _flag(info)
-        if flag.hidden:
-            continue
-        description = " ".join((info.description or name).split())
-        option = SettingOption(
-            field=name,
-            flag=flag.name or f"--{name.replace('_', '-')}",
-            off=flag.off,
-            metavar=flag.metavar,
-            repeat=flag.repeat,
-            kind=_kind(info.annotation),
-            help=f"{description}{_default_text(info)} [env: {env_name(name)}]",
+    for option in field_options(Settings):
+        info = Settings.model_fields[option.field]
+        described = (
+            f"{option.help or option.field}{_default_text(info)} [env: {env_name(option.field)}]"
         )
-        options.append(option)
+        generated = {f.name: getattr(option, f.name) for f in fields(option)}
+        generated.update(default=None, show_default=False, help=described)
+        options.append(SettingOption(**generated))
     return options
 
 
@@ -155,14 +114,7 @@ def serve(**given: Any) -> None:
 
 def make_serve_app() -> typer.Typer:
     """A typer app whose one command is :func:`serve`, with the generated options."""
-
-    def command(**given: Any) -> None:
-        serve(**given)
-
-    params = [option.parameter() for option in setting_options()]
-    command.__doc__ = serve.__doc__
-    setattr(command, "__signature__", inspect.Signature(params, return_annotation=None))  # noqa: B010
-    command.__annotations__ = {p.name: p.annotation for p in params}
+    command = command_function(setting_options(), lambda given: serve(**given), serve.__doc__)
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
     app.command(name="serve")(command)
     return app

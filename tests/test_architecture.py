@@ -143,6 +143,50 @@ def test_no_import_points_the_wrong_way() -> None:
     assert not stale, f"known exceptions that no longer happen; drop them: {sorted(stale)}"
 
 
+def _study(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def test_experiments_import_no_other_experiment() -> None:
+    """Each study stands alone: ``experiments.a`` never imports ``experiments.b``."""
+    found = [
+        f"{i.importer} (line {i.line}) imports {i.imported}"
+        for i in ALL_IMPORTS
+        if _top(i.importer) == _top(i.imported) == "experiments"
+        and i.imported != "experiments"
+        and _study(i.importer) != _study(i.imported)
+    ]
+    assert not found, "\n".join(found)
+
+
+KERNEL_MAY_IMPORT = ("scaffolds.core", "scaffolds.engines.protocol", "scaffolds.prompts")
+"""What the run kernel builds on inside ``scaffolds``: itself, the engine protocol (never
+an engine implementation), prompt sets, and final-answer extraction below."""
+
+KERNEL_EXCEPTIONS: dict[tuple[str, str], str] = {}
+"""Kernel imports waiting on another change, with the reason (the list only shrinks)."""
+
+
+def test_the_run_kernel_sees_engines_only_through_their_protocol() -> None:
+    outside = [
+        i
+        for i in ALL_IMPORTS
+        if i.importer.startswith("scaffolds.core")
+        and _top(i.imported) == "scaffolds"
+        and not i.type_only
+        and not i.imported.startswith(KERNEL_MAY_IMPORT)
+        and i.imported != "scaffolds.evaluation.answers"
+    ]
+    found = [
+        f"{i.importer} (line {i.line}) imports {i.imported}"
+        for i in outside
+        if (i.importer, i.imported) not in KERNEL_EXCEPTIONS
+    ]
+    assert not found, "\n".join(found)
+    stale = set(KERNEL_EXCEPTIONS) - {(i.importer, i.imported) for i in outside}
+    assert not stale, f"kernel exceptions that no longer happen; drop them: {sorted(stale)}"
+
+
 def test_nothing_imports_the_tests() -> None:
     found = [
         f"{i.importer} (line {i.line}) imports {i.imported}"

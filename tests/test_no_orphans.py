@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from clients.eval.synthetic import write_addition
 from scaffolds.engines.vllm_server import free_port
+from scaffolds.evaluation.synthetic import write_addition
 from scaffolds.processes.children import owned_process, popen_owned, stop_group
 from testing.fake_engine import FakeEngineConfig, running_fake_engine
 from testing.process_guard import descendants_of, gone

@@ -1,5 +1,8 @@
 r"""Run a scaffold over a dataset through any engine, and keep the traces.
 
+The problems are :class:`~scaffolds.evaluation.problems.ProblemRow` items, as
+:func:`~scaffolds.evaluation.problems.load_problems` (``ponder eval``'s loader) reads them.
+
 :func:`collect` solves each problem with :func:`scaffolds.core.run.run_scaffold` (so the
 trace is exactly what serving would produce) and hands every finished
 :class:`~training.traces.TraceRecord` to a sink, e.g. a run directory's
@@ -20,80 +23,22 @@ process pool (:class:`scaffolds.evaluation.answer_pool.AnswerChecker`), for the 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
-from scaffolds.core.context import Budget, Problem
+from scaffolds.core.context import Budget
 from scaffolds.core.run import run_scaffold
-from scaffolds.engines.protocol import Engine, Message, SamplingParams
+from scaffolds.engines.protocol import Engine, SamplingParams
 from scaffolds.evaluation.answer_pool import AnswerChecker
 from scaffolds.evaluation.answers import is_correct
+from scaffolds.evaluation.problems import ProblemRow
 from scaffolds.strategies import Strategy
 from training.traces import TraceRecord
 
-__all__ = ["CollectStats", "GradeBook", "ProblemRow", "collect", "load_problems"]
+__all__ = ["CollectStats", "GradeBook", "collect"]
 
 logger = logging.getLogger(__name__)
-
-_PROBLEM_KEYS = ("problem", "question", "prompt", "input")
-_ANSWER_KEYS = ("answer", "expected_answer", "final_answer", "target")
-
-
-@dataclass(frozen=True)
-class ProblemRow:
-    """One problem to solve: an id, the text, the gold answer (None if unknown)."""
-
-    id: str
-    problem: str
-    answer: str | None = None
-    history: tuple[Message, ...] = ()
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    def to_problem(self, chat: bool) -> Problem:
-        if chat:
-            return Problem.from_messages((*self.history, Message("user", self.problem)))
-        return Problem.from_text(self.problem)
-
-
-def load_problems(path: str | Path, *, limit: int | None = None) -> list[ProblemRow]:
-    """Problems from a JSONL file (``id``/``problem``/``answer``, or the usual aliases).
-
-    Lines that are not JSON objects with a problem are skipped with a warning.
-    """
-    rows: list[ProblemRow] = []
-    with Path(path).open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError:
-                logger.warning("%s:%d: not JSON; skipped", path, number)
-                continue
-            if not isinstance(data, dict):
-                logger.warning("%s:%d: not a JSON object; skipped", path, number)
-                continue
-            text = next((data[k] for k in _PROBLEM_KEYS if k in data), None)
-            if not isinstance(text, str):
-                logger.warning("%s:%d: no problem text; skipped", path, number)
-                continue
-            answer = next((data[k] for k in _ANSWER_KEYS if k in data), None)
-            meta = {k: v for k, v in data.items() if k not in ("id", *_PROBLEM_KEYS, *_ANSWER_KEYS)}
-            rows.append(
-                ProblemRow(
-                    str(data.get("id", f"line-{number}")),
-                    text,
-                    None if answer is None else str(answer),
-                    meta=meta,
-                )
-            )
-            if limit is not None and len(rows) >= limit:
-                break
-    return rows
 
 
 @dataclass

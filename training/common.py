@@ -22,7 +22,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from scaffolds.cli_options import Flag
 
 __all__ = [
     "MALLOC_RETAIN",
@@ -39,27 +41,42 @@ __all__ = [
 
 @dataclass(frozen=True)
 class TrainSettings:
-    """Knobs both trainers take. ``max_steps`` > 0 wins over ``epochs``."""
+    """Knobs both trainers take. ``max_steps`` > 0 wins over ``epochs``.
+
+    Each field is also an option of ``ponder train sft`` and ``grpo`` (its docstring the
+    help, :class:`~scaffolds.cli_options.Flag` what differs from ``--field-name``).
+    """
 
     max_steps: int = -1
+    """optimizer steps (-1: train --epochs)"""
     epochs: float = 1.0
-    batch_size: int = 8
-    grad_accum: int = 1
-    learning_rate: float = 1e-5
+    """passes over the data (when --max-steps is -1)"""
+    batch_size: Annotated[int, Flag(min=1)] = 8
+    """rows (SFT) or completions (GRPO) per device step"""
+    grad_accum: Annotated[int, Flag(min=1)] = 1
+    """device steps per optimizer step"""
+    learning_rate: Annotated[float, Flag("--lr")] = 1e-5
+    """learning rate"""
     warmup: float = 0.0
-    """Warmup: steps if >= 1, else a fraction of all steps."""
-    weight_decay: float = 0.0
-    save_steps: int = 200
-    save_total_limit: int | None = 2
-    logging_steps: int = 10
+    """warmup steps, or a fraction of all steps if < 1"""
+    weight_decay: Annotated[float, Flag(hidden=True)] = 0.0
+    save_steps: Annotated[int, Flag(min=1)] = 200
+    """steps between checkpoints"""
+    save_total_limit: Annotated[int | None, Flag(hidden=True)] = 2
+    """checkpoints kept (None: all)"""
+    logging_steps: Annotated[int, Flag(min=1)] = 10
+    """steps between log entries"""
     seed: int = 0
+    """random seed"""
     bf16: bool = False
-    use_cpu: bool = False
+    """bf16 mixed precision (the weights stay float32)"""
+    use_cpu: Annotated[bool, Flag("--cpu", off="--no-cpu")] = False
+    """train on the CPU"""
     threads: int | None = None
-    """torch intra-op threads (None: torch's default)."""
+    """torch threads (default: torch's)"""
     progress: bool = True
-    """A rich progress bar (else none; logs still go to log.jsonl)."""
-    gradient_checkpointing: bool = False
+    """show progress bars (logs still go to log.jsonl and train.log)"""
+    gradient_checkpointing: Annotated[bool, Flag(hidden=True)] = False
     """Recompute activations in the backward pass (TRL's default is on): less memory,
     about a third more compute; small models on a CPU train faster without it."""
 

@@ -58,7 +58,7 @@ from typing import Any
 
 from scaffolds.core.trace import PROVENANCE_SCHEMA
 from scaffolds.evaluation.answers import is_correct
-from scaffolds.spec.build import Registry, default_registry, get_prompt_set
+from scaffolds.spec.registry import Registry, default_registry, get_prompt_set
 from scaffolds.strategies.steps import RowInputs, StepBuilder, TracedStep
 from training.traces import TraceRecord
 
@@ -154,6 +154,7 @@ def build_rows(
             f"no step provenance; training rows need version {PROVENANCE_SCHEMA} or later: "
             "collect it again"
         )
+    registry = registry if registry is not None else default_registry()
     builders = row_builders(registry)
     wanted = set(builders if kinds is None else kinds)
     if unknown := wanted - set(builders):
@@ -187,6 +188,7 @@ def direct_solutions(
 ) -> list[str]:
     """The record's solutions of the problem as asked (its ``direct`` steps), right or
     wrong, in trace order; a helper step's substituted samples are left out."""
+    registry = registry if registry is not None else default_registry()
     direct = row_builders(registry)["direct"]
     inputs = row_inputs(record, grade, registry)
     return [
@@ -203,6 +205,7 @@ def right_solutions(
 ) -> dict[str, list[str]]:
     """Per problem id, the right direct solutions (candidates) its records hold, in
     trace order: what ``gsr_borrow`` lends a refine row whose own refinement is wrong."""
+    registry = registry if registry is not None else default_registry()
     pool: dict[str, list[str]] = {}
     for record in records:
         if record.answer is None:

@@ -25,8 +25,9 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+from scaffolds.cli_options import Flag
 from training.common import (
     TrainSettings,
     load_model,
@@ -54,14 +55,18 @@ __all__ = [
 class GRPOSettings:
     """GRPO-specific knobs (the common ones are in :class:`TrainSettings`)."""
 
-    num_generations: int = 4
-    max_completion_length: int = 256
+    num_generations: Annotated[int, Flag(min=2)] = 4
+    """samples per group"""
+    max_completion_length: Annotated[int, Flag(min=1)] = 256
+    """tokens per sampled completion"""
     temperature: float = 1.0
-    top_p: float = 1.0
+    """sampling temperature"""
+    top_p: Annotated[float, Flag(hidden=True)] = 1.0
     beta: float = 0.0
-    loss_type: str | None = None
+    """KL weight"""
+    loss_type: Annotated[str | None, Flag(hidden=True)] = None
     """TRL's loss type (None: TRL's default)."""
-    mask_truncated_completions: bool = False
+    mask_truncated_completions: Annotated[bool, Flag(hidden=True)] = False
 
 
 def parse_mix(text: str) -> dict[str, float]:

@@ -16,7 +16,9 @@ its base for serving.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+from scaffolds.cli_options import Flag
 
 __all__ = ["LoraSettings"]
 
@@ -35,10 +37,14 @@ SHORT_NAMES = {
 class LoraSettings:
     """A LoRA adapter's shape: rank ``r``, scale ``alpha / r``, dropout, target modules."""
 
-    r: int = 16
-    alpha: int = 32
+    r: Annotated[int, Flag(min=1)] = 16
+    """LoRA rank"""
+    alpha: Annotated[int, Flag(min=1)] = 32
+    """LoRA alpha (scale alpha/r)"""
     dropout: float = 0.0
+    """LoRA dropout"""
     targets: str = "all-linear"
+    """all-linear, or modules e.g. q,k,v,o,gate,up,down"""
 
     def __post_init__(self) -> None:
         if self.r < 1:

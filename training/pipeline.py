@@ -9,7 +9,7 @@ SFT mix ``data/sft.jsonl``.
 
 >>> import asyncio, tempfile
 >>> from scaffolds.engines.mock import MockEngine
->>> from training.collect import ProblemRow
+>>> from scaffolds.evaluation.problems import ProblemRow
 >>> from training.runs import RunDir
 >>> run = RunDir(tempfile.mkdtemp())
 >>> engine = MockEngine(lambda r: "7" if "[" in r.prompt_text() else "5")
@@ -29,8 +29,10 @@ from typing import Any, Literal
 
 from scaffolds.core.context import Budget
 from scaffolds.engines.protocol import Engine, SamplingParams
+from scaffolds.evaluation.problems import ProblemRow
 from scaffolds.spec.build import build_strategy
-from training.collect import CollectStats, GradeBook, ProblemRow, collect
+from scaffolds.spec.registry import default_registry
+from training.collect import CollectStats, GradeBook, collect
 from training.data import build_rows, mix_rows, right_solutions, row_kinds, sft_columns
 from training.rollouts import context_columns
 from training.runs import RunDir, progress_bar
@@ -114,8 +116,9 @@ async def make_data(
     grade = await GradeBook.for_records(
         records, workers=grade_workers, timeout_s=grade_timeout, inline=inline_grading
     )
-    by_kind: dict[str, list[dict[str, Any]]] = {kind: [] for kind in row_kinds()}
-    pools = right_solutions(records, grade) if gsr_borrow else {}
+    registry = default_registry()  # once: it reads the installed entry points
+    by_kind: dict[str, list[dict[str, Any]]] = {kind: [] for kind in row_kinds(registry)}
+    pools = right_solutions(records, grade, registry) if gsr_borrow else {}
     lent: Counter[str] = Counter()
     for record in records:
         # Each sample of a problem borrows from a different place in its pool.
@@ -126,6 +129,7 @@ async def make_data(
             record,
             grade,
             kinds=kinds,
+            registry=registry,
             gsr_keep=gsr_keep,
             gsr_borrow=pool[start:] + pool[:start] if gsr_borrow else None,
             rc_summaries=rc_summaries,

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator
 from scaffolds.core.problem import StepPrompt
 from scaffolds.core.thinking import Thinking
 from scaffolds.evaluation.answers import is_correct
-from scaffolds.spec.build import Registry
+from scaffolds.spec.registry import Registry
 from scaffolds.strategies.gsr import REFINE
 from scaffolds.strategies.steps import render_step
 from training.data import Grade, Row, direct_solutions

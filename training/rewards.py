@@ -6,14 +6,16 @@ sample out of that reward). Completions are strings, or chat messages for
 conversational datasets.
 
 - :class:`CorrectnessReward`: 1.0 when the completion's final answer matches the row's
-  gold ``answer``, else 0.0; ``None`` when the row has no answer. It grades with the
-  serving answer module (:func:`scaffolds.evaluation.answers.is_correct`, math-verify) in a process
-  pool under a time limit, so a pathological answer can neither hang training nor trip
-  math-verify's main-thread-only signal timeouts.
+  gold ``answer``, else 0.0; ``None`` when the row has no answer. It grades with
+  ``ponder eval``'s grader (:class:`scaffolds.evaluation.grading.MathGrader`: math-verify
+  in a process pool under a time limit), so the reward is the eval metric, and a
+  pathological answer can neither hang training nor trip math-verify's main-thread-only
+  signal timeouts.
 - :class:`RubricReward`: a judge grades the completion on a 0..``max_score`` rubric
-  (QED-Nano grades proofs 0-7); the score is normalized to [0, 1]. The judge is any
-  callable ``prompt -> reply`` (sync or async); :func:`openai_judge` makes one for an
-  OpenAI-compatible endpoint.
+  (QED-Nano grades proofs 0-7); the score is normalized to [0, 1]. The prompt, the default
+  rubric and the reading of the reply are ``ponder eval``'s judge's
+  (:mod:`scaffolds.evaluation.grading`). The judge is any callable ``prompt -> reply``
+  (sync or async); :func:`openai_judge` makes one for an OpenAI-compatible endpoint.
 - :func:`boxed_reward`: 1.0 when a ``\boxed{}`` answer is present (a format reward).
 
 >>> reward = CorrectnessReward(inline=True)
@@ -28,24 +30,27 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import re
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from scaffolds.evaluation.answer_pool import AnswerChecker
 from scaffolds.evaluation.answers import extract_boxed
+from scaffolds.evaluation.grading import (
+    DEFAULT_RUBRIC,
+    JUDGE_TEMPLATE,
+    MathGrader,
+    judge_prompt,
+    parse_score,
+)
+from scaffolds.evaluation.problems import ProblemRow
 
 __all__ = [
-    "DEFAULT_RUBRIC",
-    "JUDGE_TEMPLATE",
     "CorrectnessReward",
     "RubricReward",
     "boxed_reward",
     "completion_text",
     "openai_judge",
-    "parse_score",
     "reward_functions",
     "run_sync",
 ]
@@ -122,7 +127,7 @@ class CorrectnessReward:
     ) -> None:
         self.__name__ = "correctness"
         self.answer_key = answer_key
-        self.checker = AnswerChecker(max_workers=workers, timeout_s=timeout_s, inline=inline)
+        self.grader = MathGrader(workers=workers, timeout_s=timeout_s, inline=inline)
 
     def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         golds = _column(kwargs, self.answer_key, len(completions))
@@ -135,12 +140,13 @@ class CorrectnessReward:
                 return None
             if not text.strip():
                 return 0.0
-            return 1.0 if await self.checker.grade(str(gold), text) else 0.0
+            grade = await self.grader.grade(ProblemRow("", "", str(gold)), text)
+            return 1.0 if grade.correct else 0.0
 
         return list(await asyncio.gather(*(one(g, t) for g, t in zip(golds, texts, strict=True))))
 
     def close(self) -> None:
-        self.checker.close()
+        self.grader.checker.close()
 
     def __enter__(self) -> CorrectnessReward:
         return self
@@ -158,48 +164,14 @@ def boxed_reward(completions: Sequence[Any], **kwargs: Any) -> list[float | None
     return [1.0 if extract_boxed(completion_text(c)) else 0.0 for c in completions]
 
 
-DEFAULT_RUBRIC = (
-    "7: a complete, rigorous solution. 6: complete, with a small slip that is easy to fix. "
-    "4-5: the right approach, with gaps in the argument. 1-3: real partial progress, "
-    "such as a key lemma or a solved special case. 0: wrong, or no meaningful progress."
-)
-
-JUDGE_TEMPLATE = (
-    "Grade the following answer to a math problem from 0 to $max_score using the marking "
-    "scheme.\n\n### Problem\n$problem\n\n### Reference\n$reference\n\n"
-    "### Marking scheme\n$rubric\n\n### Answer to grade\n$response\n\n"
-    "Verify each step and do not reward claims that are not justified. Finish with the "
-    "grade as <score>N</score>."
-)
-
-_SCORE_TAG = re.compile(r"<score>\s*(-?\d+(?:\.\d+)?)\s*</score>", re.IGNORECASE)
-_SCORE_TEXT = re.compile(r"\bscore\s*[:=]?\s*\**\s*(-?\d+(?:\.\d+)?)", re.IGNORECASE)
-
-
-def parse_score(reply: str, max_score: float = 7.0) -> float | None:
-    """The judge's grade: the last ``<score>N</score>``, else the last "score: N";
-    None if missing or outside ``[0, max_score]``.
-
-    >>> parse_score("ok <score>3</score> no wait <score>5</score>"), parse_score("Score: 2")
-    (5.0, 2.0)
-    >>> parse_score("<score>9</score>"), parse_score("no grade")
-    (None, None)
-    """
-    for pattern in (_SCORE_TAG, _SCORE_TEXT):
-        found = pattern.findall(reply)
-        if found:
-            value = float(found[-1])
-            return value if 0.0 <= value <= max_score else None
-    return None
-
-
 class RubricReward:
     """A judge's rubric grade, normalized to [0, 1]; None when the judge gives no grade.
 
-    The judge prompt fills ``template`` (a ``string.Template``: ``$problem``,
-    ``$reference``, ``$rubric``, ``$response``, ``$max_score``). The problem comes from
-    the ``problem_key`` column if present, else from the prompt; the reference from the
-    first of ``reference_keys`` that a row has. A judge that raises counts as None.
+    The judge prompt is :func:`~scaffolds.evaluation.grading.judge_prompt` with ``template``
+    (a ``string.Template``: ``$problem``, ``$reference``, ``$rubric``, ``$response``,
+    ``$max_score``). The problem comes from the ``problem_key`` column if present, else
+    from the prompt; the reference from the first of ``reference_keys`` that a row has.
+    A judge that raises counts as None.
     """
 
     def __init__(
@@ -213,13 +185,11 @@ class RubricReward:
         reference_keys: Sequence[str] = ("solution", "answer"),
         concurrency: int = 8,
     ) -> None:
-        from string import Template
-
         self.__name__ = "rubric"
         self.judge = judge
         self.rubric = rubric
         self.max_score = max_score
-        self.template = Template(template)
+        self.template = template
         self.problem_key = problem_key
         self.reference_keys = tuple(reference_keys)
         self.concurrency = concurrency
@@ -232,14 +202,15 @@ class RubricReward:
         out = []
         for i, completion in enumerate(completions):
             problem = problems[i] if problems[i] is not None else completion_text(prompts[i])
-            reference = next((str(col[i]) for col in references if col[i] is not None), "(none)")
+            reference = next((str(col[i]) for col in references if col[i] is not None), None)
             out.append(
-                self.template.safe_substitute(
-                    problem=problem,
-                    reference=reference,
+                judge_prompt(
+                    str(problem),
+                    reference,
+                    completion_text(completion),
                     rubric=self.rubric,
-                    response=completion_text(completion),
-                    max_score=f"{self.max_score:g}",
+                    max_score=self.max_score,
+                    template=self.template,
                 )
             )
         return out

@@ -47,8 +47,9 @@ import json
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
+from scaffolds.cli_options import Flag
 from scaffolds.core.context import Context, Problem, StepPrompt
 from scaffolds.core.trace import StepFinished, TraceRecorder, event_to_dict
 from scaffolds.engines.local import LocalEngine, encode_prompt
@@ -59,7 +60,7 @@ from scaffolds.engines.protocol import (
     SamplingParams,
     messages_from_openai,
 )
-from scaffolds.spec.build import Registry, default_registry
+from scaffolds.spec.registry import Registry, default_registry
 from scaffolds.strategies.steps import ContextLimits, StepBuilder
 from training.rewards import run_sync
 
@@ -115,10 +116,15 @@ class RolloutSettings:
     """
 
     prompt_set: str = "default"
-    num_candidates: int = 4
-    context_max_tokens: int | None = None
-    summary_max_tokens: int | None = None
-    default_mode: str = "direct"
+    """prompt set: default | compact"""
+    num_candidates: Annotated[int, Flag(min=1)] = 4
+    """gsr context size"""
+    context_max_tokens: Annotated[int | None, Flag(min=1)] = None
+    """tokens per context call (default: the sampled step's limit)"""
+    summary_max_tokens: Annotated[int | None, Flag(min=1)] = None
+    """tokens of an RC summary (default: the sampled step's limit)"""
+    default_mode: Annotated[str, Flag("--mode")] = "direct"
+    """mode of rows that name none"""
 
 
 @dataclass(frozen=True)

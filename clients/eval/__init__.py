@@ -1,11 +1,15 @@
 """Batch evaluation client: run scaffolds over a dataset, grade, compare accuracy to compute.
 
-The pieces: :mod:`~clients.eval.datasets` (JSONL, Batch API files, HF datasets),
-:mod:`~clients.eval.runner` (requests, resume), :mod:`~clients.eval.grading`,
-:mod:`~clients.eval.report` and :mod:`~clients.eval.plots`, and the ``ponder eval``
-command line in :mod:`~clients.eval.cli`.
+The pieces: :mod:`~clients.eval.runner` (requests, resume), :mod:`~clients.eval.report`
+and :mod:`~clients.eval.plots`, and the ``ponder eval`` command line in
+:mod:`~clients.eval.cli`. Problems, graders, the results file, the evaluation loop and
+the paired statistics are the evaluation core's, shared with training and the
+experiments (:mod:`scaffolds.evaluation`).
 
 From Python (a server must be running)::
+
+    from scaffolds.evaluation.grading import MathGrader
+    from scaffolds.evaluation.problems import load_problems
 
     problems = load_problems("../shared/data/gsm8k_test.jsonl", limit=50).problems
     config = EvalConfig("http://127.0.0.1:8000/v1", "m", ["gsr(n=4)"], Path("runs/x"))
@@ -20,12 +24,6 @@ from typing import Any
 _EXPORTS = {
     "EvalConfig": "runner",
     "run_eval": "runner",
-    "ExactGrader": "grading",
-    "Grade": "grading",
-    "JudgeGrader": "grading",
-    "MathGrader": "grading",
-    "Problem": "datasets",
-    "load_problems": "datasets",
     "evaluate": "pipeline",
     "write_reports": "pipeline",
 }

@@ -22,7 +22,7 @@ import typer
 from rich.console import Console
 
 if TYPE_CHECKING:
-    from clients.eval.grading import Grader
+    from scaffolds.evaluation.grading import Grader
 
 __all__ = ["eval_app"]
 
@@ -51,7 +51,7 @@ def make_grader(
     pass_score: float = 7.0,
 ) -> Grader:
     """A grader by name: ``math`` (math-verify), ``exact``, or ``judge`` (needs a URL)."""
-    from clients.eval.grading import DEFAULT_RUBRIC, ExactGrader, JudgeGrader, MathGrader
+    from scaffolds.evaluation.grading import DEFAULT_RUBRIC, ExactGrader, JudgeGrader, MathGrader
 
     if kind == "math":
         return MathGrader(workers=workers, timeout_s=timeout_s)
@@ -113,13 +113,13 @@ def run(
     """Run SCAFFOLDs x SAMPLES over DATASET, grade, and write the report into OUT."""
     if ctx.invoked_subcommand is not None:
         return
-    from clients.eval.datasets import load_problems
     from clients.eval.pipeline import evaluate
     from clients.eval.report import print_table
-    from clients.eval.results import read_results
     from clients.eval.runner import EvalConfig, check_specs, load_extra_body
     from clients.interrupt import INTERRUPTED_STATUS, Interrupted, run_interruptible
     from scaffolds.core.errors import SpecError
+    from scaffolds.evaluation.problems import load_problems
+    from scaffolds.evaluation.results import read_results
 
     missing = [n for n, v in (("--base-url", base_url), ("--model", model),
                               ("--dataset", dataset), ("--out", out)) if not v]  # fmt: skip
@@ -196,9 +196,9 @@ def compare(
 ) -> None:
     """Put two runs side by side, scaffold by scaffold, with a paired per-problem count."""
     from clients.eval.compare import compare_runs, print_comparison
-    from clients.eval.grading import MathGrader
     from clients.eval.pipeline import clustering
     from clients.eval.report import write_json
+    from scaffolds.evaluation.grading import MathGrader
 
     async def go() -> dict[str, Any]:
         async with clustering(MathGrader(workers=1)) as cluster:
@@ -220,7 +220,7 @@ def make_addition(
     seed: Annotated[int, typer.Option()] = 0,
 ) -> None:
     """Write COUNT synthetic 3-digit addition problems (``347+589=`` -> ``936``)."""
-    from clients.eval.synthetic import write_addition
+    from scaffolds.evaluation.synthetic import write_addition
 
     rows = write_addition(out, count, seed=seed)
     err.print(f"wrote {rows} problems to {out}")
@@ -233,7 +233,7 @@ def make_arithmetic(
     seed: Annotated[int, typer.Option()] = 0,
 ) -> None:
     """Write COUNT short English arithmetic questions (``What is 7 + 15?`` -> ``22``)."""
-    from clients.eval.synthetic import arithmetic_problems, write_rows
+    from scaffolds.evaluation.synthetic import arithmetic_problems, write_rows
 
     rows = write_rows(out, arithmetic_problems(count, seed=seed))
     err.print(f"wrote {rows} problems to {out}")

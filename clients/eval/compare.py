@@ -2,9 +2,10 @@
 
 Scaffolds with the same spec are paired (if the runs share none and each holds exactly
 one, those two are paired). Each pair shows both summaries and a paired count over the
-problems both runs graded: where A's per-problem accuracy is higher, lower, or equal.
+problems both runs graded: where A's per-problem accuracy is higher, lower, or equal, and
+the mean change (:func:`scaffolds.evaluation.stats.paired`, as the experiments report it).
 
->>> paired({"p": 1.0, "q": 0.0, "r": 0.5}, {"p": 0.5, "q": 0.0, "s": 1.0})
+>>> head_to_head({"p": 1.0, "q": 0.0, "r": 0.5}, {"p": 0.5, "q": 0.0, "s": 1.0})
 {'common': 2, 'a_better': 1, 'b_better': 0, 'tied': 1, 'mean_delta': -0.25}
 """
 
@@ -18,9 +19,10 @@ from rich.console import Console
 from rich.table import Table
 
 from clients.eval.report import Cluster, saved_line, summarize_scaffold, tokens_saved
-from clients.eval.results import Record, read_results
+from scaffolds.evaluation.results import Record, read_results
+from scaffolds.evaluation.stats import paired
 
-__all__ = ["compare_runs", "paired", "print_comparison", "results_file"]
+__all__ = ["compare_runs", "head_to_head", "print_comparison", "results_file"]
 
 
 def results_file(path: Path) -> Path:
@@ -36,16 +38,19 @@ def _per_problem(records: Sequence[Record]) -> dict[str, float]:
     return {k: sum(v) / len(v) for k, v in sums.items()}
 
 
-def paired(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, Any]:
-    """Per-problem accuracies of A and B compared on the problems both have."""
+def head_to_head(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, Any]:
+    """Per-problem accuracies of A and B compared on the problems both have: how often
+    each is higher, and the paired mean change B - A (one run's per-problem scores are
+    a one-row matrix to :func:`~scaffolds.evaluation.stats.paired`)."""
     common = sorted(set(a) & set(b))
-    deltas = [b[p] - a[p] for p in common]
+    xs, ys = [a[p] for p in common], [b[p] for p in common]
+    pairs = list(zip(xs, ys, strict=True))
     return {
         "common": len(common),
-        "a_better": sum(1 for d in deltas if d < 0),
-        "b_better": sum(1 for d in deltas if d > 0),
-        "tied": sum(1 for d in deltas if d == 0),
-        "mean_delta": sum(deltas) / len(deltas) if deltas else None,
+        "a_better": sum(1 for x, y in pairs if y < x),
+        "b_better": sum(1 for x, y in pairs if y > x),
+        "tied": sum(1 for x, y in pairs if y == x),
+        "mean_delta": paired([ys], [xs])["diff"] if common else None,
     }
 
 
@@ -67,7 +72,9 @@ async def compare_runs(a_path: Path, b_path: Path, cluster: Cluster) -> dict[str
         if spec_b is not None:
             row["b"] = await summarize_scaffold(spec_b, runs[1][spec_b], cluster)
         if spec_a is not None and spec_b is not None:
-            row["paired"] = paired(_per_problem(runs[0][spec_a]), _per_problem(runs[1][spec_b]))
+            row["paired"] = head_to_head(
+                _per_problem(runs[0][spec_a]), _per_problem(runs[1][spec_b])
+            )
             a, b = row["a"], row["b"]
             row["tokens_saved"] = tokens_saved(a, b) or tokens_saved(b, a)
         rows.append(row)

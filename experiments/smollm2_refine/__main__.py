@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from experiments.smollm2_refine.arms import ARMS, Experiment
-from training.collect import ProblemRow, load_problems
+from scaffolds.evaluation.problems import ProblemRow, load_problems
 
 if TYPE_CHECKING:
     from training.common import TrainSettings
@@ -46,7 +46,7 @@ def _experiment(args: argparse.Namespace) -> Experiment:
 
 
 def _problems(path: Path, limit: int | None) -> list[ProblemRow]:
-    return load_problems(path, limit=limit)
+    return load_problems(path, limit=limit).problems
 
 
 def _held_out_dropped(train: Path, held_out: Path | None, limit: int | None) -> list[ProblemRow]:

@@ -18,8 +18,8 @@ engines get a per-request seed.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,12 +28,15 @@ from typing import Any
 from experiments.smollm2_refine.arms import Experiment, open_engines
 from scaffolds.core.trace import StepFinished, StepStarted
 from scaffolds.evaluation.answers import is_correct, majority_vote
-from training.collect import ProblemRow
+from scaffolds.evaluation.problems import ProblemRow
 
 __all__ = ["against_vote", "against_vote_markdown", "evaluate", "report", "run_row", "score_row"]
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _right(answer: str | None, gold: str) -> bool:
+    """Whether ``answer`` is ``gold`` (cached: a report grades each candidate of every run,
+    and math-verify parses take most of its time)."""
     return answer is not None and is_correct(gold, answer)
 
 
@@ -153,33 +156,33 @@ async def _run_seed(
     exp: Experiment, engine: Any, problems: Sequence[ProblemRow], path: Path, seed: int,
     advance: Any, parallel: bool,
 ) -> None:  # fmt: skip
+    """The problems of ``path`` that are not done, through the evaluation loop
+    (:mod:`scaffolds.evaluation.loop`); each row is appended to ``path`` as it lands."""
     from scaffolds import solve
+    from scaffolds.evaluation.loop import Job, make_jobs, run_jobs
+    from scaffolds.evaluation.results import ResultStore
 
     done = _done(path)
-    todo = [(i, p) for i, p in enumerate(problems) if p.id not in done]
+    todo = [j for j in make_jobs([exp.eval_scaffold], problems, [seed]) if j.problem.id not in done]
     advance(len(problems) - len(todo))
-    gate = asyncio.Semaphore(exp.concurrency if parallel else 1)
-    path.parent.mkdir(parents=True, exist_ok=True)
 
-    async def one(index: int, problem: ProblemRow, handle: Any) -> None:
-        params = exp.params
+    async def one(job: Job[ProblemRow]) -> dict[str, Any]:
+        problem, params = job.problem, exp.params
         if not parallel:  # in-process engines take a per-request seed
-            params = dataclasses.replace(params, seed=seed * 1_000_003 + index)
-        async with gate:
-            try:
-                result = await solve(
-                    exp.eval_scaffold, problem.to_problem(True), engine, params=params,
-                    prompts=exp.prompts,
-                )  # fmt: skip
-                row = run_row(problem, result)
-            except Exception as exc:
-                row = {"id": problem.id, "error": f"{type(exc).__name__}: {exc}"}
-        handle.write(json.dumps(row) + "\n")
-        handle.flush()
-        advance(1)
+            params = dataclasses.replace(params, seed=seed * 1_000_003 + job.index)
+        try:
+            result = await solve(
+                exp.eval_scaffold, problem.to_problem(True), engine, params=params,
+                prompts=exp.prompts,
+            )  # fmt: skip
+            return run_row(problem, result)
+        except Exception as exc:
+            return {"id": problem.id, "error": f"{type(exc).__name__}: {exc}"}
 
-    with path.open("a", encoding="utf-8") as handle:
-        await asyncio.gather(*(one(i, p, handle) for i, p in todo))
+    await run_jobs(
+        todo, one, concurrency=exp.concurrency if parallel else 1, store=ResultStore(path),
+        on_record=lambda _row: advance(1),
+    )  # fmt: skip
 
 
 async def evaluate(
@@ -229,7 +232,7 @@ def _conditions(
 
 def _entries(per_seed: Sequence[Mapping[str, Mapping[str, list[float]]]]) -> dict[str, Any]:
     """Per condition: the 0/1 scores per seed, their summary, the mean tokens a problem."""
-    from training import stats
+    from scaffolds.evaluation import stats
 
     def tokens(label: str, kind: str) -> float:
         return stats.mean(stats.per_problem([c[label][kind] for c in per_seed]))
@@ -250,7 +253,7 @@ def report(
 ) -> dict[str, Any]:
     """Accuracy [95% CI] per model and condition over the problems every (model, seed)
     has finished, the paired differences, ``report.json``/``report.md`` and the plot."""
-    from training import stats
+    from scaffolds.evaluation import stats
 
     # A run that continues a parent also reports the parent's arms ("parent-gsr", ...):
     # did the second round of training help, on the same problems and seeds?

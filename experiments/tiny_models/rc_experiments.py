@@ -24,8 +24,8 @@ Commands::
 
     python -m experiments.tiny_models.rc_experiments run \
         --rc runs/rc-demo/rc --direct runs/rc-demo/direct
-    python -m experiments.tiny_models.rc_experiments plot \
-        experiments/tiny_models/results/rc_listsum.json
+    python -m experiments.tiny_models.rc_experiments report \
+        experiments/tiny_models/results/rc_listsum_7M.json
 
 >>> condition_spec(RC_GREEDY, 24)
 'rc(steps=12, reasoning_tokens=12, summary_tokens=4)'
@@ -42,11 +42,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.tiny_models.experiments import RESULTS, request_seed
+from experiments.tiny_models.experiments import request_seed
 from experiments.tiny_models.listsum_task import READ_PER_CHUNK, ListSumProblem, problems
 from experiments.tiny_models.rc_report import error_table, field_table, plot, plot_steps, step_table
-from training.stats import add_pairs, markdown, per_problem, summarize
-from training.stats import mean as _mean
+from experiments.tiny_models.report import RESULTS, restate
+from scaffolds.evaluation.stats import add_pairs, markdown, per_problem, summarize
+from scaffolds.evaluation.stats import mean as _mean
 
 MAX_TOKENS = 16
 """Per-call budget of ``single``: a chunk is at most 10 tokens."""
@@ -111,29 +112,38 @@ def first_error(events: Sequence[Any]) -> tuple[int, str] | None:
 async def run_condition(
     engine: Any, condition: Condition, items: Sequence[ListSumProblem], *, seed: int
 ) -> dict[str, list[Any]]:
-    """One pass of ``condition`` over ``items`` (all in flight at once)."""
+    """One pass of ``condition`` over ``items`` (all in flight at once, through the
+    evaluation loop of :mod:`scaffolds.evaluation.loop`)."""
     from scaffolds import SamplingParams, solve
+    from scaffolds.evaluation.loop import Job, make_jobs, run_jobs
 
-    async def one(index: int, item: ListSumProblem) -> tuple[int, int, int, Any]:
+    async def one(job: Job[ListSumProblem]) -> dict[str, Any]:
+        item = job.problem
         params = SamplingParams(
             temperature=condition.temperature,
             max_tokens=MAX_TOKENS,
-            seed=None if condition.greedy else request_seed(seed, index),
+            seed=None if condition.greedy else request_seed(seed, job.index),
         )
         spec = condition_spec(condition, item.length)
         result = await solve(spec, item.problem, engine, params=params, prompts="compact")
         answer = result.solutions[0].answer
         usage = result.usage
-        error = first_error(result.events) if condition == RC_GREEDY else None
-        return int(answer == item.answer), usage.completion_tokens, usage.prompt_tokens, error
+        return {
+            "correct": int(answer == item.answer),
+            "completion_tokens": usage.completion_tokens,
+            "prompt_tokens": usage.prompt_tokens,
+            "first_error": first_error(result.events) if condition == RC_GREEDY else None,
+        }
 
-    rows = await asyncio.gather(*(one(i, item) for i, item in enumerate(items)))
-    return {
-        "correct": [r[0] for r in rows],
-        "completion_tokens": [r[1] for r in rows],
-        "prompt_tokens": [r[2] for r in rows],
-        "first_error": [r[3] for r in rows],
-    }
+    rows: list[dict[str, Any]] = [{} for _ in items]
+
+    def landed(job: Job[ListSumProblem], row: dict[str, Any]) -> None:
+        rows[job.index] = row
+
+    jobs = make_jobs([condition.label], items, [seed])
+    await run_jobs(jobs, one, concurrency=max(1, len(items)), on_job=landed)
+    keys = ("correct", "completion_tokens", "prompt_tokens", "first_error")
+    return {key: [r[key] for r in rows] for key in keys}
 
 
 async def evaluate(
@@ -251,17 +261,19 @@ def pairs_for(lengths: Sequence[int]) -> list[tuple[str, str]]:
     return out
 
 
-def report(results: dict[str, Any], stem: str) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{stem}.json").write_text(json.dumps(results) + "\n")
+def report(results: dict[str, Any], stem: str, folder: Path = RESULTS) -> None:
+    """``folder/STEM.json`` (rows and statistics), ``.md`` (every table), ``.png`` and, with
+    per-step diagnostics, ``STEM_steps.png``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{stem}.json").write_text(json.dumps(results) + "\n")
     text = markdown(results) + "\n" + error_table(results, RC_GREEDY.label)
     if results.get("steps"):
         text += "\n" + step_table(results["steps"]) + "\n" + field_table(results["steps"])
-    (RESULTS / f"{stem}.md").write_text(text)
+    (folder / f"{stem}.md").write_text(text)
     print(text)
-    print(plot(results, RESULTS / f"{stem}.png"))
+    print(plot(results, folder / f"{stem}.png"))
     if results.get("steps"):
-        print(plot_steps(results["steps"], RESULTS / f"{stem}_steps.png"))
+        print(plot_steps(results["steps"], folder / f"{stem}_steps.png"))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -286,20 +298,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     m = sub.add_parser("merge", help="join results JSONs of the same models (other lengths)")
     m.add_argument("out", type=Path)
     m.add_argument("parts", type=Path, nargs="+")
-    q = sub.add_parser("plot", help="redraw the plot and tables of a results JSON")
+    q = sub.add_parser(
+        "report", aliases=["plot"],
+        help="the statistics, tables and plots of a results JSON again, from its rows",
+    )  # fmt: skip
     q.add_argument("json", type=Path)
+    q.add_argument("--out", type=Path, help="write STEM.{json,md,png} here (default: beside it)")
     args = parser.parse_args(argv)
+    if args.command in ("report", "plot"):
+        results = restate(json.loads(args.json.read_text()))
+        report(results, args.json.stem, args.out or args.json.parent)
+        return
 
     import torch
 
     torch.set_num_threads(1)
-    if args.command == "plot":
-        results = json.loads(args.json.read_text())
-        print(markdown(results) + "\n" + error_table(results, RC_GREEDY.label))
-        if results.get("steps"):
-            print(step_table(results["steps"]) + "\n" + field_table(results["steps"]))
-        print(plot(results, args.json.with_suffix(".png")))
-        return
     if args.command == "merge":
         parts = [json.loads(path.read_text()) for path in args.parts]
         results = {**parts[0], "models": {}, "steps": {}, "paired": {}, "lengths": []}

@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from training.stats import save_figure, summarize
+from scaffolds.evaluation.stats import save_figure, summarize
 
 __all__ = ["error_table", "field_table", "plot", "plot_steps", "step_table"]
 

@@ -16,15 +16,29 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from scaffolds.core.context import Budget, Context, Problem, Voter
 from scaffolds.core.errors import BudgetExhaustedError, DeadlineExceededError
 from scaffolds.core.fanout import gather_within_budget
+from scaffolds.core.solution import Solution
 from scaffolds.core.thinking import Routing
 from scaffolds.core.trace import RunFinished, TraceEvent, TraceRecorder
 from scaffolds.engines.protocol import Engine, RewardModel, SamplingParams, Usage
 from scaffolds.prompts import PromptSet
-from scaffolds.strategies.base import Solution, Strategy
+
+
+class Solver(Protocol):
+    """What a run needs of a strategy (:class:`~scaffolds.strategies.base.Strategy` is
+    one): the prompt-set check, and one solution or ``k`` of them."""
+
+    @property
+    def batches_samples(self) -> bool: ...
+    def check_prompt_set(self, name: str) -> None: ...
+    async def solve(self, problem: Problem, ctx: Context) -> Solution: ...
+    async def solve_many(
+        self, problem: Problem, ctx: Context, k: int, label: str = "sample"
+    ) -> list[Solution]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +64,7 @@ def problem_key(problem: Problem) -> str:
 
 
 async def run_scaffold(
-    strategy: Strategy,
+    strategy: Solver,
     problem: Problem,
     engine: Engine,
     *,

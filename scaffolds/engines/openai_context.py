@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httpx
 
 from scaffolds.engines.context_fit import fitted_max_tokens, prompt_token_bound
+from scaffolds.engines.dialects import Dialect
 from scaffolds.engines.protocol import GenerateRequest
-
-if TYPE_CHECKING:
-    from scaffolds.engines.openai_http import OpenAIEngine
 
 __all__ = ["ContextWindow"]
 
@@ -34,11 +32,30 @@ size (a model with a smaller context should have ``max_model_len`` configured)."
 _TEMPLATE_KEYS = ("add_generation_prompt", "continue_final_message", "chat_template_kwargs")
 
 
+class ServerEndpoint(Protocol):
+    """What a context window reads of its engine: where the server is and how to call it
+    (:class:`~scaffolds.engines.openai_http.OpenAIEngine` is one)."""
+
+    @property
+    def base_url(self) -> str: ...
+    @property
+    def root_url(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def dialect(self) -> Dialect: ...
+    @property
+    def client(self) -> httpx.AsyncClient: ...
+    @property
+    def connect_timeout(self) -> float: ...
+    def auth_headers(self) -> dict[str, str]: ...
+
+
 class ContextWindow:
     """Fits each call of ``engine`` into its model's context (``configured`` tokens, or
     what the server reports)."""
 
-    def __init__(self, engine: OpenAIEngine, configured: int | None = None) -> None:
+    def __init__(self, engine: ServerEndpoint, configured: int | None = None) -> None:
         if configured is not None and configured < 1:
             raise ValueError(f"max_model_len must be >= 1 (got {configured})")
         self.engine = engine

@@ -3,7 +3,7 @@
 A served model declares the set it was trained with (``default`` for instruction-following
 chat models, ``compact`` for the small synthetic-task model). The shared templates of each
 set live in :mod:`scaffolds.prompts.common`; each strategy contributes its own (its
-``prompt_sets``), and :func:`scaffolds.spec.build.get_prompt_set` assembles a whole set from
+``prompt_sets``), and :func:`scaffolds.spec.registry.get_prompt_set` assembles a whole set from
 every registered strategy.
 
 >>> common_prompts("compact").template("solve").render(problem="3+4=")

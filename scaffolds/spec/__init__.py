@@ -1,7 +1,8 @@
 """The spec language: the compact grammar (:mod:`~scaffolds.spec.grammar`), the strategy
-registry and building a strategy from a spec (:mod:`~scaffolds.spec.build`).
+registry (:mod:`~scaffolds.spec.registry`: the built-ins and the ``ponder.scaffolds``
+entry points) and building a strategy from a spec (:mod:`~scaffolds.spec.build`).
 
 >>> from scaffolds.spec.build import build_strategy, spec_string
->>> spec_string(build_strategy("gsr(n=4)"))
-'gsr(n=4)'
+>>> spec_string(build_strategy("gsr(n=8)"))
+'gsr(n=8)'
 """

@@ -1,5 +1,8 @@
 """Scaffold specs: the compact string form, the JSON form, and building strategies.
 
+The names a spec may use come from a :class:`~scaffolds.spec.registry.Registry`
+(:mod:`scaffolds.spec.registry`, whose names are re-exported here).
+
 A spec names a strategy and its non-default parameters; a nested strategy is a nested
 spec, so both forms describe the same tree::
 
@@ -24,27 +27,30 @@ rc(note="say \\"hi\\"", t=0.5, x=true)
 
 from __future__ import annotations
 
-import difflib
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Union, get_args, get_origin
+from typing import Any, Union, get_args, get_origin
 
 from pydantic import ValidationError
 
 from scaffolds.core.errors import FanOutError, SpecError
-from scaffolds.prompts import PromptSet, common_prompts
 from scaffolds.spec.grammar import (
     _BOUNDS,
     _EXPECTED,
-    _LITERALS,
-    _NAME,
     MAX_NESTING,
     MAX_SPEC_CHARS,
     _show,
     format_spec,
     parse_compact,
     parse_spec,
+)
+from scaffolds.spec.registry import (
+    Registry,
+    StrategyInfo,
+    builtin_registry,
+    default_registry,
+    get_prompt_set,
 )
 from scaffolds.strategies.base import Strategy
 
@@ -55,6 +61,7 @@ __all__ = [
     "SpecLimits",
     "StrategyInfo",
     "build_strategy",
+    "builtin_registry",
     "check_limits",
     "check_runs",
     "default_registry",
@@ -65,121 +72,6 @@ __all__ = [
     "spec_of",
     "spec_string",
 ]
-
-
-# -- the registry ----------------------------------------------------------------------------
-class StrategyInfo(NamedTuple):
-    """For docs and ``/v1/models``; ``params`` maps each parameter to its default
-    (in JSON form; None for a required parameter)."""
-
-    name: str
-    summary: str
-    params: dict[str, Any]
-
-
-class Registry:
-    """Maps spec names to Strategy classes.
-
-    >>> Registry().get("gsr", "solver.name")
-    Traceback (most recent call last):
-    scaffolds.core.errors.SpecError: unknown strategy 'gsr' at solver (known: none)
-    """
-
-    def __init__(self, strategies: Iterable[type[Strategy]] = ()):
-        self._classes: dict[str, type[Strategy]] = {}
-        for cls in strategies:
-            self.register(cls)
-
-    def register(self, cls: type[Strategy]) -> type[Strategy]:
-        """Add ``cls`` under ``cls.name``; returns ``cls``, so it also works as a decorator."""
-        name = getattr(cls, "name", None)
-        if not (isinstance(cls, type) and issubclass(cls, Strategy)):
-            raise TypeError(f"{cls!r} is not a Strategy subclass")
-        if not isinstance(name, str) or not _NAME.fullmatch(name) or name in _LITERALS:
-            raise ValueError(f"{cls.__name__} needs a valid spec name (got {name!r})")
-        if self._classes.setdefault(name, cls) is not cls:
-            raise ValueError(f"strategy name {name!r} is already taken")
-        return cls
-
-    def get(self, name: str, path: str = "name") -> type[Strategy]:
-        """The class named ``name``; ``path`` is the dotted path to blame if there is none."""
-        if name in self._classes:
-            return self._classes[name]
-        near = difflib.get_close_matches(name, self._classes, n=1)
-        hint = f"; did you mean {near[0]!r}?" if near else ""
-        where = f" at {path.removesuffix('.name')}" if path != "name" else ""
-        known = ", ".join(self.names()) or "none"
-        raise SpecError(f"unknown strategy {name!r}{where}{hint} (known: {known})", param=path)
-
-    def names(self) -> list[str]:
-        return sorted(self._classes)
-
-    def describe(self) -> list[StrategyInfo]:
-        out = []
-        for name in self.names():
-            cls, params = self._classes[name], dict[str, Any]()
-            for key, info in cls.model_fields.items():
-                required = info.is_required()
-                default = None if required else info.get_default(call_default_factory=True)
-                params[key] = default.to_spec() if isinstance(default, Strategy) else default
-            summary = cls.summary or (cls.__doc__ or "").strip().partition("\n")[0]
-            out.append(StrategyInfo(name, summary, params))
-        return out
-
-
-def default_registry() -> Registry:
-    """A new registry of every strategy class marked with
-    :func:`~scaffolds.strategies.base.register`.
-
-    The built-ins are imported first (``scaffolds.strategies``); a strategy defined in any
-    other imported module joins by being decorated, with no list to edit. A class
-    defined again under the same module and name (a reload) replaces the older one.
-    """
-    import scaffolds.strategies  # noqa: F401  (defines and marks the built-ins)
-
-    found: dict[str, type[Strategy]] = {}
-    for cls in _subclasses(Strategy):
-        if not cls.__dict__.get("registered", False):
-            continue
-        old = found.get(cls.name)
-        same = old is not None and (old.__module__, old.__qualname__) == (
-            cls.__module__,
-            cls.__qualname__,
-        )
-        if old is not None and not same:
-            raise ValueError(
-                f"strategy name {cls.name!r} is taken by both {_where(old)} and {_where(cls)}"
-            )
-        found[cls.name] = cls
-    return Registry(found.values())
-
-
-def _subclasses(cls: type[Strategy]) -> list[type[Strategy]]:
-    out: list[type[Strategy]] = []
-    for sub in cls.__subclasses__():
-        out += [sub, *_subclasses(sub)]
-    return out
-
-
-def _where(cls: type[Strategy]) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def get_prompt_set(name: str, registry: Registry | None = None) -> PromptSet:
-    """The whole prompt set ``name``: the shared templates and every registered
-    strategy's contribution to it (strategies that lack the set add nothing).
-
-    >>> sorted(get_prompt_set("default").template("gsr_refine").fields)
-    ['candidates', 'count', 'problem']
-    """
-    registry = registry if registry is not None else default_registry()
-    parts = [
-        part
-        for strategy_name in registry.names()
-        for part in registry.get(strategy_name).prompt_sets
-        if part.name == name
-    ]
-    return common_prompts(name).merged(*parts)
 
 
 # -- building --------------------------------------------------------------------------------

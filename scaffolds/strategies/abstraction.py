@@ -18,8 +18,9 @@ from pydantic import Field
 from scaffolds.core.context import Context, Problem, StepPrompt
 from scaffolds.core.errors import BudgetExhaustedError
 from scaffolds.core.fanout import gather_within_budget
+from scaffolds.core.solution import Solution
 from scaffolds.prompts import PromptSet, Template
-from scaffolds.strategies.base import Solution, Strategy, register
+from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.majority import pick_by_vote
 from scaffolds.strategies.single import Single
 from scaffolds.strategies.steps import ContextLimits, Parent, RowInputs, StepBuilder, TracedStep
@@ -80,10 +81,9 @@ async def _one_note(
 ) -> dict[str, Any]:
     if "abstraction" in known:
         return known
-    proposed = await ctx.generate(
-        propose_prompt(ctx, problem, {}), kind="abstraction", label="1 abstractions",
-        max_tokens=limits.max_tokens, helper=True,
-    )  # fmt: skip
+    proposed = await PROPOSE.generate(
+        ctx, problem, {}, label="1 abstractions", max_tokens=limits.max_tokens, helper=True
+    )
     return {"abstraction": proposed.first.text}
 
 
@@ -116,7 +116,6 @@ SOLVE = StepBuilder(
 )  # fmt: skip
 
 
-@register
 class Abstraction(Strategy):
     name: ClassVar[str] = "abstraction"
     summary: ClassVar[str] = "Abstraction-then-solve: m hints, n solutions per hint, vote."
@@ -133,9 +132,10 @@ class Abstraction(Strategy):
     model, else the model itself, with its thinking turned off)."""
 
     async def solve(self, problem: Problem, ctx: Context) -> Solution:
-        notes = await ctx.generate(
-            propose_prompt(ctx, problem, {}),
-            kind="abstraction",
+        notes = await PROPOSE.generate(
+            ctx,
+            problem,
+            {},
             label=f"{self.m} abstractions",
             n=self.m,
             max_tokens=self.abstraction_tokens,

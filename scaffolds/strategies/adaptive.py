@@ -27,7 +27,8 @@ from pydantic import Field
 
 from scaffolds.core.context import Context, Problem
 from scaffolds.core.errors import BudgetExhaustedError
-from scaffolds.strategies.base import Solution, Strategy, register
+from scaffolds.core.solution import Solution
+from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.single import Single
 
 
@@ -37,7 +38,6 @@ def leader_probability(leader: int, runner_up: int) -> float:
     return sum(math.comb(n, j) for j in range(leader + 1)) / (1 << n)
 
 
-@register
 class Adaptive(Strategy):
     name: ClassVar[str] = "adaptive"
     summary: ClassVar[str] = (

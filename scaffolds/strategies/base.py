@@ -7,84 +7,37 @@ so scaffolds compose as ordinary values::
 
 Subclasses set ``name`` (the spec name), declare their parameters as pydantic fields
 (validation errors name the field), implement :meth:`Strategy.solve`, list their
-templates per prompt set (``prompt_sets``) and their step builders
-(``step_builders``, see :mod:`scaffolds.strategies.steps`), and join the registry with
-:func:`register`::
+templates per prompt set (``prompt_sets``; a set they lack is refused by name when a
+run asks for it) and their step builders (``step_builders``, see
+:mod:`scaffolds.strategies.steps`), and set the traits the server reads
+(``passes_through``, ``answer_logprobs_refused``) where the defaults do not fit::
 
-    @register
     class Echo(Strategy):
         name: ClassVar[str] = "echo"
         prompt_sets: ClassVar[tuple[PromptSet, ...]] = (PromptSet.of("default", ECHO),)
         step_builders: ClassVar[tuple[StepBuilder, ...]] = (ECHO_STEP,)
+
+A built-in joins the default registry by its entry in ``scaffolds.strategies.BUILTINS``;
+a scaffold of another distribution by a ``ponder.scaffolds`` entry point naming the
+class (or a module whose classes are marked with :func:`register`); a class the program
+itself defines, by :func:`register` (see :mod:`scaffolds.spec.registry`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from scaffolds.core.context import Context, Problem, Step
+from scaffolds.core.context import Context, Problem
 from scaffolds.core.errors import BudgetExhaustedError, InvalidRequestError
 from scaffolds.core.fanout import gather_within_budget
-from scaffolds.core.thinking import Thinking
-from scaffolds.evaluation.answers import extract_answer
+from scaffolds.core.solution import Solution
 from scaffolds.prompts import PromptSet, common_prompts
 from scaffolds.spec.grammar import format_spec
 from scaffolds.strategies.steps import StepBuilder
 
 S = TypeVar("S", bound="type[Strategy]")
-
-
-@dataclass(frozen=True, slots=True)
-class Solution:
-    """What a strategy returns.
-
-    ``step_id`` is the trace step whose text is ``text`` (None when the text was put
-    together rather than generated in one step); ``cut_short`` says the budget stopped
-    the strategy before it finished its plan.
-    """
-
-    text: str
-    answer: str | None
-    step_id: str | None = None
-    reasoning: str | None = None
-    cut_short: bool = False
-    sample: int = 0
-    """Which sample of step ``step_id`` this is."""
-
-    @classmethod
-    def from_step(cls, step: Step, sample: int = 0) -> Solution:
-        """Sample ``sample`` of an engine call as a solution (its answer extracted)."""
-        completion = step.completions[sample]
-        return cls(
-            completion.text,
-            extract_answer(completion.text),
-            step_id=step.step_id,
-            reasoning=completion.reasoning,
-            cut_short=step.cut_short,
-            sample=sample,
-        )
-
-    def marked_cut_short(self) -> Solution:
-        return replace(self, cut_short=True)
-
-    @property
-    def thinking(self) -> str:
-        """What the model thought (what an RC summary summarizes), read with the default
-        ``<think>`` markers; ``ctx.thought(text, reasoning)`` reads it with the run's
-        model's own.
-
-        >>> Solution("<think>3+4</think>7", "7").thinking
-        '3+4'
-        """
-        return Thinking().thought(self.text, self.reasoning)
-
-    @property
-    def source(self) -> tuple[str | None, int | None]:
-        """(step id, sample) that produced this text, for a step that continues it."""
-        return (self.step_id, self.sample if self.step_id is not None else None)
 
 
 class Strategy(BaseModel):
@@ -104,6 +57,17 @@ class Strategy(BaseModel):
     """Fields naming the served model its helper steps run on (e.g. RC's ``summarizer``)."""
     registered: ClassVar[bool] = False
     """Set by :func:`register`: the default registry serves this class."""
+
+    # -- traits: what the server needs to know, so that it never names a scaffold -----------
+    passes_through: ClassVar[bool] = False
+    """True when a run is the request itself: ONE engine call of the prompt as asked.
+    The server then passes every request field to that call as given (the seed too, and
+    fields no multi-step scaffold can honour, such as ``tools`` or ``echo``), and the runs
+    of a request's several prompts share one engine request."""
+    answer_logprobs_refused: ClassVar[str | None] = None
+    """Why a request for the answer's ``logprobs`` is refused when this strategy is in
+    the spec (its answer is not the text of one engine generation, or it asks for top
+    logprobs of its own); None: the answer's logprobs are returned."""
 
     @classmethod
     def prompts_for(cls, name: str) -> PromptSet:
@@ -212,7 +176,9 @@ class Strategy(BaseModel):
 
 
 def register(cls: S) -> S:
-    """Mark a strategy class for :func:`scaffolds.spec.build.default_registry` (a decorator)."""
+    """Mark a strategy class for :func:`scaffolds.spec.registry.default_registry` (a
+    decorator): once its module is imported (by the program, or by a ``ponder.scaffolds``
+    entry point that names the module), the default registry serves it."""
     cls.registered = True
     return cls
 

@@ -18,9 +18,10 @@ from pydantic import Field
 
 from scaffolds.core.context import Context, Problem, StepPrompt
 from scaffolds.core.errors import BudgetExhaustedError, InvalidRequestError
+from scaffolds.core.solution import Solution
 from scaffolds.evaluation.answers import extract_answer
 from scaffolds.prompts import PromptSet, Template
-from scaffolds.strategies.base import Solution, Strategy, register
+from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.majority import pick_by_vote
 from scaffolds.strategies.single import Single
 from scaffolds.strategies.steps import Parent, StepBuilder
@@ -64,7 +65,6 @@ JUDGE = StepBuilder("best_of_n_judge", "judge", ("best_of_n_judge",), build=judg
 """The judge's pick (no SFT rows yet: a verdict is not graded against the gold answer)."""
 
 
-@register
 class BestOfN(Strategy):
     name: ClassVar[str] = "best_of_n"
     summary: ClassVar[str] = "Best-of-N: n candidates, an LLM judge picks the best one."
@@ -88,10 +88,9 @@ class BestOfN(Strategy):
         if self.judge == "reward":
             return await self._pick_by_reward(problem, candidates, ctx)
         shown = [ctx.shown(c.text) for c in candidates]
-        prompt = judge_prompt(ctx, problem, {"candidates": shown})
         try:
-            step = await ctx.generate(
-                prompt, kind="judge", label="judge", temperature=0.0,
+            step = await JUDGE.generate(
+                ctx, problem, {"candidates": shown}, label="judge", temperature=0.0,
                 helper=True, model=self.judge_model,
             )  # fmt: skip
         except BudgetExhaustedError:

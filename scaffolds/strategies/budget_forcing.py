@@ -35,11 +35,12 @@ from pydantic import Field
 from scaffolds.core.context import Context, Problem, Step, StepPrompt
 from scaffolds.core.errors import BudgetExhaustedError
 from scaffolds.core.fanout import gather
+from scaffolds.core.solution import Solution
 from scaffolds.engines.protocol import Completion, Message
 from scaffolds.evaluation.answers import extract_answer
 from scaffolds.prompts import PromptSet, Template
-from scaffolds.strategies.base import Solution, Strategy, register
-from scaffolds.strategies.single import solve_prompt
+from scaffolds.strategies.base import Strategy
+from scaffolds.strategies.single import DIRECT, solve_prompt
 from scaffolds.strategies.steps import Parent, StepBuilder
 
 # This strategy's templates, one part per prompt set.
@@ -101,13 +102,15 @@ def _joined(partial: str, had_reasoning: bool, more: Completion) -> tuple[str, s
     return text, partial.removeprefix("<think>\n") + thinking
 
 
-@register
 class BudgetForcing(Strategy):
     name: ClassVar[str] = "budget_forcing"
     summary: ClassVar[str] = (
         "s1 budget forcing: an answer that ends too early gets 'Wait' and continues."
     )
     batches_samples: ClassVar[bool] = True
+    answer_logprobs_refused: ClassVar[str | None] = (
+        "budget_forcing's answer is several engine generations (continued)"
+    )
     prompt_sets: ClassVar[tuple[PromptSet, ...]] = PROMPT_SETS
     step_builders: ClassVar[tuple[StepBuilder, ...]] = (CONTINUE,)
 
@@ -124,9 +127,10 @@ class BudgetForcing(Strategy):
     async def solve_many(
         self, problem: Problem, ctx: Context, k: int, label: str = "sample"
     ) -> list[Solution]:
-        first = await ctx.generate(
-            solve_prompt(ctx, problem, {"prompt": self.prompt}),
-            kind="generate",
+        first = await DIRECT.generate(
+            ctx,
+            problem,
+            {"prompt": self.prompt},
             label="answer" if k == 1 else label,
             n=k,
             max_tokens=self.max_tokens,
@@ -149,9 +153,11 @@ class BudgetForcing(Strategy):
             partial = reopened(text, reasoning, cue)
             state = {"prompt": self.prompt, "partial": partial}
             try:
-                step = await ctx.generate(
-                    continue_prompt(ctx, problem, state, source),
-                    kind="continue",
+                step = await CONTINUE.generate(
+                    ctx,
+                    problem,
+                    state,
+                    source,
                     label=f"wait {wait}",
                     max_tokens=left,
                     force_answer=True,

@@ -30,8 +30,9 @@ from pydantic import Field, field_validator
 
 from scaffolds.core.context import Context, Problem
 from scaffolds.core.errors import UnsupportedError
-from scaffolds.strategies.base import Solution, Strategy, register
-from scaffolds.strategies.single import Single, solve_prompt
+from scaffolds.core.solution import Solution
+from scaffolds.strategies.base import Strategy
+from scaffolds.strategies.single import DIRECT, Single
 
 WINDOW = 64
 """Default group window, in tokens. The paper uses 2048 for traces of thousands of
@@ -85,11 +86,13 @@ async def weighted_vote(
     return max(members, key=weight)
 
 
-@register
 class DeepConf(Strategy):
     name: ClassVar[str] = "deepconf"
     summary: ClassVar[str] = (
         "Confidence-weighted voting: n traces with token logprobs; the most confident vote."
+    )
+    answer_logprobs_refused: ClassVar[str | None] = (
+        "deepconf asks for its own top logprobs on its final step"
     )
 
     n: int = Field(default=16, ge=1, le=256)
@@ -125,9 +128,10 @@ class DeepConf(Strategy):
     async def solve(self, problem: Problem, ctx: Context) -> Solution:
         solver = self.solver
         assert isinstance(solver, Single)
-        step = await ctx.generate(
-            solve_prompt(ctx, problem, {"prompt": solver.prompt}),
-            kind="generate",
+        step = await DIRECT.generate(
+            ctx,
+            problem,
+            {"prompt": solver.prompt},
             label="trace",
             n=self.n,
             max_tokens=solver.max_tokens,

@@ -20,10 +20,11 @@ from pydantic import Field
 
 from scaffolds.core.context import Context, Problem, StepPrompt
 from scaffolds.core.errors import BudgetExhaustedError
+from scaffolds.core.solution import Solution
 from scaffolds.prompts import PromptSet, Template
-from scaffolds.strategies.base import Solution, Strategy, register
+from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.majority import pick_by_vote
-from scaffolds.strategies.single import Single
+from scaffolds.strategies.single import DIRECT, Single
 from scaffolds.strategies.steps import ContextLimits, Parent, RowInputs, StepBuilder, TracedStep
 
 # This strategy's templates, one part per prompt set.
@@ -68,9 +69,10 @@ async def _draw_candidates(
 ) -> dict[str, Any]:
     if "candidates" in known:
         return known
-    step = await ctx.generate(
-        ctx.render_problem(problem),
-        kind="generate",
+    step = await DIRECT.generate(
+        ctx,
+        problem,
+        {},
         label="candidate",
         n=limits.samples,
         max_tokens=limits.max_tokens,
@@ -118,7 +120,6 @@ REFINE = StepBuilder(
 )
 
 
-@register
 class GSR(Strategy):
     name: ClassVar[str] = "gsr"
     summary: ClassVar[str] = "Generative self-refinement: n candidates, then one refine over all."
@@ -139,11 +140,10 @@ class GSR(Strategy):
         sources = {c.step_id for c in candidates}
         parent = (sources.pop(), None) if len(sources) == 1 else (None, None)
         shown = [ctx.shown(c.text) for c in candidates]
-        prompt = refine_prompt(ctx, problem, {"candidates": shown}, parent)
         try:
-            step = await ctx.generate(
-                prompt, kind="refine", label="refine", final=True, force_answer=True,
-                model=self.refiner,
+            step = await REFINE.generate(
+                ctx, problem, {"candidates": shown}, parent, label="refine", final=True,
+                force_answer=True, model=self.refiner,
             )  # fmt: skip
         except BudgetExhaustedError:
             return await pick_by_vote(candidates, ctx, expected=self.n + 1)

@@ -11,11 +11,11 @@ from typing import ClassVar
 from pydantic import Field
 
 from scaffolds.core.context import Context, Problem
-from scaffolds.strategies.base import Solution, Strategy, register
+from scaffolds.core.solution import Solution
+from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.single import Single
 
 
-@register
 class Majority(Strategy):
     name: ClassVar[str] = "majority"
     summary: ClassVar[str] = "Self-consistency: k solutions, majority vote over their answers."

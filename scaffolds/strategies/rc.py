@@ -21,8 +21,9 @@ from pydantic import Field
 from scaffolds.core.context import Context, Problem, StepPrompt
 from scaffolds.core.errors import BudgetExhaustedError
 from scaffolds.core.fanout import gather_within_budget
+from scaffolds.core.solution import Solution
 from scaffolds.prompts import PromptSet, Template
-from scaffolds.strategies.base import Solution, Strategy, keep_finished, register
+from scaffolds.strategies.base import Strategy, keep_finished
 from scaffolds.strategies.steps import ContextLimits, Parent, RowInputs, StepBuilder, TracedStep
 
 # This strategy's templates, one part per prompt set.
@@ -111,16 +112,14 @@ async def _first_summary(
 ) -> dict[str, Any]:
     if "summary" in known:
         return known
-    chunk = await ctx.generate(
-        reasoning_prompt(ctx, problem, {}), kind="reasoning", label="reasoning 1",
-        max_tokens=limits.max_tokens,
-    )  # fmt: skip
+    chunk = await REASONING.generate(
+        ctx, problem, {}, label="reasoning 1", max_tokens=limits.max_tokens
+    )
     attempt = Solution(chunk.first.text, None, chunk.step_id, chunk.first.reasoning)
     thought = ctx.thought(attempt.text, attempt.reasoning)
-    made = await ctx.generate(
-        summary_prompt(ctx, problem, {"attempt": thought}, attempt.source),
-        kind="summary", label="summary 1", max_tokens=limits.summary_tokens or limits.max_tokens,
-        helper=True,
+    made = await SUMMARY.generate(
+        ctx, problem, {"attempt": thought}, attempt.source, label="summary 1",
+        max_tokens=limits.summary_tokens or limits.max_tokens, helper=True,
     )  # fmt: skip
     return {"summary": made.first.text}
 
@@ -152,7 +151,6 @@ SUMMARY = StepBuilder(
 )  # fmt: skip
 
 
-@register
 class RC(Strategy):
     name: ClassVar[str] = "rc"
     summary: ClassVar[str] = "Reasoning Cache: reason, summarize, continue from the summary."
@@ -175,9 +173,9 @@ class RC(Strategy):
         if self.solver is not None:
             first = await self.solver.solve_many(problem, ctx.child("first attempt"), k)
         else:
-            step = await ctx.generate(
-                reasoning_prompt(ctx, problem, {}), kind="reasoning", label="reasoning 1", n=k,
-                max_tokens=self.reasoning_tokens, final=self.steps == 1, force_answer=True,
+            step = await REASONING.generate(
+                ctx, problem, {}, label="reasoning 1", n=k, max_tokens=self.reasoning_tokens,
+                final=self.steps == 1, force_answer=True,
             )  # fmt: skip
             first = [Solution.from_step(step, i) for i in range(len(step.completions))]
         if k == 1:
@@ -195,16 +193,15 @@ class RC(Strategy):
         for turn in range(2, self.steps + 1):
             try:
                 thought = ctx.thought(attempt.text, attempt.reasoning)
-                made = await ctx.generate(
-                    summary_prompt(ctx, problem, {**state, "attempt": thought}, attempt.source),
-                    kind="summary", label=f"summary {turn - 1}", max_tokens=self.summary_tokens,
-                    helper=True, model=self.summarizer,
+                made = await SUMMARY.generate(
+                    ctx, problem, {**state, "attempt": thought}, attempt.source,
+                    label=f"summary {turn - 1}", max_tokens=self.summary_tokens, helper=True,
+                    model=self.summarizer,
                 )  # fmt: skip
                 state = {"summary": made.first.text}
-                step = await ctx.generate(
-                    reasoning_prompt(ctx, problem, state, (made.step_id, 0)),
-                    kind="reasoning", label=f"reasoning {turn}", max_tokens=self.reasoning_tokens,
-                    final=turn == self.steps, force_answer=True,
+                step = await REASONING.generate(
+                    ctx, problem, state, (made.step_id, 0), label=f"reasoning {turn}",
+                    max_tokens=self.reasoning_tokens, final=turn == self.steps, force_answer=True,
                 )  # fmt: skip
             except BudgetExhaustedError:
                 return attempt.marked_cut_short()

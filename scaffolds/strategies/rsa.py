@@ -22,8 +22,9 @@ from pydantic import Field, model_validator
 
 from scaffolds.core.context import Context, Problem, StepPrompt
 from scaffolds.core.fanout import gather_within_budget
+from scaffolds.core.solution import Solution
 from scaffolds.prompts import PromptSet, Template
-from scaffolds.strategies.base import Solution, Strategy, register
+from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.gsr import REFINE
 from scaffolds.strategies.majority import pick_by_vote
 from scaffolds.strategies.single import Single
@@ -91,7 +92,6 @@ AGGREGATE = StepBuilder(
 )
 
 
-@register
 class RSA(Strategy):
     name: ClassVar[str] = "rsa"
     summary: ClassVar[str] = (
@@ -155,9 +155,11 @@ class RSA(Strategy):
             "members": [list(m.source) for m in members],
             "round": round_,
         }
-        step = await ctx.generate(
-            aggregate_prompt(ctx, problem, state, parent),
-            kind="aggregate",
+        step = await AGGREGATE.generate(
+            ctx,
+            problem,
+            state,
+            parent,
             label="aggregate",
             force_answer=True,
             model=self.aggregator,

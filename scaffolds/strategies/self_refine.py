@@ -17,9 +17,10 @@ from pydantic import Field
 
 from scaffolds.core.context import Context, Problem, StepPrompt
 from scaffolds.core.errors import BudgetExhaustedError
+from scaffolds.core.solution import Solution
 from scaffolds.prompts import PromptSet, Template
-from scaffolds.strategies.base import Solution, Strategy, register
-from scaffolds.strategies.single import Single
+from scaffolds.strategies.base import Strategy
+from scaffolds.strategies.single import DIRECT, Single
 from scaffolds.strategies.steps import ContextLimits, Parent, RowInputs, StepBuilder, TracedStep
 
 # This strategy's templates, one part per prompt set.
@@ -88,14 +89,11 @@ async def _solution_and_feedback(
 ) -> dict[str, Any]:
     state, limit = dict(known), limits.max_tokens
     if "solution" not in state:
-        first = await ctx.generate(
-            ctx.render_problem(problem), kind="generate", label="answer", max_tokens=limit
-        )
+        first = await DIRECT.generate(ctx, problem, {}, label="answer", max_tokens=limit)
         state["solution"] = ctx.shown(first.first.text)
     if "feedback" not in state:
-        prompt = feedback_prompt(ctx, problem, state)
-        said = await ctx.generate(
-            prompt, kind="feedback", label="feedback 1", max_tokens=limit, helper=True
+        said = await FEEDBACK.generate(
+            ctx, problem, state, label="feedback 1", max_tokens=limit, helper=True
         )
         state["feedback"] = said.first.text
     return {"solution": state["solution"], "feedback": state["feedback"]}
@@ -126,7 +124,6 @@ REFINE = StepBuilder(
 )  # fmt: skip
 
 
-@register
 class SelfRefine(Strategy):
     name: ClassVar[str] = "self_refine"
     summary: ClassVar[str] = "Self-Refine: solve, get feedback, refine until judged correct."
@@ -146,9 +143,11 @@ class SelfRefine(Strategy):
         for round_no in range(1, self.max_rounds + 1):
             try:
                 state = {"solution": ctx.shown(current.text)}
-                feedback = await ctx.generate(
-                    feedback_prompt(ctx, problem, state, current.source),
-                    kind="feedback",
+                feedback = await FEEDBACK.generate(
+                    ctx,
+                    problem,
+                    state,
+                    current.source,
                     label=f"feedback {round_no}",
                     helper=True,
                     model=self.critic,
@@ -157,9 +156,11 @@ class SelfRefine(Strategy):
                 if says_correct(verdict, marker):
                     return current
                 state["feedback"] = verdict
-                step = await ctx.generate(
-                    refine_prompt(ctx, problem, state, (feedback.step_id, 0)),
-                    kind="refine",
+                step = await REFINE.generate(
+                    ctx,
+                    problem,
+                    state,
+                    (feedback.step_id, 0),
                     label=f"refine {round_no}",
                     force_answer=True,
                 )

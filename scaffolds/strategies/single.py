@@ -15,7 +15,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from scaffolds.core.context import Context, Problem, StepPrompt
-from scaffolds.strategies.base import Solution, Strategy, register
+from scaffolds.core.solution import Solution
+from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.steps import ContextLimits, RowInputs, StepBuilder, TracedStep
 
 
@@ -56,13 +57,13 @@ DIRECT = StepBuilder(
 """A solution of the problem as asked: kept when correct."""
 
 
-@register
 class Single(Strategy):
     name: ClassVar[str] = "single"
     summary: ClassVar[str] = (
         "One sample: the caller's prompt, passed through (or the solve template)."
     )
     batches_samples: ClassVar[bool] = True
+    passes_through: ClassVar[bool] = True
     step_builders: ClassVar[tuple[StepBuilder, ...]] = (DIRECT,)
 
     prompt: Literal["raw", "solve"] = "raw"
@@ -73,10 +74,10 @@ class Single(Strategy):
     async def solve_many(
         self, problem: Problem, ctx: Context, k: int, label: str = "sample"
     ) -> list[Solution]:
-        prompt = solve_prompt(ctx, problem, {"prompt": self.prompt})
-        step = await ctx.generate(
-            prompt,
-            kind="generate",
+        step = await DIRECT.generate(
+            ctx,
+            problem,
+            {"prompt": self.prompt},
             label="answer" if k == 1 else label,
             n=k,
             max_tokens=self.max_tokens,

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from scaffolds.core.context import Context, Problem, StepPrompt
+from scaffolds.core.context import Context, Problem, Step, StepPrompt
 from scaffolds.core.trace import StepFinished, StepNote, StepStarted, TraceEvent
 from scaffolds.prompts import PromptSet
 
@@ -199,6 +199,7 @@ class StepBuilder:
 
     kind: str
     trace_kind: str
+    """The ``kind`` its steps record in a trace: :meth:`generate` takes the step with it."""
     templates: tuple[str | None, ...]
     build: BuildPrompt | None = None
     state: tuple[str, ...] = ()
@@ -206,6 +207,34 @@ class StepBuilder:
     mode: str | None = None
     rows: RowRule | None = keep_correct
     accepts: Accepts | None = None
+
+    async def generate(
+        self,
+        ctx: Context,
+        problem: Problem,
+        state: Mapping[str, Any],
+        parent: Parent = (None, None),
+        /,
+        **options: Any,
+    ) -> Step:
+        """Take one step of this kind: ``build`` its prompt, then ``ctx.generate`` it with
+        :attr:`trace_kind` (``options`` are ``ctx.generate``'s: label, n, max_tokens...),
+        so the kind a run records is the builder's, written once.
+
+        >>> import asyncio
+        >>> from scaffolds.engines.mock import MockEngine
+        >>> def echo_prompt(ctx, problem, state, parent=(None, None)):
+        ...     return ctx.render_problem(problem)
+        >>> echo = StepBuilder("echo", "generate", (None,), build=echo_prompt)
+        >>> ctx = Context.root(MockEngine(lambda r: "2"), chat=False)
+        >>> step = asyncio.run(echo.generate(ctx, Problem.from_text("1+1="), {}, label="answer"))
+        >>> step.first.text
+        '2'
+        """
+        if self.build is None:
+            raise ValueError(f"step kind {self.kind!r} has no prompt builder")
+        prompt = self.build(ctx, problem, state, parent)
+        return await ctx.generate(prompt, kind=self.trace_kind, **options)
 
     def matches(self, step: TracedStep, inputs: RowInputs) -> bool:
         """Whether traced ``step`` is a step of this kind."""

@@ -3,8 +3,8 @@
 :class:`ModelOptions` holds what one served model is (engines, prompt set, dialect,
 scaffolds); :class:`ModelConfig` adds its name (a config file's ``models`` entries), and
 :class:`~server.settings.Settings` inherits the same fields for its flat single-model
-form (``ponder serve --model --engine``). :class:`Flag` is the command-line metadata a
-field carries when its flag is not simply ``--field-name``.
+form (``ponder serve --model --engine``). :class:`~scaffolds.cli_options.Flag` is the
+command-line metadata a field carries when its flag is not simply ``--field-name``.
 
 >>> m = ModelConfig(name="m", engines="http://e:8000/v1/", aliases="g=gsr(n=2)")
 >>> m.engines, m.alias_specs(), m.dialect
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -29,6 +28,7 @@ from pydantic import (
 )
 from pydantic_settings import NoDecode
 
+from scaffolds.cli_options import Flag
 from scaffolds.core.thinking import Thinking, thinking_off
 from scaffolds.engines.dialects import check_dialect_name
 from scaffolds.engines.factory import check_engine_url
@@ -36,25 +36,6 @@ from scaffolds.engines.factory import check_engine_url
 __all__ = ["DialectName", "EngineURLs", "Flag", "ModelConfig", "ModelOptions", "parse_aliases"]
 
 PromptSetName = Literal["default", "compact"]
-
-
-@dataclass(frozen=True)
-class Flag:
-    """How a setting appears on ``ponder serve``'s command line (as field metadata).
-
-    ``name`` replaces the default ``--field-name``; ``metavar`` names the value;
-    ``repeat`` makes it repeatable (a list); ``off`` is a boolean's negative form;
-    ``hidden`` keeps it off the command line (config file and environment only).
-
-    >>> Flag("--graceful-timeout").name
-    '--graceful-timeout'
-    """
-
-    name: str | None = None
-    metavar: str | None = None
-    repeat: bool = False
-    off: str | None = None
-    hidden: bool = False
 
 
 def split_list(value: Any, sep: str = ",") -> Any:

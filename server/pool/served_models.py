@@ -24,7 +24,8 @@ from scaffolds.core.errors import FanOutError, InvalidRequestError, NotFoundErro
 from scaffolds.core.thinking import HelperModel, Routing
 from scaffolds.engines.protocol import Engine
 from scaffolds.engines.reward import HTTPRewardModel
-from scaffolds.spec.build import Registry, SpecLimits, build_strategy, default_registry, spec_string
+from scaffolds.spec.build import SpecLimits, build_strategy, spec_string
+from scaffolds.spec.registry import Registry, default_registry
 from scaffolds.strategies.base import Strategy
 from server.http.metrics import Metrics
 from server.http.protocol import model_card

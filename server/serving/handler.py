@@ -32,7 +32,8 @@ from scaffolds.core.trace import TraceEvent, TraceRecorder
 from scaffolds.engines.coalesce import Coalescer
 from scaffolds.engines.protocol import Engine, batch_engine
 from scaffolds.evaluation.answer_pool import AnswerChecker
-from scaffolds.spec.build import Registry, SpecLimits
+from scaffolds.spec.build import SpecLimits
+from scaffolds.spec.registry import Registry
 from scaffolds.strategies.base import Strategy
 from server.http.disconnect import Receive, until_disconnect
 from server.http.errors import ClientDisconnectedError, api_error
@@ -187,15 +188,16 @@ class Serving:
     async def _run_all(self, plan: RunPlan) -> list[tuple[RunResult, TraceRecorder]]:
         """One run per prompt (just one for chat), concurrently, each with its recorder.
 
-        ``single`` over several prompts shares one :class:`Coalescer` for this request,
-        so the runs' calls go to the engine as ONE request when it takes a list of
-        prompts (a multi-step scaffold's runs each call the engine on their own). The
+        A strategy that passes through (``Strategy.passes_through``: one engine call of
+        the prompt as asked) over several prompts shares one :class:`Coalescer` for this
+        request, so the runs' calls go to the engine as ONE request when it takes a list
+        of prompts (a multi-step scaffold's runs each call the engine on their own). The
         first failure is raised as is (its status is the response's) and cancels the
         other runs."""
         problems = plan.problems or (plan.problem,)
         recorders = [TraceRecorder() for _ in problems]
         lists = batch_engine(plan.served.engine)
-        if lists is None or len(problems) == 1 or plan.strategy.name != "single":
+        if lists is None or len(problems) == 1 or not plan.strategy.passes_through:
             runs = [self._run(plan, r, p) for r, p in zip(recorders, problems, strict=True)]
             results = await gather(*runs)
             return list(zip(results, recorders, strict=True))

@@ -64,7 +64,8 @@ class RunPlan:
     problems: tuple[Problem, ...] = ()
     """Every prompt's problem when a completions request holds several (``problem`` is
     the first): each is its own run, and choice ``i`` of prompt ``p`` is ``p * n + i``
-    (``single``'s runs share one engine request: ``Serving._run_all``)."""
+    (the runs of a strategy that passes through share one engine request:
+    ``Serving._run_all``)."""
 
     @property
     def scaffold(self) -> str:
@@ -172,13 +173,7 @@ UNSUPPORTED_FIELDS = {
 }
 """Fields a multi-step scaffold cannot honour: a request that sets one (to anything but
 its off value) gets a 400 that says why, rather than an answer that silently lacks it.
-``single`` passes every one of them to the engine."""
-
-SEVERAL_GENERATIONS = {
-    "budget_forcing": "budget_forcing's answer is several engine generations (continued)",
-    "deepconf": "deepconf asks for its own top logprobs on its final step",
-}
-"""Scaffolds whose answer has no logprobs of one engine generation to return."""
+A strategy that passes through (``single``) passes every one of them to the engine."""
 
 _OFF: tuple[Any, ...] = (None, False, 0, "", [], {}, "none", "auto")
 
@@ -186,25 +181,25 @@ _OFF: tuple[Any, ...] = (None, False, 0, "", [], {}, "none", "auto")
 def engine_fields(strategy: Strategy, req: AnyRequest) -> tuple[dict[str, Any], dict[str, Any]]:
     """The request's pass-through fields as ``(every call, final-answer calls)``.
 
-    ``single`` is a pass-through: every field goes to its one call as given (the seed
-    too, not one derived from it). A multi-step scaffold sends :data:`FINAL_STEP_FIELDS`
-    to its final answer's calls, refuses :data:`UNSUPPORTED_FIELDS` (and ``logprobs``
-    where the answer is several generations) with a 400 naming the field, and sends
-    the rest to every call.
+    A strategy that :attr:`~scaffolds.strategies.base.Strategy.passes_through` gets every
+    field on its one call as given (the seed too, not one derived from it). A multi-step
+    scaffold sends :data:`FINAL_STEP_FIELDS` to its final answer's calls, refuses
+    :data:`UNSUPPORTED_FIELDS` (and ``logprobs`` where a strategy in the spec says
+    :attr:`~scaffolds.strategies.base.Strategy.answer_logprobs_refused`) with a 400 naming
+    the field, and sends the rest to every call.
     """
     fields = req.passthrough()
-    if strategy.name == "single":
+    if strategy.passes_through:
         return {}, fields | ({"seed": req.seed} if req.seed is not None else {})
     for name, why in UNSUPPORTED_FIELDS.items():
         value = fields.get(name)
         if not _is_off(name, value):
             raise InvalidRequestError(f"{name} is not supported: {why}", param=name)
     final = {k: v for k, v in fields.items() if k in FINAL_STEP_FIELDS}
+    refused = _logprobs_refused(strategy)
     for name in ("logprobs", "top_logprobs"):
-        if not _is_off(name, final.get(name)):
-            for inner, why in SEVERAL_GENERATIONS.items():
-                if inner in _names(strategy):
-                    raise InvalidRequestError(f"{name} is not supported: {why}", param=name)
+        if refused is not None and not _is_off(name, final.get(name)):
+            raise InvalidRequestError(f"{name} is not supported: {refused}", param=name)
     every = {k: v for k, v in fields.items() if k not in final and k not in UNSUPPORTED_FIELDS}
     return every, final
 
@@ -215,10 +210,9 @@ def _is_off(name: str, value: Any) -> bool:
     return any(value is off or (value == off and type(value) is type(off)) for off in _OFF)
 
 
-def _names(strategy: Strategy) -> set[str]:
-    """The names of ``strategy`` and every scaffold nested in it."""
-    names = {strategy.name}
-    for value in vars(strategy).values():
-        if isinstance(value, Strategy):
-            names |= _names(value)
-    return names
+def _logprobs_refused(strategy: Strategy) -> str | None:
+    """Why the answer's logprobs are refused: the reason of ``strategy`` or of the first
+    strategy nested in it (outermost first) that gives one; None when none does."""
+    if strategy.answer_logprobs_refused is not None:
+        return strategy.answer_logprobs_refused
+    return next(filter(None, map(_logprobs_refused, strategy.inner())), None)

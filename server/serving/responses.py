@@ -15,9 +15,9 @@ from fastapi.responses import JSONResponse
 
 from scaffolds.core import fastjson
 from scaffolds.core.run import RunResult
+from scaffolds.core.solution import Solution
 from scaffolds.core.trace import StepFinished, StepStarted, TraceRecorder
 from scaffolds.spec.build import spec_string
-from scaffolds.strategies.base import Solution
 from server.http.protocol import Endpoint, chunk_object, completion_object
 from server.serving.planning import RunPlan
 from server.serving.streaming import ChoiceRouter, sse_event

@@ -61,7 +61,7 @@ def keys(records: list[dict[str, Any]]) -> list[tuple[str, str, int]]:
 
 
 def write_problems(path: Path, count: int, seed: int = 0) -> Path:
-    from clients.eval.synthetic import write_addition
+    from scaffolds.evaluation.synthetic import write_addition
 
     write_addition(path, count, seed=seed)
     return path

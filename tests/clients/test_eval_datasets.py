@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from clients.eval.cli import eval_app
-from clients.eval.datasets import load_problems
-from clients.eval.grading import MathGrader
-from clients.eval.synthetic import addition_problems, arithmetic_problems
+from scaffolds.evaluation.grading import MathGrader
+from scaffolds.evaluation.problems import load_problems
+from scaffolds.evaluation.synthetic import addition_problems, arithmetic_problems
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "problems.jsonl"

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from clients.eval.datasets import Problem
-from clients.eval.grading import ExactGrader, JudgeGrader, MathGrader, parse_score
 from clients.eval.report import pass_at_k, summarize
+from scaffolds.evaluation.grading import ExactGrader, JudgeGrader, MathGrader, parse_score
+from scaffolds.evaluation.problems import ProblemRow
 from testing.fake_engine import FakeEngineConfig, fake_engine
 
 CASES = [
@@ -41,7 +41,7 @@ def math_grader() -> Iterator[MathGrader]:
 
 @pytest.mark.parametrize(("gold", "text", "expected"), CASES)
 async def test_math_grader(math_grader: MathGrader, gold: str, text: str, expected: bool) -> None:
-    grade = await math_grader.grade(Problem("p", "?", gold), text)
+    grade = await math_grader.grade(ProblemRow("p", "?", gold), text)
     assert grade.correct is expected
     if not text or "know" in text:
         assert grade.note == "no answer"
@@ -49,13 +49,13 @@ async def test_math_grader(math_grader: MathGrader, gold: str, text: str, expect
 
 async def test_no_reference_means_ungraded() -> None:
     for grader in (MathGrader(inline=True), ExactGrader()):
-        assert (await grader.grade(Problem("p", "?"), "\\boxed{1}")).correct is None
+        assert (await grader.grade(ProblemRow("p", "?"), "\\boxed{1}")).correct is None
         await grader.aclose()
 
 
 async def test_exact_grader_does_not_do_math() -> None:
     grader = ExactGrader()
-    problem = Problem("p", "?", "\\frac{1}{2}")
+    problem = ProblemRow("p", "?", "\\frac{1}{2}")
     assert (await grader.grade(problem, "\\boxed{\\dfrac{1}{2}}")).correct is True
     assert (await grader.grade(problem, "\\boxed{0.5}")).correct is False
 
@@ -78,7 +78,7 @@ async def test_judge_grader_scores_against_a_judge_url() -> None:
 
     async with fake_engine(FakeEngineConfig(respond=judge)) as engine:
         grader = JudgeGrader(engine.base_url, "judge", rubric="7 iff complete", max_retries=0)
-        problem = Problem("p", "Prove it.", None, solution="Reference proof.")
+        problem = ProblemRow("p", "Prove it.", None, solution="Reference proof.")
         good = await grader.grade(problem, "Step 1... QED")
         bad = await grader.grade(problem, "It is obvious.")
         await grader.aclose()
@@ -89,7 +89,7 @@ async def test_judge_grader_scores_against_a_judge_url() -> None:
 
 async def test_unreachable_judge_leaves_the_sample_ungraded() -> None:
     grader = JudgeGrader("http://127.0.0.1:9/v1", "judge", max_retries=0, timeout_s=5)
-    grade = await grader.grade(Problem("p", "Prove it."), "proof")
+    grade = await grader.grade(ProblemRow("p", "Prove it."), "proof")
     await grader.aclose()
     assert grade.correct is None and grade.note and "judge failed" in grade.note
 

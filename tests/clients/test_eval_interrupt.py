@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from clients.eval.synthetic import write_addition
+from scaffolds.evaluation.synthetic import write_addition
 from scaffolds.processes.children import popen_owned, stop_group
 from testing.fake_engine import FakeEngineHandle
 from testing.process_guard import descendants_of

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from clients.eval.datasets import Problem, load_problems
-from clients.eval.grading import MathGrader
 from clients.eval.pipeline import evaluate
 from clients.eval.runner import EvalConfig, run_eval
+from scaffolds.evaluation.grading import MathGrader
+from scaffolds.evaluation.problems import ProblemRow, load_problems
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from tests.clients.evalkit import MODEL, adder, keys, ponder_over_fake, read_jsonl, write_problems
 
@@ -25,7 +25,7 @@ def ponder() -> Iterator[tuple[str, FakeEngineHandle]]:
 
 
 @pytest.fixture
-def problems(tmp_path: Path) -> list[Problem]:
+def problems(tmp_path: Path) -> list[ProblemRow]:
     return load_problems(str(write_problems(tmp_path / "add.jsonl", 6))).problems
 
 
@@ -39,7 +39,7 @@ def grader() -> MathGrader:
 
 
 async def test_cancel_mid_run_then_resume_loses_nothing_and_duplicates_nothing(
-    ponder: tuple[str, FakeEngineHandle], problems: list[Problem], tmp_path: Path
+    ponder: tuple[str, FakeEngineHandle], problems: list[ProblemRow], tmp_path: Path
 ) -> None:
     url, _ = ponder
     cfg = config(url, tmp_path / "run", ["single", "gsr(n=2)"], samples=3)
@@ -76,7 +76,7 @@ async def test_cancel_mid_run_then_resume_loses_nothing_and_duplicates_nothing(
 
 
 async def test_failed_requests_are_recorded_counted_and_retried(
-    ponder: tuple[str, FakeEngineHandle], problems: list[Problem], tmp_path: Path
+    ponder: tuple[str, FakeEngineHandle], problems: list[ProblemRow], tmp_path: Path
 ) -> None:
     url, engine = ponder
     cfg = config(url, tmp_path / "run", ["single"], concurrency=1)
@@ -101,7 +101,7 @@ async def test_failed_requests_are_recorded_counted_and_retried(
 
 
 async def test_records_carry_usage_grades_and_rc_steps(
-    ponder: tuple[str, FakeEngineHandle], problems: list[Problem], tmp_path: Path
+    ponder: tuple[str, FakeEngineHandle], problems: list[ProblemRow], tmp_path: Path
 ) -> None:
     url, _ = ponder
     rc = "rc(steps=3, reasoning_tokens=40)"
@@ -138,7 +138,7 @@ async def test_records_carry_usage_grades_and_rc_steps(
 
 
 async def test_trace_on_request(
-    ponder: tuple[str, FakeEngineHandle], problems: list[Problem], tmp_path: Path
+    ponder: tuple[str, FakeEngineHandle], problems: list[ProblemRow], tmp_path: Path
 ) -> None:
     url, engine = ponder
     cfg = config(url, tmp_path / "run", ["gsr(n=2)"], samples=1, trace=True)

@@ -22,9 +22,9 @@ import pytest
 
 from scaffolds.core.errors import InvalidRequestError
 from scaffolds.engines.mock import MockEngine
+from scaffolds.evaluation.problems import ProblemRow
 from scaffolds.spec.build import build_strategy, default_registry, get_prompt_set
 from tests.server.conftest import build_app, chat_body
-from training.collect import ProblemRow
 from training.grpo import grpo_rows
 from training.pipeline import make_data
 from training.rollouts import rollout_group, rollout_modes
@@ -40,7 +40,8 @@ from pydantic import Field
 from scaffolds.evaluation.answers import extract_answer
 from scaffolds.prompts import PromptSet, Template
 from scaffolds.strategies.steps import StepBuilder
-from scaffolds.strategies.base import Solution, Strategy, register
+from scaffolds.core.solution import Solution
+from scaffolds.strategies.base import Strategy, register
 from scaffolds.strategies.single import Single
 
 CHECK = Template("critic_check", "Problem: $problem\\nDraft: $draft\\nCheck it, then answer.")

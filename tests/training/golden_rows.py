@@ -24,7 +24,7 @@ from typing import Any
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import GenerateRequest, Message
 from scaffolds.evaluation.addition_task import problems
-from training.collect import ProblemRow
+from scaffolds.evaluation.problems import ProblemRow
 from training.pipeline import make_data
 from training.rollouts import rollout_group
 from training.runs import RunDir

@@ -340,7 +340,7 @@ def test_right_solutions_pool_each_problems_right_candidates() -> None:
 
 
 def test_make_data_lends_other_samples_solutions(tmp_path: Path) -> None:
-    from training.collect import ProblemRow
+    from scaffolds.evaluation.problems import ProblemRow
     from training.pipeline import make_data
     from training.runs import RunDir
 

@@ -21,8 +21,8 @@ MODULES = [
     "training.common",
     "training.sft",
     "training.lora",
-    "training.stats",
     "training.cli",
+    "training.cli_settings",
 ]
 
 

@@ -11,8 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from scaffolds.engines.mock import MockEngine
+from scaffolds.evaluation.problems import ProblemRow, load_problems
 from training.cli import train_app
-from training.collect import ProblemRow, collect, load_problems
+from training.collect import collect
 from training.pipeline import DataReport, make_data
 from training.runs import RunConflictError, RunDir, last_checkpoint, read_rows
 from training.traces import read_records

@@ -7,12 +7,12 @@ import threading
 
 import pytest
 
+from scaffolds.evaluation.grading import parse_score
 from training.rewards import (
     CorrectnessReward,
     RubricReward,
     boxed_reward,
     completion_text,
-    parse_score,
     run_sync,
 )
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from clients.eval.synthetic import addition_problems, write_rows
+from scaffolds.evaluation.synthetic import addition_problems, write_rows
 
 pytest.importorskip("peft")
 

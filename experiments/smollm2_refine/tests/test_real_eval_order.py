@@ -13,7 +13,7 @@ import pytest
 
 from experiments.smollm2_refine import evaluate as evaluate_module
 from experiments.smollm2_refine.arms import Experiment
-from training.collect import ProblemRow
+from scaffolds.evaluation.problems import ProblemRow
 
 
 async def test_every_model_finishes_a_seed_before_the_next_and_done_work_starts_nothing(

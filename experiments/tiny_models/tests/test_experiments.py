@@ -16,7 +16,7 @@ from scaffolds import solve
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import GenerateRequest
 from scaffolds.evaluation.addition_task import AdditionProblem, parse_problem, problems
-from training.stats import add_pairs, markdown, paired, per_problem, summarize
+from scaffolds.evaluation.stats import add_pairs, markdown, paired, per_problem, summarize
 
 
 def test_summary_is_over_problems_averaged_over_seeds() -> None:
@@ -108,7 +108,7 @@ def test_encode_rows_puts_loss_on_completion_and_eos_only() -> None:
 
 
 def test_report_table_and_plot(tmp_path: Path) -> None:
-    from experiments.tiny_models.experiments import plot
+    from experiments.tiny_models.report import plot
 
     def entry(correct: list[list[int]], tokens: float) -> dict[str, object]:
         return {

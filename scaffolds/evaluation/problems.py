@@ -1,4 +1,6 @@
-"""Problems to evaluate: JSONL files, OpenAI Batch API files, Hugging Face datasets.
+"""Problems to evaluate or train on: one type, :class:`ProblemRow`, and one loader,
+:func:`load_problems`, for JSONL files, OpenAI Batch API files and Hugging Face datasets
+(``ponder eval``, ``ponder train`` and the experiments all read problems through it).
 
 A problem row is ``{"id", "problem", "answer", ...}``; other fields are carried through
 into the results as ``meta`` (a long ``solution`` is kept for judges but not copied).
@@ -14,18 +16,23 @@ reported with its line number and skipped.
 >>> loaded = load_problems(str(path))
 >>> [p.id for p in loaded.problems], [b.line for b in loaded.bad]
 (['a', 'line-3'], [2])
+>>> [p.id for p in loaded], len(loaded), loaded[0].answer  # a sequence of its problems
+(['a', 'line-3'], 2, '2')
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
-__all__ = ["BadLine", "Loaded", "Problem", "load_problems", "parse_row"]
+from scaffolds.core.problem import Problem
+from scaffolds.engines.protocol import Message
+
+__all__ = ["BadLine", "Loaded", "ProblemRow", "load_problems", "parse_row"]
 
 _PROBLEM_KEYS = ("problem", "question", "prompt", "input")
 _ANSWER_KEYS = ("answer", "expected_answer", "final_answer", "target")
@@ -34,8 +41,12 @@ _CHAT_URL = "/v1/chat/completions"
 
 
 @dataclass(frozen=True)
-class Problem:
-    """One item to solve; ``messages`` wins over ``problem`` when a body gave them."""
+class ProblemRow:
+    """One item to solve: an id, the text, the reference answer (None if unknown).
+
+    ``messages`` wins over ``problem`` when a Batch API body gave them; ``history`` is the
+    conversation before the problem when a scaffold runs it in process (:meth:`to_problem`).
+    """
 
     id: str
     problem: str
@@ -44,16 +55,36 @@ class Problem:
     meta: dict[str, Any] = field(default_factory=dict)
     body: dict[str, Any] | None = None
     """Batch API request body (minus ``model``), sent verbatim."""
+    history: tuple[Message, ...] = field(default=(), repr=False)
 
     def messages(self, template: str = "{problem}") -> list[dict[str, Any]]:
         """The chat messages to send.
 
-        >>> Problem("x", "3+4=").messages("Solve: {problem}")
+        >>> ProblemRow("x", "3+4=").messages("Solve: {problem}")
         [{'role': 'user', 'content': 'Solve: 3+4='}]
         """
         if self.body is not None and isinstance(self.body.get("messages"), list):
             return list(self.body["messages"])
         return [{"role": "user", "content": template.replace("{problem}", self.problem)}]
+
+    def to_problem(self, chat: bool) -> Problem:
+        """What a scaffold solves in process: chat messages (after ``history``) or text.
+
+        >>> ProblemRow("x", "3+4=").to_problem(chat=True).text
+        '3+4='
+        """
+        if chat:
+            return Problem.from_messages((*self.history, Message("user", self.problem)))
+        return Problem.from_text(self.problem)
+
+    def row(self) -> dict[str, Any]:
+        """The problem as a dataset row: id, problem, answer, its ``meta`` and ``solution``.
+
+        >>> ProblemRow("x", "3+4=", "7", "4 more than 3", {"level": 1}).row()
+        {'id': 'x', 'problem': '3+4=', 'answer': '7', 'level': 1, 'solution': '4 more than 3'}
+        """
+        out = {"id": self.id, "problem": self.problem, "answer": self.answer, **self.meta}
+        return out if self.solution is None else out | {"solution": self.solution}
 
 
 @dataclass(frozen=True)
@@ -66,10 +97,27 @@ class BadLine:
 
 
 @dataclass
-class Loaded:
-    problems: list[Problem]
+class Loaded(Sequence[ProblemRow]):
+    """The problems of a source (a sequence of them) and the lines that were skipped."""
+
+    problems: list[ProblemRow]
     bad: list[BadLine]
     source: str
+
+    @overload
+    def __getitem__(self, index: int) -> ProblemRow: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[ProblemRow]: ...
+
+    def __getitem__(self, index: int | slice) -> ProblemRow | list[ProblemRow]:
+        return self.problems[index]
+
+    def __len__(self) -> int:
+        return len(self.problems)
+
+    def __iter__(self) -> Iterator[ProblemRow]:
+        return iter(self.problems)
 
 
 def _text(value: Any) -> str | None:
@@ -94,7 +142,7 @@ def _message_text(messages: list[Any]) -> str:
     return ""
 
 
-def _batch_row(row: Mapping[str, Any], fallback_id: str) -> Problem:
+def _batch_row(row: Mapping[str, Any], fallback_id: str) -> ProblemRow:
     url = row.get("url", _CHAT_URL)
     if url != _CHAT_URL:
         raise ValueError(f"only {_CHAT_URL} batch requests are supported (got {url!r})")
@@ -109,14 +157,14 @@ def _batch_row(row: Mapping[str, Any], fallback_id: str) -> Problem:
     kept = {k: v for k, v in body.items() if k not in ("model", "n", "stream")}
     meta = {k: v for k, v in row.items() if k not in _NOT_META}
     ident = _text(row.get("custom_id")) or fallback_id
-    return Problem(ident, _message_text(messages), answer, None, meta, kept)
+    return ProblemRow(ident, _message_text(messages), answer, None, meta, kept)
 
 
-def parse_row(row: Any, fallback_id: str) -> Problem:
-    """A :class:`Problem` from one decoded row; ValueError says what is wrong.
+def parse_row(row: Any, fallback_id: str) -> ProblemRow:
+    """A :class:`ProblemRow` from one decoded row; ValueError says what is wrong.
 
     >>> parse_row({"question": "2+2?", "answer": 4, "level": 1}, "line-1")
-    Problem(id='line-1', problem='2+2?', answer='4', solution=None, meta={'level': 1}, body=None)
+    ProblemRow(id='line-1', problem='2+2?', answer='4', solution=None, meta={'level': 1}, body=None)
     """
     if not isinstance(row, Mapping):
         raise ValueError(f"expected a JSON object (got {type(row).__name__})")
@@ -128,11 +176,11 @@ def parse_row(row: Any, fallback_id: str) -> Problem:
     answer = next((_text(row[k]) for k in _ANSWER_KEYS if _text(row.get(k)) is not None), None)
     ident = _text(row.get("id")) or fallback_id
     meta = {k: v for k, v in row.items() if k not in _NOT_META}
-    return Problem(ident, problem, answer, _text(row.get("solution")), meta)
+    return ProblemRow(ident, problem, answer, _text(row.get("solution")), meta)
 
 
 def _from_rows(rows: Iterable[tuple[int, Any]], source: str) -> Loaded:
-    problems: list[Problem] = []
+    problems: list[ProblemRow] = []
     bad: list[BadLine] = []
     seen: set[str] = set()
     for number, row in rows:
@@ -187,13 +235,18 @@ def _hf_rows(name: str, split: str, config: str | None) -> Iterable[tuple[int, A
 
 
 def load_problems(
-    source: str, *, split: str = "test", config: str | None = None, limit: int | None = None
+    source: str | Path,
+    *,
+    split: str = "test",
+    config: str | None = None,
+    limit: int | None = None,
 ) -> Loaded:
     """Load problems from a JSONL/Batch file, a dataset folder, or a hub dataset name.
 
     ``limit`` keeps the first N good problems. A missing file with no ``/`` in its
     name is an error; ``owner/name`` goes to the hub through ``datasets``.
     """
+    source = str(source)
     path = Path(source).expanduser()
     if path.is_file():
         loaded = _from_rows(_jsonl_rows(path), str(path))

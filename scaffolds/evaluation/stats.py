@@ -1,11 +1,13 @@
-"""Paired statistics over problems, the results table and the accuracy-vs-tokens plot that
-the training experiments share (the demo's, ``experiments/tiny_models/experiments.py``, and the real
-model's, ``experiments/smollm2_refine``).
+"""Statistics over problems: accuracy with its 95% interval and the one paired difference
+(``ponder eval compare`` and the experiments' reports), plus the results table and the
+accuracy-vs-tokens plot that the experiments share (``experiments/tiny_models`` and
+``experiments/smollm2_refine``).
 
 A condition's scores are ``matrix[seed][problem]`` of 0/1. A problem's score is its mean
 over seeds; accuracy is the mean of those with a normal 95% interval (mean +- 1.96 SE
 over problems); a paired difference is the same over per-problem differences (same
-problems, same seeds).
+problems, same seeds). Per-problem scores of one run (``ponder eval``'s mean over a
+problem's samples) are a one-row matrix.
 
 >>> s = summarize([[1, 0], [1, 1], [0, 0]])  # 3 seeds x 2 problems
 >>> round(s["accuracy"], 3), s["problems"], s["seeds"]

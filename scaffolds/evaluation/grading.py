@@ -1,4 +1,5 @@
-r"""Graders: was a response right?
+r"""Graders: was a response right? One grading for ``ponder eval``, training rewards and the
+experiments, so a reward and the eval metric cannot drift.
 
 - :class:`MathGrader` (default): the final answer (last ``\boxed{}``, "the answer is",
   ``####``, last number) against the reference through math-verify, in a process pool
@@ -7,14 +8,16 @@ r"""Graders: was a response right?
   over-interpret, e.g. labels).
 - :class:`JudgeGrader`: a judge model at an OpenAI-compatible URL scores the response
   0-7 against a rubric (as QED-Nano grades proofs); ``correct`` means the score reaches
-  ``pass_score``.
+  ``pass_score``. The judge's prompt (:func:`judge_prompt`: :data:`JUDGE_TEMPLATE` with
+  :data:`DEFAULT_RUBRIC`) and the reading of its reply (:func:`parse_score`) are the ones
+  the training rubric reward uses.
 
 A grader answers ``Grade(correct=None)`` when there is nothing to grade against.
 
 >>> import asyncio
 >>> async def demo() -> list[bool | None]:
 ...     grader = MathGrader(inline=True)
-...     p = Problem("p1", "Half of one?", "1/2")
+...     p = ProblemRow("p1", "Half of one?", "1/2")
 ...     out = [(await grader.grade(p, t)).correct for t in ("so \\boxed{0.5}", "no idea")]
 ...     await grader.aclose()
 ...     return out
@@ -27,19 +30,22 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from string import Template
 from typing import Any, Protocol
 
-from clients.eval.datasets import Problem
 from scaffolds.evaluation.answer_pool import AnswerChecker
 from scaffolds.evaluation.answers import extract_answer, normalize_answer
+from scaffolds.evaluation.problems import ProblemRow
 
 __all__ = [
     "DEFAULT_RUBRIC",
+    "JUDGE_TEMPLATE",
     "ExactGrader",
     "Grade",
     "Grader",
     "JudgeGrader",
     "MathGrader",
+    "judge_prompt",
     "parse_score",
 ]
 
@@ -58,7 +64,7 @@ class Grader(Protocol):
     per_step: bool
     """Cheap enough to grade every intermediate answer (RC's per-step curve)."""
 
-    async def grade(self, problem: Problem, text: str, answer: str | None = None) -> Grade:
+    async def grade(self, problem: ProblemRow, text: str, answer: str | None = None) -> Grade:
         """Grade ``text`` (its extracted ``answer`` when the caller has one)."""
         ...
 
@@ -84,7 +90,7 @@ class MathGrader:
     def __init__(self, *, workers: int = 2, timeout_s: float = 10.0, inline: bool = False) -> None:
         self.checker = AnswerChecker(max_workers=workers, timeout_s=timeout_s, inline=inline)
 
-    async def grade(self, problem: Problem, text: str, answer: str | None = None) -> Grade:
+    async def grade(self, problem: ProblemRow, text: str, answer: str | None = None) -> Grade:
         if problem.answer is None:
             return Grade(None)
         answer = answer if answer is not None else extract_answer(text)
@@ -103,14 +109,14 @@ class ExactGrader:
     """Normalized string equality of the extracted answer and the reference.
 
     >>> import asyncio
-    >>> asyncio.run(ExactGrader().grade(Problem("p", "?", "Paris"), "Answer: Paris")).correct
+    >>> asyncio.run(ExactGrader().grade(ProblemRow("p", "?", "Paris"), "Answer: Paris")).correct
     True
     """
 
     name = "exact"
     per_step = True
 
-    async def grade(self, problem: Problem, text: str, answer: str | None = None) -> Grade:
+    async def grade(self, problem: ProblemRow, text: str, answer: str | None = None) -> Grade:
         if problem.answer is None:
             return Grade(None)
         answer = answer if answer is not None else extract_answer(text)
@@ -127,22 +133,48 @@ DEFAULT_RUBRIC = """\
 7: complete and rigorous; 6: correct with a minor slip; 5-4: the right idea with gaps;
 3-1: partial progress (useful lemmas, a correct special case); 0: wrong or no progress."""
 
-_JUDGE_PROMPT = """\
-You grade a solution to a math problem on a scale of 0 to 7.
+JUDGE_TEMPLATE = """\
+You grade a solution to a math problem on a scale of 0 to $max_score.
 
 ## Problem
-{problem}
+$problem
 
 ## Reference solution or answer
-{reference}
+$reference
 
 ## Marking scheme
-{rubric}
+$rubric
 
 ## Solution to grade
-{response}
+$response
 
 Check every step. Penalize unjustified claims. Then give the score as <score>N</score>."""
+"""The judge's prompt, a :class:`string.Template` (``$problem``, ``$reference``,
+``$rubric``, ``$response``, ``$max_score``)."""
+
+
+def judge_prompt(
+    problem: str,
+    reference: str | None,
+    response: str,
+    *,
+    rubric: str = DEFAULT_RUBRIC,
+    max_score: float = 7.0,
+    template: str = JUDGE_TEMPLATE,
+) -> str:
+    """The judge's prompt for one response (``(none given)`` when there is no reference).
+
+    >>> judge_prompt("Show P.", None, "P.", rubric="7: right").splitlines()[0]
+    'You grade a solution to a math problem on a scale of 0 to 7.'
+    """
+    return Template(template).safe_substitute(
+        problem=problem,
+        reference=reference or "(none given)",
+        rubric=rubric,
+        response=response,
+        max_score=f"{max_score:g}",
+    )
+
 
 _SCORE_TAG = re.compile(r"<score>\s*(\d+(?:\.\d+)?)\s*</score>", re.IGNORECASE)
 _SCORE_WORD = re.compile(r"score\s*[:=]?\s*\**\s*(\d+(?:\.\d+)?)\s*(?:/\s*7)?", re.IGNORECASE)
@@ -191,11 +223,9 @@ class JudgeGrader:
             timeout=timeout_s,
         )
 
-    async def grade(self, problem: Problem, text: str, answer: str | None = None) -> Grade:
-        reference = problem.solution or problem.answer or "(none given)"
-        prompt = _JUDGE_PROMPT.format(
-            problem=problem.problem, reference=reference, rubric=self.rubric, response=text
-        )
+    async def grade(self, problem: ProblemRow, text: str, answer: str | None = None) -> Grade:
+        reference = problem.solution or problem.answer
+        prompt = judge_prompt(problem.problem, reference, text, rubric=self.rubric)
         try:
             reply: Any = await self.client.chat.completions.create(
                 model=self.model,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from clients.eval.datasets import BadLine
+from scaffolds.evaluation.problems import BadLine
 
 __all__ = ["Key", "LoadedResults", "ResultStore", "key_of", "read_results"]
 
