@@ -38,7 +38,7 @@ from scaffolds.engines.protocol import (
     stream_from_generate,
 )
 from scaffolds.prompts import PromptSet, Template
-from scaffolds.spec.build import get_prompt_set
+from scaffolds.spec.registry import get_prompt_set
 
 SCAFFOLDS = ("majority(k=4)", "gsr(n=4)", "rc(steps=3, reasoning_tokens=16, summary_tokens=16)")
 HEADER = "### Problem\n$problem\n\n"

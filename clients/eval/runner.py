@@ -39,7 +39,7 @@ from scaffolds.evaluation.grading import Grader
 from scaffolds.evaluation.loop import Board, Job, RunOutcome, Tally, make_jobs, run_jobs
 from scaffolds.evaluation.problems import ProblemRow
 from scaffolds.evaluation.results import Record, ResultStore
-from scaffolds.spec.build import format_spec, parse_spec
+from scaffolds.spec.grammar import format_spec, parse_spec
 
 __all__ = ["NO_SCAFFOLD", "EvalConfig", "reasoning_steps", "run_eval", "spec_name"]
 

@@ -62,6 +62,13 @@ class NotFoundError(PonderError):
     code = "not_found"
 
 
+class ScaffoldLoadError(PonderError):
+    """A ``ponder.scaffolds`` entry point could not be loaded, or named no strategy: a
+    broken install, found when the registry is built (``ponder serve`` does not start)."""
+
+    code = "scaffold_load_error"
+
+
 class EngineError(PonderError):
     """An engine failed in a way that is not the caller's fault."""
 

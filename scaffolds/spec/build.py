@@ -1,7 +1,8 @@
 """Scaffold specs: the compact string form, the JSON form, and building strategies.
 
 The names a spec may use come from a :class:`~scaffolds.spec.registry.Registry`
-(:mod:`scaffolds.spec.registry`, whose names are re-exported here).
+(:mod:`scaffolds.spec.registry`); the compact form is read and written by
+:mod:`scaffolds.spec.grammar`.
 
 A spec names a strategy and its non-default parameters; a nested strategy is a nested
 spec, so both forms describe the same tree::
@@ -19,6 +20,7 @@ Strings take double or single quotes and backslash escapes (``\\n``, ``\\"``,
 ``\\u00e9``...). Everything here fails with :class:`SpecError` (``param`` is the dotted
 path of the bad part), or :class:`FanOutError` when a spec asks for too much.
 
+>>> from scaffolds.spec.grammar import format_spec, parse_compact
 >>> parse_compact("gsr(n=4, solver=rc(steps=3))")
 {'name': 'gsr', 'n': 4, 'solver': {'name': 'rc', 'steps': 3}}
 >>> print(format_spec({"name": "rc", "note": 'say "hi"', "t": 0.5, "x": True}))
@@ -38,40 +40,17 @@ from scaffolds.core.errors import FanOutError, SpecError
 from scaffolds.spec.grammar import (
     _BOUNDS,
     _EXPECTED,
-    MAX_NESTING,
-    MAX_SPEC_CHARS,
     _show,
     format_spec,
-    parse_compact,
     parse_spec,
 )
 from scaffolds.spec.registry import (
     Registry,
-    StrategyInfo,
-    builtin_registry,
     default_registry,
-    get_prompt_set,
 )
 from scaffolds.strategies.base import Strategy
 
-__all__ = [
-    "MAX_NESTING",
-    "MAX_SPEC_CHARS",
-    "Registry",
-    "SpecLimits",
-    "StrategyInfo",
-    "build_strategy",
-    "builtin_registry",
-    "check_limits",
-    "check_runs",
-    "default_registry",
-    "format_spec",
-    "get_prompt_set",
-    "parse_compact",
-    "parse_spec",
-    "spec_of",
-    "spec_string",
-]
+__all__ = ["SpecLimits", "build_strategy", "check_limits", "check_runs", "spec_of", "spec_string"]
 
 
 # -- building --------------------------------------------------------------------------------

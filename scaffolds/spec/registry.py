@@ -31,7 +31,7 @@ from importlib import metadata
 from types import ModuleType
 from typing import Any, NamedTuple
 
-from scaffolds.core.errors import SpecError
+from scaffolds.core.errors import ScaffoldLoadError, SpecError
 from scaffolds.prompts import PromptSet, common_prompts
 from scaffolds.spec.grammar import _LITERALS, _NAME
 from scaffolds.strategies.base import Strategy
@@ -58,10 +58,6 @@ class StrategyInfo(NamedTuple):
     name: str
     summary: str
     params: dict[str, Any]
-
-
-class ScaffoldLoadError(RuntimeError):
-    """A ``ponder.scaffolds`` entry point could not be loaded, or named no strategy."""
 
 
 class Registry:

@@ -17,7 +17,7 @@ from scaffolds.core.ledger import FORCE_ANSWER_TOKENS
 from scaffolds.core.trace import StepDelta, StepFinished, StepStarted, TraceRecorder
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import Message, SamplingParams
-from scaffolds.spec.build import get_prompt_set
+from scaffolds.spec.registry import get_prompt_set
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,8 @@ import pytest
 from scaffolds.core.errors import InvalidRequestError
 from scaffolds.engines.mock import MockEngine
 from scaffolds.evaluation.problems import ProblemRow
-from scaffolds.spec.build import build_strategy, default_registry, get_prompt_set
+from scaffolds.spec.build import build_strategy
+from scaffolds.spec.registry import default_registry, get_prompt_set
 from tests.server.conftest import build_app, chat_body
 from training.grpo import grpo_rows
 from training.pipeline import make_data

@@ -16,12 +16,11 @@ from pydantic import ValidationError
 
 import scaffolds.strategies
 from scaffolds import solve
-from scaffolds.core.errors import InvalidRequestError
+from scaffolds.core.errors import InvalidRequestError, ScaffoldLoadError
 from scaffolds.engines.mock import MockEngine
 from scaffolds.prompts import PROMPT_SET_NAMES, PromptSet, Template
 from scaffolds.spec.registry import (
     Registry,
-    ScaffoldLoadError,
     builtin_registry,
     default_registry,
     get_prompt_set,

@@ -15,20 +15,15 @@ from pydantic import Field
 
 from scaffolds.core.errors import FanOutError, SpecError
 from scaffolds.spec import build as spec_module
-from scaffolds.spec.build import (
+from scaffolds.spec.build import SpecLimits, build_strategy, spec_of, spec_string
+from scaffolds.spec.grammar import (
     MAX_NESTING,
     MAX_SPEC_CHARS,
-    Registry,
-    SpecLimits,
-    build_strategy,
-    builtin_registry,
-    default_registry,
     format_spec,
     parse_compact,
     parse_spec,
-    spec_of,
-    spec_string,
 )
+from scaffolds.spec.registry import Registry, builtin_registry, default_registry
 from scaffolds.strategies import BUILTINS
 from scaffolds.strategies.base import Strategy
 

@@ -11,7 +11,7 @@ import pytest
 
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import GenerateRequest, Message
-from scaffolds.spec.build import get_prompt_set
+from scaffolds.spec.registry import get_prompt_set
 from training.rollouts import (
     RolloutSettings,
     ScaffoldRollout,

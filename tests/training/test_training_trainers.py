@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from scaffolds.spec.build import get_prompt_set
+from scaffolds.spec.registry import get_prompt_set
 
 pytest.importorskip("trl")
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from scaffolds.spec.build import get_prompt_set
+from scaffolds.spec.registry import get_prompt_set
 from training import verl_loop
 from training.verl_loop import LoopSettings, PlanCache, compute_score, run_scaffold_step
 

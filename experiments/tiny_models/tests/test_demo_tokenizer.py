@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from scaffolds.spec.build import get_prompt_set
+from scaffolds.spec.registry import get_prompt_set
 
 pytest.importorskip("transformers")
 

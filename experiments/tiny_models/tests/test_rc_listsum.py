@@ -31,7 +31,7 @@ from experiments.tiny_models.rc_train import (
 from scaffolds import SamplingParams, solve
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import GenerateRequest
-from scaffolds.spec.build import get_prompt_set
+from scaffolds.spec.registry import get_prompt_set
 
 COMPACT = get_prompt_set("compact")
 
