@@ -33,19 +33,19 @@ from typing import Any
 
 from rich.console import Console
 
-from scaffolds.core.errors import SpecError
+from scaffolds.core.errors import PonderError, SpecError
 from scaffolds.evaluation.answers import extract_answer
 from scaffolds.evaluation.grading import Grader
 from scaffolds.evaluation.loop import Board, Job, RunOutcome, Tally, make_jobs, run_jobs
 from scaffolds.evaluation.problems import ProblemRow
 from scaffolds.evaluation.results import Record, ResultStore
 from scaffolds.spec.grammar import format_spec, parse_spec
+from scaffolds.spec.registry import default_registry
 
-__all__ = ["NO_SCAFFOLD", "EvalConfig", "reasoning_steps", "run_eval", "spec_name"]
+__all__ = ["NO_SCAFFOLD", "EvalConfig", "reasoning_steps", "run_eval", "scored_steps", "spec_name"]
 
 NO_SCAFFOLD = "none"
 """The spec that sends a plain OpenAI request (no ``scaffold``/``return_trace``)."""
-STEP_KINDS = ("reasoning",)
 
 
 @dataclass
@@ -105,9 +105,27 @@ def check_specs(specs: Sequence[str]) -> list[str]:
     return out
 
 
-def reasoning_steps(trace: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Per reasoning step (RC's chunks): its answer, text and the cumulative completion
-    tokens of every step finished so far. Only choice 0 (or untagged steps) count."""
+def scored_steps(spec: str) -> tuple[str, ...]:
+    """The trace kinds of the steps that ``spec``'s top strategy scores one by one (its
+    ``scored_steps`` trait; none for a name this program does not know).
+
+    >>> scored_steps("rc(steps=3)"), scored_steps("gsr(n=4)"), scored_steps("none")
+    (('reasoning',), (), ())
+    """
+    if spec.strip() == NO_SCAFFOLD:
+        return ()
+    try:
+        return default_registry().get(spec_name(spec)).scored_steps
+    except PonderError:
+        return ()
+
+
+def reasoning_steps(
+    trace: Sequence[Mapping[str, Any]], step_kinds: Sequence[str] = ("reasoning",)
+) -> list[dict[str, Any]]:
+    """Per scored step (RC's reasoning chunks, ``step_kinds``): its answer, text and the
+    cumulative completion tokens of every step finished so far. Only choice 0 (or
+    untagged steps) count."""
     kinds: dict[str, str] = {}
     steps: list[dict[str, Any]] = []
     spent = 0
@@ -118,7 +136,7 @@ def reasoning_steps(trace: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         elif kind == "step_finished" and step_id in kinds:
             usage = event.get("usage") or {}
             spent += int(usage.get("completion_tokens") or 0)
-            if kinds[step_id] in STEP_KINDS:
+            if kinds[step_id] in step_kinds:
                 texts, answers = event.get("texts") or [""], event.get("answers") or []
                 text = str(texts[0] or "")
                 answer = answers[0] if answers else extract_answer(text)
@@ -156,6 +174,7 @@ class _Client:
         from openai import AsyncOpenAI
 
         self.config = config
+        self.scored = {spec: scored_steps(spec) for spec in config.scaffolds}
         self.client = AsyncOpenAI(
             base_url=config.base_url,
             api_key=config.api_key or "EMPTY",
@@ -176,7 +195,7 @@ class _Client:
         body.update(cfg.extra_body)
         if spec != NO_SCAFFOLD:
             body["scaffold"] = spec
-            if cfg.trace or spec_name(spec) == "rc":
+            if cfg.trace or self.scored[spec]:
                 body["return_trace"] = True
         return body
 
@@ -208,8 +227,8 @@ class _Client:
         record["extracted"] = extract_answer(text) if text else None
         trace = data.get("trace")
         if isinstance(trace, list):
-            if spec_name(spec) == "rc":
-                record["steps"] = reasoning_steps(trace)  # graded by the loop
+            if self.scored[spec]:
+                record["steps"] = reasoning_steps(trace, self.scored[spec])  # graded by the loop
             if cfg.trace:
                 record["trace"] = trace
         if problem.meta:

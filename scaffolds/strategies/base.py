@@ -68,6 +68,10 @@ class Strategy(BaseModel):
     """Why a request for the answer's ``logprobs`` is refused when this strategy is in
     the spec (its answer is not the text of one engine generation, or it asks for top
     logprobs of its own); None: the answer's logprobs are returned."""
+    scored_steps: ClassVar[tuple[str, ...]] = ()
+    """The trace kinds of this strategy's steps whose answers are each scored on their
+    own, which gives accuracy against the tokens spent so far (RC's reasoning chunks);
+    ``ponder eval`` asks for the trace of such a scaffold and grades every such step."""
 
     @classmethod
     def prompts_for(cls, name: str) -> PromptSet:

@@ -156,6 +156,7 @@ class RC(Strategy):
     summary: ClassVar[str] = "Reasoning Cache: reason, summarize, continue from the summary."
     batches_samples: ClassVar[bool] = True
     prompt_sets: ClassVar[tuple[PromptSet, ...]] = PROMPT_SETS
+    scored_steps: ClassVar[tuple[str, ...]] = ("reasoning",)
     step_builders: ClassVar[tuple[StepBuilder, ...]] = (REASONING, SUMMARY)
     helper_models: ClassVar[tuple[str, ...]] = ("summarizer",)
 
