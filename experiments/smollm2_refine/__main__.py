@@ -245,8 +245,9 @@ def _report(args: argparse.Namespace) -> None:
     from experiments.smollm2_refine.evaluate import report
 
     exp = _experiment(args)
-    report(exp, _problems(args.problems, args.limit), args.models, args.seeds)
-    print((exp.run / f"report{exp.suffix}.md").read_text())
+    report(exp, _problems(args.problems, args.limit), args.models, args.seeds, args.tag)
+    tag = f"-{args.tag}" if args.tag else ""
+    print((exp.run / f"report{exp.suffix}{tag}.md").read_text())
 
 
 def _training_options(
@@ -355,6 +356,11 @@ def parser() -> argparse.ArgumentParser:
             )  # fmt: skip
             p.add_argument("--rsa-k", type=int, default=2, help="members an aggregation reads")
             p.add_argument("--rsa-rounds", type=int, default=2, help="aggregation rounds")
+        if name == "report":
+            p.add_argument(
+                "--tag", default="",
+                help="write report-TAG.{json,md} (a report beside the run's own, e.g. seeds-0-1)",
+            )  # fmt: skip
     return top
 
 

@@ -85,7 +85,16 @@ def against_vote_markdown(
     by_model: Mapping[str, Sequence[Mapping[str, Any]]], n: int, final: str
 ) -> str:
     """``against_vote``'s groups of every model as one Markdown table; ``final``: the
-    scaffold's answer's label (``refine@n``, ``rsa@n``)."""
+    scaffold's answer's label (``refine@n``, ``rsa@n``). A second table sums them per model:
+    pass@n (a run with a right candidate), the room the vote leaves to selection
+    (pass@n - maj@n), and what ``final`` gains and gives back against the vote (the sums of
+    the counts' positive and negative contributions).
+
+    >>> groups = [{"right": 0, "share": 0.5, "maj": 0.0, "refine": 0.2, "refine_minus_maj": 0.1},
+    ...           {"right": 2, "share": 0.5, "maj": 1.0, "refine": 0.8, "refine_minus_maj": -0.1}]
+    >>> print(against_vote_markdown({"gsr": groups}, 4, "refine@4").splitlines()[-1])
+    | gsr | 0.500 | +0.000 | +0.100 | -0.100 |
+    """
     lines = [
         f"| model | right candidates (of {n}) | share of runs | maj@{n} | {final} "
         f"| adds to {final} - maj@{n} |",
@@ -97,6 +106,19 @@ def against_vote_markdown(
             f"| {g['refine_minus_maj']:+.3f} |"
             for g in groups
         ]
+    lines += [
+        "",
+        f"| model | pass@{n} | pass@{n} - maj@{n} | {final} gains | {final} gives back |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for model, groups in by_model.items():
+        solved = sum(g["share"] for g in groups if g["right"] > 0)
+        voted = sum(g["share"] * g["maj"] for g in groups)
+        gains = sum(g["refine_minus_maj"] for g in groups if g["refine_minus_maj"] > 0)
+        losses = sum(g["refine_minus_maj"] for g in groups if g["refine_minus_maj"] < 0)
+        lines.append(
+            f"| {model} | {solved:.3f} | {solved - voted:+.3f} | {gains:+.3f} | {losses:+.3f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -249,10 +271,13 @@ def _entries(per_seed: Sequence[Mapping[str, Mapping[str, list[float]]]]) -> dic
 
 
 def report(
-    exp: Experiment, problems: Sequence[ProblemRow], models: Sequence[str], seeds: Sequence[int]
-) -> dict[str, Any]:
+    exp: Experiment, problems: Sequence[ProblemRow], models: Sequence[str], seeds: Sequence[int],
+    tag: str = "",
+) -> dict[str, Any]:  # fmt: skip
     """Accuracy [95% CI] per model and condition over the problems every (model, seed)
-    has finished, the paired differences, ``report.json``/``report.md`` and the plot."""
+    has finished, the paired differences, ``report.json``/``report.md`` and the plot.
+    A ``tag`` names a report beside the run's own (``report-TAG.md``: ``seeds-0-1`` for
+    the report of seeds 0 and 1 only)."""
     from scaffolds.evaluation import stats
 
     # A run that continues a parent also reports the parent's arms ("parent-gsr", ...):
@@ -304,11 +329,12 @@ def report(
     table = stats.markdown(results) if ids else "no problem finished by every model and seed\n"
     if ids:
         table += "\n" + against_vote_markdown(results["against_vote"], n, final)
-    (exp.run / f"report{exp.suffix}.json").write_text(json.dumps(results) + "\n")
-    (exp.run / f"report{exp.suffix}.md").write_text(table)
+    name = exp.suffix + (f"-{tag}" if tag else "")
+    (exp.run / f"report{name}.json").write_text(json.dumps(results) + "\n")
+    (exp.run / f"report{name}.md").write_text(table)
     if ids:
         title = f"{exp.base}: {exp.eval_scaffold}, {len(ids)} problems, seeds {list(seeds)}"
         markers = {"single": "o", maj: "^", final: "D"}
-        plot = exp.run / f"accuracy_vs_tokens{exp.suffix}.png"
+        plot = exp.run / f"accuracy_vs_tokens{name}.png"
         stats.plot(results, plot, title=title, markers=markers)
     return results

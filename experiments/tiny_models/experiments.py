@@ -21,6 +21,8 @@ Commands::
     python -m experiments.tiny_models.experiments base --count 1000 --seeds 0 1 2
     python -m experiments.tiny_models.experiments gsr --count 1000 --seeds 0 1 2 --train-seconds 300
     python -m experiments.tiny_models.experiments report experiments/tiny_models/results/gsr.json
+    python -m experiments.tiny_models.experiments compare \
+        experiments/tiny_models/results/part2b_pairs.json
     python -m experiments.tiny_models.experiments gsr --count 300 --arms gsr --runs runs/gsr-after \
         --train-steps gsr=489 --refreshes 2 --base-stem base_300 --stem gsr_after_300
 
@@ -41,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.tiny_models.report import RESULTS, restate, save
+from experiments.tiny_models.report import RESULTS, compare, restate, save, save_comparison
 from scaffolds.evaluation.addition_task import AdditionProblem, problems
 from scaffolds.evaluation.stats import add_pairs, per_problem, summarize
 from scaffolds.evaluation.stats import mean as _mean
@@ -319,6 +321,17 @@ def _steps(text: str) -> dict[str, int]:
     return {k: int(v) for k, v in (part.split("=", 1) for part in text.split(",") if part)}
 
 
+def _source(text: str) -> tuple[str, dict[str, str]]:
+    """``NAME=FILE:MODEL`` -> (name, its source).
+
+    >>> _source("after=gsr_after_300.json:gsr")
+    ('after', {'file': 'gsr_after_300.json', 'model': 'gsr'})
+    """
+    name, _, rest = text.partition("=")
+    file, _, model = rest.rpartition(":")
+    return name, {"file": file, "model": model}
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -351,10 +364,28 @@ def main(argv: Sequence[str] | None = None) -> None:
     )  # fmt: skip
     p.add_argument("json", type=Path)
     p.add_argument("--out", type=Path, help="write STEM.{json,md,png} here (default: beside it)")
+    c = sub.add_parser(
+        "compare", help="paired differences between models of results files (STEM.{json,md})"
+    )
+    c.add_argument("json", type=Path, help="STEM.json: rebuilt from the sources and pairs it names")
+    c.add_argument(
+        "--model", nargs="+", default=[], metavar="NAME=FILE:MODEL",
+        help="a new comparison's models (FILE beside STEM.json), e.g. after=gsr_after_300.json:gsr",
+    )  # fmt: skip
+    c.add_argument("--pair", nargs="+", default=[], help='e.g. "after/single - before/single"')
+    c.add_argument("--out", type=Path, help="write STEM.{json,md} here (default: beside it)")
     args = parser.parse_args(argv)
     if args.command in ("report", "plot"):
         results = restate(json.loads(args.json.read_text()))
         save(results, args.json.stem, args.out or args.json.parent)
+        return
+    if args.command == "compare":
+        spec = json.loads(args.json.read_text()) if not args.model else {}
+        if args.model:
+            spec["sources"] = dict(_source(text) for text in args.model)
+            spec["paired"] = args.pair
+        folder = args.json.parent
+        save_comparison(compare(spec, folder), args.json.stem, args.out or folder)
         return
 
     import torch

@@ -7,11 +7,15 @@ them (``summary``, the token means, ``paired``). :func:`restate` computes the st
 again from the rows; :func:`save` writes ``STEM.json``, ``STEM.md`` and ``STEM.png``::
 
     python -m experiments.tiny_models.experiments report experiments/tiny_models/results/gsr.json
+
+:func:`compare` pairs models of different results files on the same problems and seeds
+(Part 2b's after - before) and writes ``STEM.{json,md}`` (:func:`save_comparison`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +23,17 @@ from scaffolds.evaluation import stats
 from scaffolds.evaluation.stats import add_pairs, markdown, per_problem, summarize
 from scaffolds.evaluation.stats import mean as _mean
 
-__all__ = ["MARKERS", "RESULTS", "plot", "restate", "save"]
+__all__ = [
+    "MARKERS",
+    "RESULTS",
+    "across",
+    "compare",
+    "compare_markdown",
+    "plot",
+    "restate",
+    "save",
+    "save_comparison",
+]
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MARKERS = {
@@ -75,3 +89,75 @@ def save(results: dict[str, Any], stem: str, folder: Path = RESULTS) -> None:
     png = plot(results, folder / f"{stem}.png")
     print(markdown(results))
     print(f"wrote {json_path}, {png}")
+
+
+def across(
+    models: Mapping[str, Mapping[str, Any]], pairs: Sequence[tuple[str, str]]
+) -> dict[str, Any]:
+    """Paired differences between models of different results files, on the same problems
+    and seeds: ``models`` maps a name to one model's conditions (with their rows), ``pairs``
+    are ``("NAME/cond", "NAME/cond")``. Each condition a pair names gets its ``summary``
+    and mean tokens, computed from its rows; the rows stay in their own files.
+
+    >>> entry = {"correct": [[1, 0], [1, 1]], "completion_tokens": [[2, 4], [2, 4]],
+    ...          "prompt_tokens": [[5, 5], [5, 5]]}
+    >>> low = dict(entry, correct=[[0, 0], [1, 0]])
+    >>> r = across({"after": {"a": entry}, "before": {"a": low}}, [("after/a", "before/a")])
+    >>> r["models"]["before"]["a"]["summary"]["accuracy"], r["paired"]["after/a - before/a"]["diff"]
+    (0.25, 0.5)
+    """
+    named = [side.split("/", 1) for pair in pairs for side in pair]
+    used: dict[str, dict[str, Any]] = {}
+    for model, condition in named:
+        if condition not in models.get(model, {}):
+            raise KeyError(f"{model}/{condition}: no such model and condition")
+        entry = models[model][condition]
+        used.setdefault(model, {})[condition] = {
+            "summary": summarize(entry["correct"]),
+            "completion_tokens_mean": _mean(per_problem(entry["completion_tokens"])),
+            "prompt_tokens_mean": _mean(per_problem(entry["prompt_tokens"])),
+        }
+    rows = {"models": {m: dict(models[m]) for m in used}}
+    add_pairs(rows, pairs)
+    return {"models": used, "paired": rows["paired"]}
+
+
+def compare(spec: Mapping[str, Any], folder: Path) -> dict[str, Any]:
+    """:func:`across` for the models ``spec["sources"]`` names, each a model of a results
+    file in ``folder`` (``{"after": {"file": "gsr_after_300.json", "model": "gsr"}}``), and
+    the pairs ``spec["paired"]`` names (``"after/gsr(n=4) - before/gsr(n=4)"``). The files
+    must hold the same problems and seeds. ``spec`` may be an earlier output: it comes back
+    byte for byte. Rebuild the committed one with::
+
+        python -m experiments.tiny_models.experiments compare \\
+            experiments/tiny_models/results/part2b_pairs.json
+    """
+    sources = dict(spec["sources"])
+    loaded = {s["file"]: json.loads((folder / s["file"]).read_text()) for s in sources.values()}
+    same = {(r["problems"], r.get("problem_seed"), tuple(r["seeds"])) for r in loaded.values()}
+    if len(same) != 1:
+        raise ValueError(f"the files hold other problems or seeds: {sorted(same)}")
+    ((problems, _, seeds),) = same
+    models = {name: loaded[s["file"]]["models"][s["model"]] for name, s in sources.items()}
+    pairs = [(a, b) for a, b in (name.split(" - ") for name in spec["paired"])]
+    out = {"sources": sources, "problems": problems, "seeds": list(seeds)}
+    return out | across(models, pairs)
+
+
+def compare_markdown(results: Mapping[str, Any]) -> str:
+    """What each name stands for, then :func:`~scaffolds.evaluation.stats.markdown`'s tables."""
+    names = ", ".join(
+        f"{name} = {s['file']} ({s['model']})" for name, s in results["sources"].items()
+    )
+    head = f"Paired across results files ({results['problems']} problems, seeds "
+    head += f"{results['seeds']}): {names}.\n\n"
+    return head + markdown(results)
+
+
+def save_comparison(results: Mapping[str, Any], stem: str, folder: Path = RESULTS) -> None:
+    """``folder/STEM.json`` (the sources, the pairs and their statistics) and ``STEM.md``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{stem}.json").write_text(json.dumps(results) + "\n")
+    (folder / f"{stem}.md").write_text(compare_markdown(results))
+    print(compare_markdown(results))
+    print(f"wrote {folder / f'{stem}.json'}, {folder / f'{stem}.md'}")

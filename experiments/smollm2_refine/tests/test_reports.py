@@ -2,8 +2,8 @@
 byte, by the command experiments/README.md gives for it.
 
 Only what git keeps is copied to a temp folder (each run's ``eval*/`` rows and run 1's
-``eval.jsonl`` problems): no adapter, trace or training row is needed. The five reports
-take about 15 s together (grading every candidate with math-verify is most of it). PNGs are
+``eval.jsonl`` problems): no adapter, trace or training row is needed. The six reports
+take about 20 s together (grading every candidate with math-verify is most of it). PNGs are
 compared byte for byte when the committed one was drawn by this matplotlib (its
 ``Software`` text chunk says which); otherwise only their size.
 """
@@ -23,6 +23,11 @@ R1, R2, R3, R4 = (f"smollm2-r{i}" for i in range(1, 5))
 COMMANDS = {
     "r1": (f"report {R1} --problems {R1}/eval.jsonl --seeds 0 1 2", R1, ""),
     "r2": (f"report {R2} --parent {R1} --problems {R1}/eval.jsonl --seeds 0 1 2", R2, ""),
+    "r2-seeds-0-1": (
+        f"report {R2} --parent {R1} --problems {R1}/eval.jsonl --seeds 0 1 --tag seeds-0-1",
+        R2,
+        "-seeds-0-1",
+    ),
     "r2-rsa": (
         f"report {R2} --parent {R1} --models gsr --scaffold rsa --problems {R1}/eval.jsonl "
         "--seeds 0 1 2",

@@ -3,8 +3,9 @@
 Each ``results/STEM.json`` holds the per-problem rows (0/1 per seed and problem, tokens)
 and the statistics computed from them; ``report`` computes the statistics again from the
 rows and writes ``STEM.{json,md,png}`` into a temp folder, which must equal the committed
-files. PNGs are compared byte for byte when the committed one was drawn by this
-matplotlib (its ``Software`` text chunk says which); otherwise only their size.
+files; ``compare`` does the same for the pairs across results files (``STEM.{json,md}``).
+PNGs are compared byte for byte when the committed one was drawn by this matplotlib (its
+``Software`` text chunk says which); otherwise only their size.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ RESULTS = Path(__file__).resolve().parents[1] / "results"
 ADDITION = ("base", "base_300", "gsr", "gsr_before_300", "gsr_after_300")
 LIST_SUM = ("rc_listsum_3.5M", "rc_listsum_7M")
 VOTING = "voting_addition"
+COMPARE = ("part2b_pairs",)
+"""Paired differences across results files (``compare``): a ``.json`` and an ``.md``, no plot."""
 
 
 def _png_text(data: bytes) -> dict[str, str]:
@@ -79,8 +82,18 @@ def test_voting_report_is_rebuilt_byte_for_byte(tmp_path: Path) -> None:
     _rebuilt(tmp_path, [f"{VOTING}.json", f"{VOTING}.md", f"{VOTING}.png"])
 
 
+@pytest.mark.parametrize("stem", COMPARE)
+def test_comparison_is_rebuilt_byte_for_byte(stem: str, tmp_path: Path) -> None:
+    from experiments.tiny_models.experiments import main
+
+    main(["compare", str(RESULTS / f"{stem}.json"), "--out", str(tmp_path)])
+    _rebuilt(tmp_path, [f"{stem}.json", f"{stem}.md"])
+
+
 def test_every_committed_result_has_a_rebuild() -> None:
     stems = {p.name.split(".json")[0] for p in RESULTS.glob("*.json")}
-    assert stems == {*ADDITION, *LIST_SUM, VOTING}
+    assert stems == {*ADDITION, *LIST_SUM, VOTING, *COMPARE}
+    reports = {p.name.removesuffix(".md") for p in RESULTS.glob("*.md")}
+    assert reports == stems
     drawn = {p.name.removesuffix(".png").removesuffix("_steps") for p in RESULTS.glob("*.png")}
-    assert drawn == stems
+    assert drawn == stems - set(COMPARE)
