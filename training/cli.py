@@ -94,7 +94,7 @@ def data(args: DataCommand) -> None:
     from scaffolds.core.errors import PonderError
     from scaffolds.engines.factory import EngineOptions, engine_from_url, engine_scheme
     from scaffolds.engines.protocol import SamplingParams
-    from scaffolds.evaluation.problems import load_problems
+    from training.collect import read_problems
     from training.pipeline import make_data
     from training.runs import RunConflictError, RunDir
 
@@ -103,7 +103,7 @@ def data(args: DataCommand) -> None:
     if args.rc_summaries not in ("next_correct", "all"):
         raise _fail("--rc-summaries must be next_correct or all")
     try:
-        problems = load_problems(args.dataset, limit=args.limit)
+        problems = read_problems(args.dataset, limit=args.limit)
         scheme = engine_scheme(args.engine)
         options = EngineOptions(
             model=args.model, api_key=args.api_key, threads=args.threads, load=True

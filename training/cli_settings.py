@@ -129,10 +129,10 @@ class ModeMix:
 
     def rows(self, *, seed: int, chat: bool = False) -> list[dict[str, Any]]:
         """GRPO rows (:func:`training.grpo.grpo_rows`) of the first ``limit`` problems."""
-        from scaffolds.evaluation.problems import load_problems
+        from training.collect import read_problems
         from training.grpo import grpo_rows, parse_mix
 
-        problems = [p.row() for p in load_problems(self.data, limit=self.limit)]
+        problems = [p.row() for p in read_problems(self.data, limit=self.limit)]
         return grpo_rows(problems, parse_mix(self.mix), seed=seed, chat=chat)
 
 

@@ -1,7 +1,7 @@
 r"""Run a scaffold over a dataset through any engine, and keep the traces.
 
 The problems are :class:`~scaffolds.evaluation.problems.ProblemRow` items, as
-:func:`~scaffolds.evaluation.problems.load_problems` (``ponder eval``'s loader) reads them.
+:func:`read_problems` reads them (``ponder eval``'s loader, each skipped line a warning).
 
 :func:`collect` solves each problem with :func:`scaffolds.core.run.run_scaffold` (so the
 trace is exactly what serving would produce) and hands every finished
@@ -26,19 +26,36 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from scaffolds.core.context import Budget
 from scaffolds.core.run import run_scaffold
 from scaffolds.engines.protocol import Engine, SamplingParams
 from scaffolds.evaluation.answer_pool import AnswerChecker
 from scaffolds.evaluation.answers import is_correct
-from scaffolds.evaluation.problems import ProblemRow
+from scaffolds.evaluation.problems import ProblemRow, load_problems
 from scaffolds.strategies import Strategy
 from training.traces import TraceRecord
 
-__all__ = ["CollectStats", "GradeBook", "collect"]
+__all__ = ["CollectStats", "GradeBook", "collect", "read_problems"]
 
 logger = logging.getLogger(__name__)
+
+
+def read_problems(path: str | Path, *, limit: int | None = None) -> list[ProblemRow]:
+    """The problems of a JSONL file or dataset (:func:`load_problems`); a line it skips
+    is logged as a warning with its number and why, and the rest are read.
+
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "p.jsonl"
+    >>> _ = path.write_text('{"id": "a", "problem": "1+1=", "answer": "2"}\\n{oops\\n')
+    >>> [p.id for p in read_problems(path)]
+    ['a']
+    """
+    loaded = load_problems(path, limit=limit)
+    for bad in loaded.bad:
+        logger.warning("%s %s; skipped", loaded.source, bad)
+    return loaded.problems
 
 
 @dataclass

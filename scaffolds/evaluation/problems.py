@@ -16,18 +16,16 @@ reported with its line number and skipped.
 >>> loaded = load_problems(str(path))
 >>> [p.id for p in loaded.problems], [b.line for b in loaded.bad]
 (['a', 'line-3'], [2])
->>> [p.id for p in loaded], len(loaded), loaded[0].answer  # a sequence of its problems
-(['a', 'line-3'], 2, '2')
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 from scaffolds.core.problem import Problem
 from scaffolds.engines.protocol import Message
@@ -97,27 +95,12 @@ class BadLine:
 
 
 @dataclass
-class Loaded(Sequence[ProblemRow]):
-    """The problems of a source (a sequence of them) and the lines that were skipped."""
+class Loaded:
+    """The problems of a source and the lines that were skipped."""
 
     problems: list[ProblemRow]
     bad: list[BadLine]
     source: str
-
-    @overload
-    def __getitem__(self, index: int) -> ProblemRow: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[ProblemRow]: ...
-
-    def __getitem__(self, index: int | slice) -> ProblemRow | list[ProblemRow]:
-        return self.problems[index]
-
-    def __len__(self) -> int:
-        return len(self.problems)
-
-    def __iter__(self) -> Iterator[ProblemRow]:
-        return iter(self.problems)
 
 
 def _text(value: Any) -> str | None:

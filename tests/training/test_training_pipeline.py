@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from scaffolds.engines.mock import MockEngine
-from scaffolds.evaluation.problems import ProblemRow, load_problems
+from scaffolds.evaluation.problems import ProblemRow
 from training.cli import train_app
-from training.collect import collect
+from training.collect import collect, read_problems
 from training.pipeline import DataReport, make_data
 from training.runs import RunConflictError, RunDir, last_checkpoint, read_rows
 from training.traces import read_records
@@ -30,10 +30,14 @@ def problems_file(path: Path, count: int = 4) -> Path:
     return path
 
 
-def test_load_problems_skips_bad_lines(tmp_path: Path) -> None:
-    rows = load_problems(problems_file(tmp_path / "p.jsonl"))
+def test_load_problems_skips_bad_lines(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="training.collect"):
+        rows = read_problems(problems_file(tmp_path / "p.jsonl"))
     assert [r.id for r in rows] == ["q0", "q1", "q2", "q3"]
-    assert load_problems(tmp_path / "p.jsonl", limit=2)[-1].answer == "2"
+    skipped = [r.getMessage() for r in caplog.records]
+    assert [m.split(" ")[1:3] for m in skipped] == [["line", "5:"], ["line", "6:"]]
+    assert all(m.endswith("; skipped") for m in skipped)
+    assert read_problems(tmp_path / "p.jsonl", limit=2)[-1].answer == "2"
 
 
 def test_collect_reports_failures_and_keeps_going() -> None:
