@@ -279,7 +279,7 @@ async def run_eval(
             concurrency=config.concurrency,
             store=store,
             board=board,
-            on_record=on_record,
+            on_job=None if on_record is None else lambda _job, record: on_record(record),
         )
     finally:
         await client.aclose()

@@ -203,7 +203,7 @@ async def _run_seed(
 
     await run_jobs(
         todo, one, concurrency=exp.concurrency if parallel else 1, store=ResultStore(path),
-        on_record=lambda _row: advance(1),
+        on_job=lambda _job, _row: advance(1),
     )  # fmt: skip
 
 

@@ -19,7 +19,8 @@ covers every problem).
 ...     return {"id": job.problem.id, "response": text, "extracted": str(job.sample + 3)}
 >>> work = make_jobs(["single"], [ProblemRow("p", "1+2=", "3")], range(2))
 >>> seen: list[Record] = []
->>> outcome = asyncio.run(run_jobs(work, answer, grader=ExactGrader(), on_record=seen.append))
+>>> landed = lambda job, record: seen.append(record)
+>>> outcome = asyncio.run(run_jobs(work, answer, grader=ExactGrader(), on_job=landed))
 >>> [(r["extracted"], r["correct"]) for r in seen], outcome.finished
 ([('3', True), ('4', False)], 2)
 """
@@ -229,12 +230,11 @@ async def run_jobs(
     concurrency: int = 8,
     store: ResultStore | None = None,
     board: Board | None = None,
-    on_record: Callable[[Record], None] | None = None,
     on_job: Callable[[Job[P], Record], None] | None = None,
 ) -> RunOutcome:
     """Answer every job, at most ``concurrency`` at once; each record is graded (with a
     grader, for :class:`ProblemRow` problems), appended to ``store``, counted on ``board``
-    and handed to ``on_record`` (and ``on_job`` with its job) as it lands.
+    and handed to ``on_job`` with its job as it lands.
 
     Cancel it at any time: finished records are already stored. An error ``answer``
     raises (rather than records) stops the run and is raised as is.
@@ -256,8 +256,6 @@ async def run_jobs(
             outcome.pending -= 1
             if board is not None:
                 board.add(job.arm, record)
-            if on_record is not None:
-                on_record(record)
             if on_job is not None:
                 on_job(job, record)
 
