@@ -39,7 +39,6 @@ from scaffolds.strategies.base import Strategy
 __all__ = [
     "ENTRY_POINT_GROUP",
     "Registry",
-    "ScaffoldLoadError",
     "StrategyInfo",
     "builtin_registry",
     "default_registry",
