@@ -3,12 +3,12 @@ random model over its vocabulary."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from scaffolds.models import model_path
+from testing.tiny_qwen2 import save_tiny_qwen2
 
 SHIPPED_MODEL = model_path("ponder-addition")
 
@@ -22,33 +22,8 @@ def shipped_model_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, shipped_model_dir: Path) -> Path:
-    """A random 2-layer Qwen2 (hidden 32) over the shipped model's tokenizer, in a temp dir."""
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random 2-layer Qwen2 (hidden 32) over the addition tokenizer, saved to a temp dir."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    import torch
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
-
-    out = tmp_path_factory.mktemp("tiny-qwen2")
-    tokenizer = AutoTokenizer.from_pretrained(str(shipped_model_dir))
-    tokenizer.save_pretrained(str(out))
-    shipped = json.loads((shipped_model_dir / "config.json").read_text())
-    kept = ("vocab_size", "tie_word_embeddings", "bos_token_id", "eos_token_id", "pad_token_id")
-    config = Qwen2Config(
-        **{key: shipped[key] for key in kept},
-        use_cache=True,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=256,
-    )
-    assert (config.eos_token_id, config.pad_token_id) == (
-        tokenizer.eos_token_id,
-        tokenizer.pad_token_id,
-    )
-    torch.manual_seed(0)
-    Qwen2ForCausalLM(config).save_pretrained(str(out))
-    return out
+    return save_tiny_qwen2(tmp_path_factory.mktemp("tiny-qwen2"))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,12 +22,11 @@ import pytest
 
 from scaffolds import solve
 from scaffolds.engines.mock import MockEngine
-from scaffolds.engines.vllm_server import free_port
-from scaffolds.processes.children import popen_owned, stop_group
+from scaffolds.processes.children import stop_group
 from testing.fake_engine import FakeEngineConfig, running_fake_engine
 from testing.fake_engine.tokens import prompt_text
 from tests.scaffolds.plugin_dist import installed, reply, write_distribution
-from tests.server.conftest import wait_until
+from tests.server.conftest import start_ponder_serve
 from training.data import build_rows
 from training.traces import TraceRecord, event_from_dict
 
@@ -56,25 +54,8 @@ def test_it_solves_and_its_trace_makes_sft_rows(site: Path) -> None:
 
 
 def _serve(site: Path, engine_url: str) -> tuple[subprocess.Popen[str], str]:
-    port = free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
-    proc = popen_owned(
-        [sys.executable, "-m", "clients.cli", "serve", "--engine", engine_url,
-         "--model", "fake-model", "--port", str(port), "--api-key", KEY,
-         "--engine-max-retries", "0"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        try:
-            return httpx.get(f"{url}/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return proc.poll() is not None
-
-    assert wait_until(up, within=300), "ponder serve did not start"
-    assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-    return proc, url
+    return start_ponder_serve(engine_url, KEY, env=env)
 
 
 def _respond(body: dict[str, Any]) -> list[str]:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,10 +15,13 @@ import pytest
 from fastapi import FastAPI
 
 from scaffolds.engines.mock import Handler, MockEngine
+from scaffolds.engines.vllm_server import free_port
+from scaffolds.processes.children import popen_owned
 from server.http.app import create_app
 from server.settings import Settings
 
 UNUSED = "http://engine.invalid/v1"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def boxed(request: Any) -> str:
@@ -96,3 +102,29 @@ def wait_until(predicate: Callable[[], bool], within: float = 10.0) -> bool:
             return False
         time.sleep(0.02)
     return True
+
+
+def start_ponder_serve(
+    engine_url: str, api_key: str, *args: str, env: Mapping[str, str] | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """A ``ponder serve`` process (owned: its own process group) in front of
+    ``engine_url`` as ``fake-model``, once its ``/health`` answers; (process, root URL)."""
+    port = free_port()
+    proc = popen_owned(
+        [sys.executable, "-m", "clients.cli", "serve", "--engine", engine_url,
+         "--model", "fake-model", "--port", str(port), "--api-key", api_key,
+         "--engine-max-retries", "0", *args],
+        cwd=ROOT, env=None if env is None else dict(env),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        try:
+            return httpx.get(f"{url}/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return proc.poll() is not None
+
+    assert wait_until(up, within=300), "ponder serve did not start"
+    assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+    return proc, url

@@ -23,7 +23,7 @@ from scaffolds.engines.vllm_server import free_port
 from scaffolds.processes.children import popen_owned, stop_group
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from testing.process_guard import children_of, gone
-from tests.server.conftest import wait_until
+from tests.server.conftest import start_ponder_serve, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-cli-secret-key"
@@ -187,24 +187,7 @@ def fake() -> Iterator[FakeEngineHandle]:
 
 
 def _start(fake: FakeEngineHandle, *args: str) -> tuple[subprocess.Popen[str], str]:
-    port = free_port()
-    proc = popen_owned(
-        [sys.executable, "-m", "clients.cli", "serve", "--engine", fake.base_url,
-         "--model", "fake-model", "--port", str(port), "--api-key", KEY,
-         "--engine-max-retries", "0", *args],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        try:
-            return httpx.get(f"{url}/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return proc.poll() is not None
-
-    assert wait_until(up, within=300), "ponder serve did not start"
-    assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-    return proc, url
+    return start_ponder_serve(fake.base_url, KEY, *args)
 
 
 def _post(url: str, results: list[Any], **body: Any) -> None:
