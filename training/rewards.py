@@ -146,7 +146,7 @@ class CorrectnessReward:
         return list(await asyncio.gather(*(one(g, t) for g, t in zip(golds, texts, strict=True))))
 
     def close(self) -> None:
-        self.grader.checker.close()
+        self.grader.close()
 
     def __enter__(self) -> CorrectnessReward:
         return self

@@ -101,8 +101,12 @@ class MathGrader:
     async def cluster(self, answers: Sequence[str | None]) -> list[list[int]]:
         return await self.checker.cluster(answers)
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
+        """Stop the answer pool (from synchronous code, such as a trainer's reward)."""
         self.checker.close()
+
+    async def aclose(self) -> None:
+        self.close()
 
 
 class ExactGrader:
