@@ -30,6 +30,7 @@ from scaffolds.core.problem import Budget, Problem, StepPrompt
 from scaffolds.core.thinking import Routing, Thinking
 from scaffolds.core.trace import TraceRecorder
 from scaffolds.engines.protocol import Engine, Message, Prompt, RewardModel, SamplingParams, Usage
+from scaffolds.evaluation.answers import AnswerFormat
 from scaffolds.prompts import PromptSet, Template, common_prompts
 
 __all__ = [
@@ -85,6 +86,7 @@ class Context(StepCalls):
         affinity_key: str | None = None,
         reward_model: RewardModel | None = None,
         routing: Routing | None = None,
+        answer_format: AnswerFormat = "lenient",
     ) -> Context:
         state = RunState(
             engine=engine,
@@ -97,6 +99,7 @@ class Context(StepCalls):
             affinity_key=affinity_key,
             reward_model=reward_model,
             routing=routing or Routing(),
+            answer_format=answer_format,
         )
         return cls(state, "run", (), final=True)
 

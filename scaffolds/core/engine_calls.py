@@ -27,6 +27,7 @@ from scaffolds.core.problem import StepPrompt
 from scaffolds.core.thinking import Routing, Thinking, helper_text
 from scaffolds.core.trace import StepNote, StepStarted, TraceRecorder
 from scaffolds.core.traced_call import traced_call
+from scaffolds.evaluation.answers import AnswerFormat, final_answer
 from scaffolds.engines.protocol import (
     Completion,
     Engine,
@@ -52,6 +53,9 @@ class Step:
     step_id: str
     completions: list[Completion]
     cut_short: bool = False
+    answers: tuple[str | None, ...] = ()
+    """Each sample's final answer, read as the run's ``answer_format`` asks (empty: read
+    leniently by whoever needs it)."""
 
     @property
     def first(self) -> Completion:
@@ -83,6 +87,7 @@ class RunState:
     affinity_key: str | None = None
     reward_model: RewardModel | None = None
     routing: Routing = field(default_factory=Routing)
+    answer_format: AnswerFormat = "lenient"
     step_counter: int = 0
     child_counters: dict[str, int] = field(default_factory=dict)
 
@@ -97,6 +102,18 @@ class StepCalls:
     final: bool
     choice: int | None
     parent: tuple[str, int] | None
+
+    @property
+    def answer_format(self) -> AnswerFormat:
+        """How this run reads a sample's final answer (``boxed`` or ``lenient``)."""
+        return self._state.answer_format
+
+    def answer(self, text: str, thinking: Thinking | None = None) -> str | None:
+        """The final answer of a sample's ``text`` as the run reads answers (``boxed``:
+        only the last ``\\boxed{}`` after the thinking of ``thinking``, default the run's
+        model's; None when there is none)."""
+        marks = thinking or self._state.routing.thinking
+        return final_answer(text, self._state.answer_format, start=marks.start, end=marks.end)
 
     def note(self, kind: str, values: Mapping[str, Any], *, step_id: str | None = None) -> None:
         """Record a :class:`~scaffolds.core.trace.StepNote` about this scope, or about one of
@@ -179,7 +196,8 @@ class StepCalls:
                     engine=engine, thinking=thinking,
                 )  # fmt: skip
             cut = clamped and any(c.truncated for c in completions)
-            return Step(step_id, completions, cut_short=cut)
+            answers = tuple(self.answer(c.text, thinking) for c in completions)
+            return Step(step_id, completions, cut_short=cut, answers=answers)
         finally:
             state.ledger.release(n, grant)
 
@@ -253,8 +271,9 @@ class StepCalls:
             sample=source.sample,
         )
         return await traced_call(
-            engine or state.engine, request, started, recorder=state.recorder, ledger=state.ledger
-        )
+            engine or state.engine, request, started, recorder=state.recorder, ledger=state.ledger,
+            answer_of=self.answer,
+        )  # fmt: skip
 
     async def _force_answers(
         self,
@@ -279,8 +298,9 @@ class StepCalls:
             if not completion.truncated:
                 return completion
             plan = plan_forced(
-                prompt, completion, self._state.prompts, thinking, continued=continued
-            )
+                prompt, completion, self._state.prompts, thinking, continued=continued,
+                answered=lambda text: self.answer(text, thinking) is not None,
+            )  # fmt: skip
             if plan is None:
                 return completion
             self._state.ledger.cut("tokens")

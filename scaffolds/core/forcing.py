@@ -19,6 +19,7 @@ after its thinking continues the same message too (:func:`continued_prompt`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from scaffolds.core.thinking import Thinking
@@ -199,9 +200,11 @@ def plan_forced(
     thinking: Thinking,
     *,
     continued: bool = False,
+    answered: Callable[[str], bool] | None = None,
 ) -> ForcedPlan | None:
     """The forced-answer step for a budget-cut ``completion``, or None when it already
-    has an answer after its thinking. Mid-thought: close the thinking with the set's
+    has an answer after its thinking (``answered``: whether a text has one as the run
+    reads answers; default: any answer :func:`extract_answer` finds). Mid-thought: close the thinking with the set's
     ``force_answer_think`` cue; otherwise the ``force_answer`` cue, in the same message
     for a thinking model's chat, else in a user turn (or appended to a text prompt).
 
@@ -216,7 +219,8 @@ def plan_forced(
         closed = closed_prompt(prompt, completion, cue, thinking, continued=continued)
         chat = not isinstance(prompt, str)
         return ForcedPlan(closed, cue, "force_answer_think", closed=True, same_message=chat)
-    if extract_answer(thinking.after(completion.text)) is not None:
+    has_answer = answered or (lambda text: extract_answer(text) is not None)
+    if has_answer(thinking.after(completion.text)):
         return None
     cue = prompts.template("force_answer").render()
     if not isinstance(prompt, str) and thinking.thinks(completion):

@@ -25,6 +25,7 @@ from scaffolds.core.solution import Solution
 from scaffolds.core.thinking import Routing
 from scaffolds.core.trace import RunFinished, TraceEvent, TraceRecorder
 from scaffolds.engines.protocol import Engine, RewardModel, SamplingParams, Usage
+from scaffolds.evaluation.answers import AnswerFormat
 from scaffolds.prompts import PromptSet
 
 
@@ -77,6 +78,7 @@ async def run_scaffold(
     voter: Voter | None = None,
     reward_model: RewardModel | None = None,
     routing: Routing | None = None,
+    answer_format: AnswerFormat = "lenient",
 ) -> RunResult:
     """Solve ``problem`` ``n`` times with ``strategy`` and account every engine call.
 
@@ -85,7 +87,9 @@ async def run_scaffold(
     any answer comes back empty and cut short. If the deadline passed before *any*
     choice had an answer, :class:`DeadlineExceededError` is raised.
     ``routing`` says how the model thinks and which served models helper steps may
-    run on (:mod:`scaffolds.core.thinking`).
+    run on (:mod:`scaffolds.core.thinking`). ``answer_format`` is how a sample's final
+    answer is read (and so what votes): ``boxed`` (only the last ``\\boxed{}`` after the
+    thinking) or ``lenient`` (:func:`scaffolds.evaluation.answers.extract_answer`).
     The recorder is closed at the end, whatever happens. A prompt set that the
     strategy (or one nested in it) lacks is an :class:`InvalidRequestError` up front.
     """
@@ -104,6 +108,7 @@ async def run_scaffold(
         affinity_key=problem_key(problem),
         reward_model=reward_model,
         routing=routing,
+        answer_format=answer_format,
     )
     try:
         results: Sequence[Solution | BudgetExhaustedError]

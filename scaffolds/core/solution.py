@@ -34,11 +34,12 @@ class Solution:
 
     @classmethod
     def from_step(cls, step: Step, sample: int = 0) -> Solution:
-        """Sample ``sample`` of an engine call as a solution (its answer extracted)."""
+        """Sample ``sample`` of an engine call as a solution, with its answer as the run
+        read it (:attr:`Step.answers`; extracted leniently where the step has none)."""
         completion = step.completions[sample]
         return cls(
             completion.text,
-            extract_answer(completion.text),
+            step.answers[sample] if step.answers else extract_answer(completion.text),
             step_id=step.step_id,
             reasoning=completion.reasoning,
             cut_short=step.cut_short,

@@ -18,6 +18,7 @@ charged to the run's ledger.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from scaffolds.core.errors import DeadlineExceededError, EngineError
 from scaffolds.core.ledger import Ledger
@@ -35,8 +36,10 @@ async def traced_call(
     *,
     recorder: TraceRecorder,
     ledger: Ledger,
+    answer_of: Callable[[str], str | None] = extract_answer,
 ) -> GenerateResult:
     """Call ``engine`` with the step's trace events around it; account its usage.
+    ``answer_of`` reads each sample's answer for the trace (the run's answer format).
 
     A call still running at the run's deadline raises :class:`DeadlineExceededError`.
     """
@@ -56,7 +59,7 @@ async def traced_call(
         StepFinished(
             step_id,
             texts=tuple(c.text for c in completions),
-            answers=tuple(extract_answer(c.text) for c in completions),
+            answers=tuple(answer_of(c.text) for c in completions),
             finish_reasons=tuple(c.finish_reason for c in completions),
             usage=result.usage,
             reasonings=tuple(c.reasoning for c in completions),

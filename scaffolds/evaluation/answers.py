@@ -22,7 +22,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 logger = logging.getLogger(__name__)
 
@@ -156,6 +156,53 @@ def extract_answer(text: str) -> str | None:
     if final is None:
         return _anchored(text) or last
     return _anchored(final) or last or _clean(extract_boxed(reasoning) or "") or None
+
+
+AnswerFormat = Literal["boxed", "lenient"]
+"""How a sample's final answer is read: ``boxed`` takes only the last ``\\boxed{}`` of
+the part after the thinking, as every reference implementation does (a sample without
+one has no answer and casts no vote); ``lenient`` is :func:`extract_answer`."""
+
+ANSWER_FORMATS: tuple[AnswerFormat, ...] = ("boxed", "lenient")
+
+
+def boxed_answer(text: str, *, start: str = "<think>", end: str = _THINK_END) -> str | None:
+    r"""The last ``\boxed{}`` of the final part of ``text`` (after the thinking), or None.
+
+    A text whose thinking opened and never closed has no final part, so no answer;
+    a boxed answer inside the thinking does not count.
+
+    >>> boxed_answer(r"<think>\boxed{3}</think>So it is \boxed{4}, not \boxed{5}.")
+    '5'
+    >>> boxed_answer(r"<think>\boxed{3}</think>So it is 4."), boxed_answer("The answer: 7")
+    (None, None)
+    >>> boxed_answer(r"<think>almost \boxed{3}") is None
+    True
+    """
+    if end in text:
+        final = text.rsplit(end, 1)[1]
+    elif start in text:
+        return None
+    else:
+        final = text
+    return _clean(extract_boxed(final) or "") or None
+
+
+def final_answer(
+    text: str,
+    answer_format: AnswerFormat = "lenient",
+    *,
+    start: str = "<think>",
+    end: str = _THINK_END,
+) -> str | None:
+    r"""A sample's final answer as ``answer_format`` reads it (see :data:`AnswerFormat`).
+
+    >>> final_answer("so 12", "lenient"), final_answer("so 12", "boxed")
+    ('12', None)
+    """
+    if answer_format == "boxed":
+        return boxed_answer(text, start=start, end=end)
+    return extract_answer(text)
 
 
 def _answer_of(text: str) -> str | None:

@@ -46,7 +46,7 @@ MODELED_FIELDS = frozenset(
 )
 """Request fields Ponder reads itself (and sends on to every engine call it makes)."""
 
-PONDER_FIELDS = frozenset({"scaffold", "budget", "return_trace", "stream_trace"})
+PONDER_FIELDS = frozenset({"scaffold", "budget", "return_trace", "stream_trace", "answer_format"})
 """Ponder's own request fields; never sent to an engine."""
 
 
@@ -97,6 +97,11 @@ class _CommonRequest(_Open):
         description='Ponder: the scaffold spec, e.g. "gsr(n=4)" or {"name": "gsr", "n": 4}',
     )
     budget: BudgetRequest | None = Field(default=None, description="Ponder: per-request budget")
+    answer_format: Literal["boxed", "lenient"] | None = Field(
+        default=None,
+        description='Ponder: how answers are read for votes: "boxed" (the last \\boxed{} '
+        'after the thinking only) or "lenient"; default: the model\'s answer_format',
+    )
     return_trace: bool = Field(default=False, description="Ponder: add the run's trace")
     stream_trace: bool = Field(
         default=False,

@@ -70,6 +70,7 @@ def embedded_config(model: KnownModel, folder: Path, engine_url: str | None) -> 
         max_model_len=model.max_model_len,
         thinking=model.thinking_off is not None,
         thinking_off=thinking_off(model.thinking_off),
+        answer_format="lenient",  # the shipped tiny models write bare answers, never boxed
     )
 
 

@@ -32,6 +32,7 @@ from scaffolds.cli_options import Flag
 from scaffolds.core.thinking import Thinking, thinking_off
 from scaffolds.engines.dialects import check_dialect_name
 from scaffolds.engines.factory import check_engine_url
+from scaffolds.evaluation.answers import AnswerFormat
 
 __all__ = ["DialectName", "EngineURLs", "Flag", "ModelConfig", "ModelOptions", "parse_aliases"]
 
@@ -159,6 +160,10 @@ class ModelOptions(BaseModel):
     helper_model: Annotated[str | None, Flag(metavar="NAME")] = None
     """The served model that runs helper steps by default, e.g. an instruct model beside
     a thinking one (a spec's summarizer=, critic=, abstractor=, judge_model= win)."""
+    answer_format: Annotated[AnswerFormat, Flag(metavar="FORMAT")] = "boxed"
+    """How a sample's final answer is read when a request does not say: boxed (only the
+    last \\boxed{} after the thinking, as the papers' code does: a sample without one
+    casts no vote) or lenient (also "final answer is X", "#### X", the last number)."""
 
     def thinking_config(self) -> Thinking:
         """How this model thinks, for a run (:class:`scaffolds.core.thinking.Thinking`)."""

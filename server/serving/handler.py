@@ -234,6 +234,7 @@ class Serving:
                 voter=self.voter,
                 reward_model=plan.served.reward_model,
                 routing=plan.served.routing,
+                answer_format=plan.answer_format,
             )
         finally:
             recorder.close()

@@ -25,6 +25,7 @@ from typing import Any
 from scaffolds.core.context import Budget, Problem
 from scaffolds.core.errors import InvalidRequestError
 from scaffolds.engines.protocol import SamplingParams, messages_from_openai
+from scaffolds.evaluation.answers import AnswerFormat
 from scaffolds.spec.build import check_runs
 from scaffolds.strategies.base import Strategy
 from server.http.protocol import ChatCompletionRequest, CompletionRequest, Endpoint
@@ -61,6 +62,8 @@ class RunPlan:
     include_usage: bool
     return_trace: bool
     stream_trace: bool = False
+    answer_format: AnswerFormat = "boxed"
+    """How the run reads answers: the request's ``answer_format``, else the model's."""
     problems: tuple[Problem, ...] = ()
     """Every prompt's problem when a completions request holds several (``problem`` is
     the first): each is its own run, and choice ``i`` of prompt ``p`` is ``p * n + i``
@@ -131,6 +134,7 @@ def plan_run(
         include_usage=req.include_usage(),
         return_trace=req.return_trace,
         stream_trace=req.stream_trace,
+        answer_format=req.answer_format or served.config.answer_format,
         problems=problems if len(problems) > 1 else (),
     )
 
