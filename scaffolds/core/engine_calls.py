@@ -27,7 +27,6 @@ from scaffolds.core.problem import StepPrompt
 from scaffolds.core.thinking import Routing, Thinking, helper_text
 from scaffolds.core.trace import StepNote, StepStarted, TraceRecorder
 from scaffolds.core.traced_call import traced_call
-from scaffolds.evaluation.answers import AnswerFormat, final_answer
 from scaffolds.engines.protocol import (
     Completion,
     Engine,
@@ -37,6 +36,7 @@ from scaffolds.engines.protocol import (
     RewardModel,
     SamplingParams,
 )
+from scaffolds.evaluation.answers import AnswerFormat, final_answer
 from scaffolds.prompts import PromptSet
 
 __all__ = ["RunState", "Step", "StepCalls", "Voter", "derive_seed"]
