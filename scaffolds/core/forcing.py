@@ -205,8 +205,9 @@ def plan_forced(
     """The forced-answer step for a budget-cut ``completion``, or None when it already
     has an answer after its thinking (``answered``: whether a text has one as the run
     reads answers; default: any answer :func:`extract_answer` finds). Mid-thought: close
-    the thinking with the set's ``force_answer_think`` cue; otherwise the ``force_answer`` cue, in the same message
-    for a thinking model's chat, else in a user turn (or appended to a text prompt).
+    the thinking with the set's ``force_answer_think`` cue; otherwise the ``force_answer``
+    cue, in the same message for a thinking model's chat, else in a user turn (or
+    appended to a text prompt).
 
     >>> from scaffolds.prompts import common_prompts
     >>> plan = plan_forced("3+4=", Completion("<think>7", "length"), common_prompts("compact"),
