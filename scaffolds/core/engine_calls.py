@@ -137,6 +137,7 @@ class StepCalls:
         continue_final: bool = False,
         helper: bool = False,
         model: str | None = None,
+        keep_thinking: bool = False,
     ) -> Step:
         """One engine call of ``n`` samples (one request), within the budget.
 
@@ -148,7 +149,8 @@ class StepCalls:
         ``model``: the served model the step runs on (default: the run's own).
         ``helper``: a helper step (summary, feedback, abstraction, judge): it runs on
         ``model``, else the run's helper model, else its own, with that model's thinking
-        turned off, and its text is never empty (see :meth:`_usable`).
+        turned off (unless ``keep_thinking``: it thinks as that model does), and its text
+        is never empty (see :meth:`_usable`).
         Raises :class:`BudgetExhaustedError` if no budget is left to start.
         """
         state = self._state
@@ -171,7 +173,7 @@ class StepCalls:
                 changes["seed"] = derive_seed(state.params.seed, step_id)
             if final and self.final and state.params.final_extra:
                 changes["extra"] = {**state.params.extra, **state.params.final_extra}
-            if helper and thinking.off:
+            if helper and thinking.off and not keep_thinking:
                 changes["extra"] = {**state.params.extra, **thinking.off}
             request = GenerateRequest(
                 source.prompt,

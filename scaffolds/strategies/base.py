@@ -89,6 +89,13 @@ class Strategy(BaseModel):
             )
         return common_prompts(name).merged(*(() if part is None else (part,)))
 
+    def needed_templates(self) -> frozenset[str]:
+        """The templates of its own that this strategy renders as configured (not those
+        of strategies nested in it): by default every one it defines. A prompt file that
+        sets one of them must set them all (:mod:`scaffolds.spec.prompt_files`)."""
+        own = type(self).prompt_sets
+        return frozenset(own[0].templates) if own else frozenset()
+
     def check_prompt_set(self, name: str) -> None:
         """Raise unless this strategy and every one nested in it support set ``name``."""
         type(self).prompts_for(name)

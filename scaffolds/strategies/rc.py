@@ -1,20 +1,29 @@
 """``rc(steps, reasoning_tokens, summary_tokens)``: Reasoning Cache (arXiv 2602.03773).
 
-Each sample loops: reason (at most ``reasoning_tokens``) from the problem and the
-current summary, then summarize (at most ``summary_tokens``) the problem, the previous
-summary and the latest chunk, and reason again from the new summary; ``steps``
-reasoning chunks in all; the answer is the last chunk's. Each sample advances on its
-own (unlike the paper's lock-step loop); the first chunks of k samples go to the engine
-as ONE request with ``n=k``. An inner ``solver`` (if given) writes the first attempt.
+Each sample loops: reason (at most ``reasoning_tokens``; None: no cap of its own, as
+QED-Nano, bounded by the context) from the problem and the current summary, then
+summarize (at most ``summary_tokens``) the problem, the previous summary and the latest
+chunk, and reason again from the new summary; ``steps`` reasoning chunks in all; the
+answer is the last chunk's. Each sample advances on its own (unlike the paper's
+lock-step loop); the first chunks of k samples go to the engine as ONE request with
+``n=k``. An inner ``solver`` (if given) writes the first attempt.
+
+``template="pair"`` reasons from a start template, then from a continue template that
+carries the summary; ``template="one"`` uses one template (``rc_reasoning``) for every
+step, its summary section empty on step 1, as the reference code lays it out.
+``summarizer_thinking="off"`` writes summaries with the summarizer's thinking off;
+``"same"`` lets it think as it does when reasoning (the reference's setting).
 
 >>> RC(steps=3).max_calls()
 5
+>>> str(RC(template="one", summarizer_thinking="same", reasoning_tokens=None))
+'rc(reasoning_tokens=null, template="one", summarizer_thinking="same")'
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -61,11 +70,24 @@ SUMMARY_TEMPLATE = Template(
     "the latest attempt or the existing summary; do not work anything out anew.",
 )
 
+REASONING_TEMPLATE = Template(
+    "rc_reasoning",
+    "### Problem\n$problem\n\n"
+    "### Summary of an earlier attempt\n$summary\n\n"
+    "### Instructions\n"
+    "If the summary section above is empty, solve the problem from the start. Otherwise "
+    "it describes earlier work on this problem, which may contain mistakes: improve on "
+    "it (check its steps, confirm a correct result by another argument, repair what is "
+    "wrong or try another approach, carry on where it stopped). Reason step by step, and "
+    "end with your final answer within \\boxed{}.",
+)
+
 NO_SUMMARY_TEMPLATE = "(none: this is the first attempt)"
 
 COMPACT_REASONING_START_TEMPLATE = Template("rc_reasoning_start", "$problem")
 COMPACT_REASONING_CONTINUE_TEMPLATE = Template("rc_reasoning_continue", "$problem|$summary>")
 COMPACT_SUMMARY_TEMPLATE = Template("rc_summary", "$problem|$summary|$attempt#")
+COMPACT_REASONING_TEMPLATE = Template("rc_reasoning", "$problem|$summary>")
 COMPACT_NO_SUMMARY_TEMPLATE = ""
 
 PROMPT_SETS = (
@@ -74,6 +96,7 @@ PROMPT_SETS = (
         REASONING_START_TEMPLATE,
         REASONING_CONTINUE_TEMPLATE,
         SUMMARY_TEMPLATE,
+        REASONING_TEMPLATE,
         rc_no_summary=NO_SUMMARY_TEMPLATE,
     ),
     PromptSet.of(
@@ -81,6 +104,7 @@ PROMPT_SETS = (
         COMPACT_REASONING_START_TEMPLATE,
         COMPACT_REASONING_CONTINUE_TEMPLATE,
         COMPACT_SUMMARY_TEMPLATE,
+        COMPACT_REASONING_TEMPLATE,
         rc_no_summary=COMPACT_NO_SUMMARY_TEMPLATE,
     ),
 )
@@ -89,8 +113,14 @@ PROMPT_SETS = (
 def reasoning_prompt(
     ctx: Context, problem: Problem, state: Mapping[str, Any], /, parent: Parent = (None, None)
 ) -> StepPrompt:
-    """Problem (+ ``state["summary"]``, if any) -> a reasoning chunk's prompt."""
+    """Problem (+ ``state["summary"]``, if any) -> a reasoning chunk's prompt; with
+    ``state["template"] == "one"``, ``rc_reasoning`` (its summary empty on step 1)."""
     templates = ctx.templates(RC)
+    if state.get("template") == "one":
+        summary = state.get("summary", "")
+        return ctx.render(
+            templates.template("rc_reasoning"), problem, parent=parent, summary=summary
+        )
     if "summary" not in state:
         return ctx.render(templates.template("rc_reasoning_start"), problem, parent=parent)
     template = templates.template("rc_reasoning_continue")
@@ -141,8 +171,10 @@ def _summary_row(step: TracedStep, sample: int, inputs: RowInputs) -> dict[str, 
     return {"correct": correct}
 
 
+_PAIR = ("rc_reasoning_start", "rc_reasoning_continue")
+
 REASONING = StepBuilder(
-    "rc_reasoning", "reasoning", ("rc_reasoning_start", "rc_reasoning_continue"),
+    "rc_reasoning", "reasoning", ("rc_reasoning_start", "rc_reasoning_continue", "rc_reasoning"),
     reasoning_prompt, ("summary",), _first_summary, "rc_continue", _reasoning_row,
 )  # fmt: skip
 SUMMARY = StepBuilder(
@@ -161,12 +193,28 @@ class RC(Strategy):
     helper_models: ClassVar[tuple[str, ...]] = ("summarizer",)
 
     steps: int = Field(default=4, ge=1, le=64)
-    reasoning_tokens: int = Field(default=16384, ge=1)
+    reasoning_tokens: int | None = Field(default=16384, ge=1)
+    """Each reasoning chunk's cap; None: none of its own (bounded by the context)."""
     summary_tokens: int = Field(default=2048, ge=1)
     solver: Strategy | None = None
     summarizer: str | None = None
     """The served model that writes the summaries (default: the model's helper model,
     else the model itself, with its thinking turned off)."""
+    template: Literal["pair", "one"] = "pair"
+    """``pair``: a start template, then a continue template with the summary; ``one``:
+    one template for every step, its summary section empty on step 1 (the reference's)."""
+    summarizer_thinking: Literal["off", "same"] = "off"
+    """``off``: summaries are written with the summarizer's thinking turned off;
+    ``same``: with the thinking it reasons with (the reference's setting)."""
+
+    def needed_templates(self) -> frozenset[str]:
+        reasoning = ("rc_reasoning",) if self.template == "one" else _PAIR
+        return frozenset((*reasoning, "rc_summary"))
+
+    def _state(self, summary: str | None = None) -> dict[str, str]:
+        """The reasoning builder's state: the summary (if any) and the template layout."""
+        state = {} if summary is None else {"summary": summary}
+        return {**state, "template": "one"} if self.template == "one" else state
 
     async def solve_many(
         self, problem: Problem, ctx: Context, k: int, label: str = "sample"
@@ -175,7 +223,8 @@ class RC(Strategy):
             first = await self.solver.solve_many(problem, ctx.child("first attempt"), k)
         else:
             step = await REASONING.generate(
-                ctx, problem, {}, label="reasoning 1", n=k, max_tokens=self.reasoning_tokens,
+                ctx, problem, self._state(), label="reasoning 1", n=k,
+                max_tokens=self.reasoning_tokens,
                 final=self.steps == 1, force_answer=True,
             )  # fmt: skip
             first = [Solution.from_step(step, i) for i in range(len(step.completions))]
@@ -190,16 +239,17 @@ class RC(Strategy):
         return keep_finished(results)
 
     async def _continue(self, problem: Problem, ctx: Context, attempt: Solution) -> Solution:
-        state: dict[str, str] = {}
+        summary: dict[str, str] = {}
         for turn in range(2, self.steps + 1):
             try:
                 thought = ctx.thought(attempt.text, attempt.reasoning)
                 made = await SUMMARY.generate(
-                    ctx, problem, {**state, "attempt": thought}, attempt.source,
+                    ctx, problem, {**summary, "attempt": thought}, attempt.source,
                     label=f"summary {turn - 1}", max_tokens=self.summary_tokens, helper=True,
-                    model=self.summarizer,
+                    model=self.summarizer, keep_thinking=self.summarizer_thinking == "same",
                 )  # fmt: skip
-                state = {"summary": made.first.text}
+                summary = {"summary": made.first.text}
+                state = self._state(made.first.text)
                 step = await REASONING.generate(
                     ctx, problem, state, (made.step_id, 0), label=f"reasoning {turn}",
                     max_tokens=self.reasoning_tokens, final=turn == self.steps, force_answer=True,
