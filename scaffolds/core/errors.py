@@ -49,6 +49,14 @@ class FanOutError(SpecError):
     code = "fan_out_exceeded"
 
 
+class PromptFileError(InvalidRequestError):
+    """A prompt file (a served model's own wording) is unreadable or does not fit the
+    scaffolds it serves: the message names the file, the template and the placeholder.
+    Found when ``ponder serve`` starts (it does not), or as a 400 for a request's spec."""
+
+    code = "prompt_file_error"
+
+
 class UnsupportedError(InvalidRequestError):
     """What was asked is valid but cannot be done here: a strategy needs something the
     engine does not give (deepconf without token logprobs), or a mode not built yet."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -94,6 +95,9 @@ DialectName = Annotated[str, AfterValidator(check_dialect_name)]
 
 Aliases = Annotated[dict[str, str], BeforeValidator(parse_aliases), NoDecode]
 
+PromptFiles = Annotated[tuple[Path, ...], BeforeValidator(split_list), NoDecode]
+"""Prompt files (:mod:`scaffolds.prompts.files`) from a list or a comma-separated string."""
+
 ThinkingOff = Annotated[dict[str, Any], BeforeValidator(thinking_off), NoDecode]
 """A :data:`scaffolds.core.thinking.THINKING_OFF` preset name or a JSON object of request fields."""
 
@@ -123,6 +127,10 @@ class ModelOptions(BaseModel):
     """The engines' own API key (never a client's)."""
     prompts: Annotated[PromptSetName, Flag(metavar="SET")] = "default"
     """Prompt set the model was trained with: default or compact."""
+    prompt_files: Annotated[PromptFiles, Flag("--prompt-file", "PATH", repeat=True)] = ()
+    """YAML or TOML file of templates (and fixed texts) put in place of Ponder's own
+    wording, e.g. a paper's prompts for a model trained on them; checked at start;
+    repeatable, later files win (env: comma-separated)."""
     default_scaffold: Annotated[str, Flag(metavar="SPEC")] = "single"
     """Scaffold when a request names none."""
     aliases: Annotated[Aliases, Flag("--alias", "NAME=SPEC", repeat=True)] = Field(

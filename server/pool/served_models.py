@@ -24,7 +24,10 @@ from scaffolds.core.errors import FanOutError, InvalidRequestError, NotFoundErro
 from scaffolds.core.thinking import HelperModel, Routing
 from scaffolds.engines.protocol import Engine
 from scaffolds.engines.reward import HTTPRewardModel
+from scaffolds.prompts import PromptSet
+from scaffolds.prompts.files import PromptFile, load_prompt_file
 from scaffolds.spec.build import SpecLimits, build_strategy, spec_string
+from scaffolds.spec.prompt_files import check_scaffold_templates, prompt_set_with_files
 from scaffolds.spec.registry import Registry, default_registry
 from scaffolds.strategies.base import Strategy
 from server.http.metrics import Metrics
@@ -53,6 +56,17 @@ class ServedModel:
     reward_model: HTTPRewardModel | None = None
     routing: Routing = field(default_factory=Routing)
     """How the model thinks, and the served models its helper steps may run on."""
+    prompts: PromptSet | None = None
+    """Its runs' prompt set: its set's shared templates with its prompt files put in
+    place (None: the set named by ``config.prompts``, as it ships)."""
+    prompt_files: tuple[PromptFile, ...] = ()
+    """Its prompt files, loaded and checked (a request's spec is checked against them)."""
+
+    def check_prompts(self, strategy: Strategy, where: str) -> None:
+        """``strategy`` runs with this model's prompt set and files; else a 400 naming
+        ``where`` (the set it lacks, or a template a prompt file leaves out)."""
+        strategy.check_prompt_set(self.config.prompts)
+        check_scaffold_templates(self.prompt_files, strategy, where)
 
 
 def spec_error(exc: SpecError, where: str) -> SpecError:
@@ -104,15 +118,22 @@ class ServedModels:
                     aliases[alias] = build_strategy(spec, registry, limits)
                 except SpecError as exc:
                     raise spec_error(exc, f"aliases.{alias}") from None
+            files = tuple(load_prompt_file(path) for path in config.prompt_files)
+            prompts = prompt_set_with_files(config.prompts, files, registry) if files else None
             for strategy in (default, *aliases.values()):
                 strategy.check_prompt_set(config.prompts)
+            check_scaffold_templates(files, default, f"models.{config.name}.default_scaffold")
+            for alias, strategy in aliases.items():
+                check_scaffold_templates(files, strategy, f"aliases.{alias}")
             reward = (
                 HTTPRewardModel(config.reward_url, config.reward_model or config.name)
                 if config.reward_url
                 else None
             )
             engine = MeteredEngine(inner, metrics, config.name)
-            models[config.name] = ServedModel(config, engine, default, aliases, reward)
+            models[config.name] = ServedModel(
+                config, engine, default, aliases, reward, prompts=prompts, prompt_files=files
+            )
         helpers = {
             name: HelperModel(m.engine, m.config.thinking_config()) for name, m in models.items()
         }

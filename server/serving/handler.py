@@ -228,7 +228,7 @@ class Serving:
                 n=plan.n,
                 budget=plan.budget,
                 params=plan.params,
-                prompts=plan.served.config.prompts,
+                prompts=plan.served.prompts or plan.served.config.prompts,
                 chat=plan.endpoint == "chat",
                 recorder=recorder,
                 voter=self.voter,
