@@ -2,14 +2,21 @@
 
 Sample m short abstractions (general hints with none of the problem's own numbers) in
 one engine request, solve n times conditioned on each (the solver sees the note as a
-cheat sheet, then the problem), and vote over all m x n answers.
+cheat sheet, then the problem), and vote over all m x n answers. With
+``notes_per_call=p`` each sample of that request writes p notes at once (headed
+``### Note 1``, ``### Note 2``...), so the request asks for ceil(m / p) samples; the
+note budget ``abstraction_tokens`` defaults to 1024 tokens per note asked.
 
 >>> Abstraction(m=4, n=2).max_calls()
 5
+>>> split_notes("### Note 1\\nCarry the ten.\\n### Note 2: Check\\nAdd back.", "### Note")
+['Carry the ten.', 'Check\\nAdd back.']
 """
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -36,6 +43,18 @@ PROPOSE_TEMPLATE = Template(
     "of this problem's own numbers or objects. Keep the note under 150 words.",
 )
 
+PROPOSE_MANY_TEMPLATE = Template(
+    "abstraction_propose_many",
+    "### Problem\n$problem\n\n"
+    "### Instructions\n"
+    "Do not solve this problem. Write $count different short notes that would help "
+    "someone solve problems of this kind: each names a useful technique, fact or common "
+    "pitfall, describes it in general terms, and illustrates it with a small example of "
+    "your own. Use none of this problem's own numbers or objects. Start each note on a "
+    "line of its own that reads `### Note 1`, `### Note 2` and so on, and keep each "
+    "under 150 words.",
+)
+
 SOLVE_TEMPLATE = Template(
     "abstraction_solve",
     "### Cheat sheet\n$abstraction\n\n"
@@ -47,18 +66,41 @@ SOLVE_TEMPLATE = Template(
 
 COMPACT_PROPOSE_TEMPLATE = Template("abstraction_propose", "$problem@")
 COMPACT_SOLVE_TEMPLATE = Template("abstraction_solve", "$abstraction;$problem")
+COMPACT_PROPOSE_MANY_TEMPLATE = Template("abstraction_propose_many", "$problem@$count")
 
 PROMPT_SETS = (
-    PromptSet.of("default", PROPOSE_TEMPLATE, SOLVE_TEMPLATE),
-    PromptSet.of("compact", COMPACT_PROPOSE_TEMPLATE, COMPACT_SOLVE_TEMPLATE),
-)
+    PromptSet.of(
+        "default", PROPOSE_TEMPLATE, SOLVE_TEMPLATE, PROPOSE_MANY_TEMPLATE,
+        abstraction_note_heading="### Note",
+    ),
+    PromptSet.of(
+        "compact", COMPACT_PROPOSE_TEMPLATE, COMPACT_SOLVE_TEMPLATE, COMPACT_PROPOSE_MANY_TEMPLATE,
+        abstraction_note_heading="#",
+    ),
+)  # fmt: skip
+
+TOKENS_PER_NOTE = 1024
+"""The note budget per note asked, when ``abstraction_tokens`` is not set."""
+
+
+def split_notes(text: str, heading: str) -> list[str]:
+    """The notes of a text that wrote several, each begun by a line starting with
+    ``heading`` (its number and a colon dropped); the whole text if it has no heading."""
+    pattern = rf"(?m)^[ \t]*{re.escape(heading)}[ \t]*\d*[ \t]*[:.]?[ \t]*"
+    notes = [part.strip() for part in re.split(pattern, text)[1:] if part.strip()]
+    return notes or ([text.strip()] if text.strip() else [])
 
 
 def propose_prompt(
     ctx: Context, problem: Problem, state: Mapping[str, Any], /, parent: Parent = (None, None)
 ) -> StepPrompt:
-    """Problem -> the prompt asking for abstractions (notes)."""
-    return ctx.render(ctx.templates(Abstraction).template("abstraction_propose"), problem)
+    """Problem -> the prompt asking for an abstraction (a note); with ``state["count"]``,
+    for that many notes at once."""
+    templates = ctx.templates(Abstraction)
+    if "count" in state:
+        template = templates.template("abstraction_propose_many")
+        return ctx.render(template, problem, count=str(state["count"]))
+    return ctx.render(templates.template("abstraction_propose"), problem)
 
 
 def conditioned(ctx: Context, problem: Problem, note: str, parent: Parent) -> Problem:
@@ -107,7 +149,8 @@ def _reads_a_note(step: TracedStep, inputs: RowInputs) -> bool:
 
 
 PROPOSE = StepBuilder(
-    "abstraction_propose", "abstraction", ("abstraction_propose",), propose_prompt,
+    "abstraction_propose", "abstraction", ("abstraction_propose", "abstraction_propose_many"),
+    propose_prompt,
     rows=_note_row,
 )  # fmt: skip
 SOLVE = StepBuilder(
@@ -125,35 +168,50 @@ class Abstraction(Strategy):
 
     m: int = Field(default=4, ge=1, le=64)
     n: int = Field(default=2, ge=1, le=64)
-    abstraction_tokens: int = Field(default=512, ge=1)
+    abstraction_tokens: int | None = Field(default=None, ge=1)
+    """Each abstraction call's cap (default: 1024 tokens per note it asks for)."""
+    notes_per_call: int = Field(default=1, ge=1, le=64)
+    """Notes each abstraction sample writes at once (one request of ceil(m / this))."""
     solver: Strategy = Single()
     abstractor: str | None = None
     """The served model that writes the abstractions (default: the model's helper
     model, else the model itself, with its thinking turned off)."""
 
+    def needed_templates(self) -> frozenset[str]:
+        many = self.notes_per_call > 1
+        return frozenset(("abstraction_propose_many" if many else "abstraction_propose",
+                          "abstraction_solve"))  # fmt: skip
+
+    async def _notes(self, problem: Problem, ctx: Context) -> list[tuple[str, tuple[str, int]]]:
+        """The m notes, each with the (step id, sample) that wrote it."""
+        per_call = self.notes_per_call
+        made = await PROPOSE.generate(
+            ctx, problem, {"count": per_call} if per_call > 1 else {},
+            label=f"{self.m} abstractions", n=math.ceil(self.m / per_call), helper=True,
+            model=self.abstractor, max_tokens=self.abstraction_tokens or TOKENS_PER_NOTE * per_call,
+        )  # fmt: skip
+        heading = ctx.templates(Abstraction).text("abstraction_note_heading")
+        notes = [
+            (note, (made.step_id, i))
+            for i, sample in enumerate(made.completions)
+            for note in (split_notes(sample.text, heading) if per_call > 1 else [sample.text])
+        ]
+        if len(notes) < self.m:
+            ctx.note("abstraction_notes", {"asked": self.m, "written": len(notes)},
+                     step_id=made.step_id)  # fmt: skip
+        return notes[: self.m]
+
     async def solve(self, problem: Problem, ctx: Context) -> Solution:
-        notes = await PROPOSE.generate(
-            ctx,
-            problem,
-            {},
-            label=f"{self.m} abstractions",
-            n=self.m,
-            max_tokens=self.abstraction_tokens,
-            helper=True,
-            model=self.abstractor,
-        )
-        sources = [(notes.step_id, i) for i in range(len(notes.completions))]
+        notes = await self._notes(problem, ctx)
         batches = await gather_within_budget(
             *(
                 self.solver.solve_many(
-                    conditioned(ctx, problem, note.text, source),
+                    conditioned(ctx, problem, note, source),
                     ctx.child(f"abstraction {i}", parent=source),
                     self.n,
                     label="solution",
                 )
-                for i, (note, source) in enumerate(
-                    zip(notes.completions, sources, strict=True), start=1
-                )
+                for i, (note, source) in enumerate(notes, start=1)
             )
         )
         solutions = [
@@ -161,10 +219,11 @@ class Abstraction(Strategy):
         ]
         if not solutions:
             raise next(b for b in batches if isinstance(b, BudgetExhaustedError))
-        return await pick_by_vote(solutions, ctx, expected=self.m * self.n)
+        return await pick_by_vote(solutions, ctx, expected=len(notes) * self.n)
 
     def max_calls(self) -> int:
         return 1 + self.m * self.solver.max_calls_many(self.n)
 
     def max_samples(self) -> int:
-        return self.m + self.m * self.solver.max_samples_many(self.n)
+        calls = math.ceil(self.m / self.notes_per_call)
+        return calls + self.m * self.solver.max_samples_many(self.n)

@@ -3,9 +3,13 @@
 Generate with the inner solver; ask for step-by-step feedback; stop when the feedback
 says the solution is correct, otherwise rewrite it with the feedback; at most
 ``max_rounds`` rounds. A budget cut returns the latest solution, marked cut short.
+``history=true`` keeps every earlier (solution, feedback) pair in the feedback and
+refine prompts from round 2 on, as the reference code's growing prompt does.
 
 >>> SelfRefine(max_rounds=2).max_calls()
 5
+>>> str(SelfRefine(max_rounds=4, history=True))
+'self_refine(max_rounds=4, history=true)'
 """
 
 from __future__ import annotations
@@ -45,10 +49,38 @@ REFINE_TEMPLATE = Template(
     "Reason step by step, and end with your final answer within \\boxed{}.",
 )
 
+HISTORY_SECTION = "### Earlier attempts and the feedback on each\n$history\n\n"
+
+FEEDBACK_HISTORY_TEMPLATE = Template(
+    "self_refine_feedback_history",
+    FEEDBACK_TEMPLATE.text.replace(
+        "### Proposed solution", HISTORY_SECTION + "### Proposed solution"
+    ),
+)
+
+REFINE_HISTORY_TEMPLATE = Template(
+    "self_refine_refine_history",
+    REFINE_TEMPLATE.text.replace(
+        "### Previous solution", HISTORY_SECTION + "### Previous solution"
+    ),
+)
+
+ROUND_TEMPLATE = Template(
+    "self_refine_round",
+    "#### Attempt $index\n$solution\n\n#### Feedback on attempt $index\n$feedback",
+)
+
 CORRECT_MARKER_TEMPLATE = "VERDICT: CORRECT"
 
 COMPACT_FEEDBACK_TEMPLATE = Template("self_refine_feedback", "$problem$solution?")
 COMPACT_REFINE_TEMPLATE = Template("self_refine_refine", "$problem$solution?$feedback>")
+COMPACT_FEEDBACK_HISTORY_TEMPLATE = Template(
+    "self_refine_feedback_history", "$history;$problem$solution?"
+)
+COMPACT_REFINE_HISTORY_TEMPLATE = Template(
+    "self_refine_refine_history", "$history;$problem$solution?$feedback>"
+)
+COMPACT_ROUND_TEMPLATE = Template("self_refine_round", "$solution?$feedback")
 COMPACT_CORRECT_MARKER_TEMPLATE = "ok"
 
 PROMPT_SETS = (
@@ -56,13 +88,21 @@ PROMPT_SETS = (
         "default",
         FEEDBACK_TEMPLATE,
         REFINE_TEMPLATE,
+        FEEDBACK_HISTORY_TEMPLATE,
+        REFINE_HISTORY_TEMPLATE,
+        ROUND_TEMPLATE,
         self_refine_correct_marker=CORRECT_MARKER_TEMPLATE,
+        self_refine_round_separator="\n\n",
     ),
     PromptSet.of(
         "compact",
         COMPACT_FEEDBACK_TEMPLATE,
         COMPACT_REFINE_TEMPLATE,
+        COMPACT_FEEDBACK_HISTORY_TEMPLATE,
+        COMPACT_REFINE_HISTORY_TEMPLATE,
+        COMPACT_ROUND_TEMPLATE,
         self_refine_correct_marker=COMPACT_CORRECT_MARKER_TEMPLATE,
+        self_refine_round_separator=";",
     ),
 )
 
@@ -70,18 +110,44 @@ PROMPT_SETS = (
 def feedback_prompt(
     ctx: Context, problem: Problem, state: Mapping[str, Any], /, parent: Parent = (None, None)
 ) -> StepPrompt:
-    """Problem + ``state["solution"]`` -> the feedback step's prompt."""
-    template = ctx.templates(SelfRefine).template("self_refine_feedback")
-    return ctx.render(template, problem, parent=parent, solution=state["solution"])
+    """Problem + ``state["solution"]`` (+ ``state["history"]``: earlier (solution,
+    feedback) pairs) -> the feedback step's prompt."""
+    return _render(ctx, "self_refine_feedback", problem, state, parent, solution=state["solution"])
 
 
 def refine_prompt(
     ctx: Context, problem: Problem, state: Mapping[str, Any], /, parent: Parent = (None, None)
 ) -> StepPrompt:
-    """Problem + ``state["solution"]`` + ``state["feedback"]`` -> the refine step's prompt."""
-    template = ctx.templates(SelfRefine).template("self_refine_refine")
+    """Problem + ``state["solution"]`` + ``state["feedback"]`` (+ ``state["history"]``)
+    -> the refine step's prompt."""
     solution, feedback = state["solution"], state["feedback"]
-    return ctx.render(template, problem, parent=parent, solution=solution, feedback=feedback)
+    return _render(
+        ctx, "self_refine_refine", problem, state, parent, solution=solution, feedback=feedback
+    )
+
+
+def _render(
+    ctx: Context,
+    name: str,
+    problem: Problem,
+    state: Mapping[str, Any],
+    parent: Parent,
+    **fields: str,
+) -> StepPrompt:
+    """Template ``name``, or its ``_history`` form carrying the earlier rounds if any."""
+    templates = ctx.templates(SelfRefine)
+    rounds: list[tuple[str, str]] = list(state.get("history") or ())
+    if not rounds:
+        return ctx.render(templates.template(name), problem, parent=parent, **fields)
+    one = templates.template("self_refine_round")
+    history = templates.text("self_refine_round_separator").join(
+        one.render(index=str(i), solution=s, feedback=f) for i, (s, f) in enumerate(rounds, 1)
+    )
+    values = {"history": [list(pair) for pair in rounds]}
+    return ctx.render(
+        templates.template(f"{name}_history"), problem, values=values, parent=parent,
+        history=history, **fields,
+    )  # fmt: skip
 
 
 async def _solution_and_feedback(
@@ -115,11 +181,13 @@ def _refine_row(step: TracedStep, sample: int, inputs: RowInputs) -> dict[str, A
 
 
 FEEDBACK = StepBuilder(
-    "self_refine_feedback", "feedback", ("self_refine_feedback",), feedback_prompt, ("solution",),
+    "self_refine_feedback", "feedback", ("self_refine_feedback", "self_refine_feedback_history"),
+    feedback_prompt, ("solution",),
     rows=_feedback_row,
 )  # fmt: skip
 REFINE = StepBuilder(
-    "self_refine_refine", "refine", ("self_refine_refine",), refine_prompt,
+    "self_refine_refine", "refine", ("self_refine_refine", "self_refine_refine_history"),
+    refine_prompt,
     ("solution", "feedback"), _solution_and_feedback, "self_refine_refine", _refine_row,
 )  # fmt: skip
 
@@ -136,13 +204,24 @@ class SelfRefine(Strategy):
     critic: str | None = None
     """The served model that writes the feedback (default: the model's helper model,
     else the model itself, with its thinking turned off)."""
+    history: bool = False
+    """Keep every earlier (solution, feedback) pair in the prompts (the reference's)."""
+
+    def needed_templates(self) -> frozenset[str]:
+        plain = frozenset(("self_refine_feedback", "self_refine_refine"))
+        if not self.history:
+            return plain
+        return plain | {f"{name}_history" for name in plain} | {"self_refine_round"}
 
     async def solve(self, problem: Problem, ctx: Context) -> Solution:
         current = await self.solver.solve(problem, ctx.child("initial solution"))
         marker = ctx.templates(SelfRefine).text("self_refine_correct_marker")
+        rounds: list[tuple[str, str]] = []
         for round_no in range(1, self.max_rounds + 1):
             try:
-                state = {"solution": ctx.shown(current.text)}
+                state: dict[str, Any] = {"solution": ctx.shown(current.text)}
+                if self.history:
+                    state["history"] = tuple(rounds)
                 feedback = await FEEDBACK.generate(
                     ctx,
                     problem,
@@ -156,6 +235,7 @@ class SelfRefine(Strategy):
                 if says_correct(verdict, marker):
                     return current
                 state["feedback"] = verdict
+                rounds.append((state["solution"], verdict))
                 step = await REFINE.generate(
                     ctx,
                     problem,

@@ -156,3 +156,109 @@ def test_rc_options_parse_round_trip_and_name_the_bad_field() -> None:
         with pytest.raises(SpecError) as err:
             build_strategy(bad)
         assert err.value.param == field
+
+
+# -- Self-Refine with history (madaan/self-refine src/gsm/: the prompt keeps every round) --
+
+S0, S1, S2 = "first \\boxed{41}", "second \\boxed{40}", "third \\boxed{42}"
+F1, F2 = "Step 2 is wrong.\nVERDICT: INCORRECT", "Step 3 is wrong.\nVERDICT: INCORRECT"
+
+
+def refine_reply(request: GenerateRequest) -> str:
+    text = request.prompt_text()
+    if "### Proposed solution" in text:  # feedback on the solution after that header
+        proposed = text.split("### Proposed solution\n", 1)[1]
+        return {S0: F1, S1: F2}.get(proposed.split("\n\n###", 1)[0], "VERDICT: CORRECT")
+    if "### Previous solution" in text:
+        return S1 if f"### Previous solution\n{S0}" in text else S2
+    return S0
+
+
+@pytest.mark.parametrize("history", [False, True])
+async def test_self_refine_history_keeps_every_earlier_round(history: bool) -> None:
+    engine = MockEngine(refine_reply)
+    strategy = build_strategy(f"self_refine(max_rounds=4, history={str(history).lower()})")
+    result = await run_scaffold(strategy, PROBLEM, engine)
+    # solve, feedback 1, refine 1, feedback 2, refine 2, feedback 3 (correct): 6 calls.
+    prompts = [r.prompt_text() for r in engine.requests]
+    assert len(prompts) == 6 and all(r.params.n == 1 for r in engine.requests)
+    assert result.solutions[0].answer == "42"
+    round_1 = f"#### Attempt 1\n{S0}\n\n#### Feedback on attempt 1\n{F1}"
+    round_2 = f"#### Attempt 2\n{S1}\n\n#### Feedback on attempt 2\n{F2}"
+    earlier = "### Earlier attempts and the feedback on each\n"
+    if not history:
+        assert not any(earlier in p for p in prompts)
+        return
+    # Round 1 has no earlier round; feedback 2 and refine 2 carry round 1; feedback 3
+    # carries rounds 1 and 2, then the solution it checks.
+    assert not any(earlier in p for p in prompts[:3])
+    assert f"{earlier}{round_1}\n\n### Proposed solution\n{S1}\n" in prompts[3]
+    assert (
+        f"{earlier}{round_1}\n\n### Previous solution\n{S1}\n\n### Feedback on it\n{F2}"
+        in (prompts[4])
+    )
+    assert f"{earlier}{round_1}\n\n{round_2}\n\n### Proposed solution\n{S2}\n" in prompts[5]
+
+
+# -- RLAD: several notes in one abstraction call (no official code: the paper's setup) --
+
+NOTE_SAMPLES = [
+    "### Note 1\nAlpha hint.\n### Note 2: Beta\nBeta hint.",
+    "### Note 1\nGamma hint.\n\n### Note 2\nDelta hint.",
+    "### Note 1\nEpsilon hint.\n### Note 2\nZeta hint.",
+]
+ANSWER_BY_NOTE = {"Alpha hint.": 7, "Beta\nBeta hint.": 7, "Gamma hint.": 8,
+                  "Delta hint.": 8, "Epsilon hint.": 8, "Zeta hint.": 9}  # fmt: skip
+
+
+def notes_reply(request: GenerateRequest) -> str | list[str]:
+    text = request.prompt_text()
+    if "Do not solve this problem" in text:
+        return NOTE_SAMPLES
+    note = text.split("### Cheat sheet\n", 1)[1].split("\n\n### Problem", 1)[0]
+    return f"so \\boxed{{{ANSWER_BY_NOTE[note]}}}"
+
+
+async def test_abstraction_asks_for_several_notes_per_call() -> None:
+    engine = MockEngine(notes_reply)
+    strategy = build_strategy("abstraction(m=5, n=1, notes_per_call=2)")
+    result = await run_scaffold(strategy, PROBLEM, engine)
+    first, *solves = engine.requests
+    # ceil(5 / 2) = 3 samples of 2 notes each in one request, 1024 tokens per note asked;
+    # the sixth note (Zeta) is one too many.
+    assert (first.params.n, first.params.max_tokens) == (3, 2048)
+    assert "Write 2 different short notes" in first.prompt_text()
+    cheat_sheets = sorted(r.prompt_text().split("\n\n### Problem")[0] for r in solves)
+    assert cheat_sheets == sorted(f"### Cheat sheet\n{note}" for note in list(ANSWER_BY_NOTE)[:5])
+    assert all(r.params.n == 1 for r in solves)
+    # Votes 7, 7, 8, 8, 8: 8 wins.
+    assert result.solutions[0].answer == "8"
+    assert not result.cut_short
+
+
+async def test_abstraction_notes_budget_defaults_to_1024_per_note() -> None:
+    engine = MockEngine(lambda r: "a note \\boxed{1}")
+    await run_scaffold(build_strategy("abstraction(m=2, n=1)"), PROBLEM, engine)
+    assert (engine.requests[0].params.n, engine.requests[0].params.max_tokens) == (2, 1024)
+    assert "Write one short note" in engine.requests[0].prompt_text()
+
+
+@pytest.mark.parametrize(("spec", "field"), [
+    ("self_refine(history=3)", "history"),
+    ("abstraction(notes_per_call=0)", "notes_per_call"),
+    ("abstraction(abstraction_tokens=0)", "abstraction_tokens"),
+])  # fmt: skip
+def test_new_options_name_the_bad_field(spec: str, field: str) -> None:
+    with pytest.raises(SpecError) as err:
+        build_strategy(spec)
+    assert err.value.param == field
+
+
+@pytest.mark.parametrize("spec", [
+    "self_refine(max_rounds=4, history=true)",
+    "abstraction(m=5, abstraction_tokens=4096, notes_per_call=4)",
+])  # fmt: skip
+def test_new_options_round_trip(spec: str) -> None:
+    strategy = build_strategy(spec)
+    assert str(strategy) == spec
+    assert build_strategy(strategy.to_spec()) == strategy
