@@ -98,6 +98,7 @@ PROMPT_SETS = (
         SUMMARY_TEMPLATE,
         REASONING_TEMPLATE,
         rc_no_summary=NO_SUMMARY_TEMPLATE,
+        rc_first_summary="",
     ),
     PromptSet.of(
         "compact",
@@ -106,6 +107,7 @@ PROMPT_SETS = (
         COMPACT_SUMMARY_TEMPLATE,
         COMPACT_REASONING_TEMPLATE,
         rc_no_summary=COMPACT_NO_SUMMARY_TEMPLATE,
+        rc_first_summary="",
     ),
 )
 
@@ -114,10 +116,11 @@ def reasoning_prompt(
     ctx: Context, problem: Problem, state: Mapping[str, Any], /, parent: Parent = (None, None)
 ) -> StepPrompt:
     """Problem (+ ``state["summary"]``, if any) -> a reasoning chunk's prompt; with
-    ``state["template"] == "one"``, ``rc_reasoning`` (its summary empty on step 1)."""
+    ``state["template"] == "one"``, ``rc_reasoning``, whose summary on step 1 is the
+    set's ``rc_first_summary`` text (empty, as the reference's)."""
     templates = ctx.templates(RC)
     if state.get("template") == "one":
-        summary = state.get("summary", "")
+        summary = state.get("summary", templates.text("rc_first_summary"))
         return ctx.render(
             templates.template("rc_reasoning"), problem, parent=parent, summary=summary
         )

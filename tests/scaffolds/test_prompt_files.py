@@ -117,3 +117,18 @@ def test_later_files_win(tmp_path: Path) -> None:
     prompts = prompt_set_with_files("compact", files)
     assert prompts.name == "compact"
     assert prompts.template("solve").render(problem="1+1=") == "B 1+1="
+
+
+async def test_qed_nanos_first_summary_text_comes_from_the_file(tmp_path: Path) -> None:
+    text = RC_YAML.replace(
+        'rc_no_summary: ""', "rc_no_summary: '[none]'\n  rc_first_summary: '[none]'"
+    )
+    files = [load_prompt_file(write(tmp_path, "qed.yaml", text))]
+    engine = MockEngine(lambda r: "\\boxed{1}")
+    problem = Problem.from_text("Q")
+    strategy = build_strategy('rc(steps=2, template="one")')
+    await run_scaffold(strategy, problem, engine, prompts=prompt_set_with_files("default", files))
+    assert [r.prompt_text() for r in engine.requests[:2]] == [
+        "PROBLEM: Q\nEARLIER: [none]\nBox it.",
+        "SUM [Q] [[none]] [\\boxed{1}]",
+    ]
