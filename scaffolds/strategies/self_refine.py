@@ -132,7 +132,7 @@ def _render(
     problem: Problem,
     state: Mapping[str, Any],
     parent: Parent,
-    **fields: str,
+    **fields: Any,
 ) -> StepPrompt:
     """Template ``name``, or its ``_history`` form carrying the earlier rounds if any."""
     templates = ctx.templates(SelfRefine)
@@ -144,10 +144,8 @@ def _render(
         one.render(index=str(i), solution=s, feedback=f) for i, (s, f) in enumerate(rounds, 1)
     )
     values = {"history": [list(pair) for pair in rounds]}
-    return ctx.render(
-        templates.template(f"{name}_history"), problem, values=values, parent=parent,
-        history=history, **fields,
-    )  # fmt: skip
+    template = templates.template(f"{name}_history")
+    return ctx.render(template, problem, values=values, parent=parent, history=history, **fields)
 
 
 async def _solution_and_feedback(

@@ -168,14 +168,26 @@ class ModelOptions(BaseModel):
     helper_model: Annotated[str | None, Flag(metavar="NAME")] = None
     """The served model that runs helper steps by default, e.g. an instruct model beside
     a thinking one (a spec's summarizer=, critic=, abstractor=, judge_model= win)."""
-    answer_format: Annotated[AnswerFormat, Flag(metavar="FORMAT")] = "boxed"
+    answer_format: Annotated[AnswerFormat | None, Flag(metavar="FORMAT")] = None
     """How a sample's final answer is read when a request does not say: boxed (only the
     last \\boxed{} after the thinking, as the papers' code does: a sample without one
-    casts no vote) or lenient (also "final answer is X", "#### X", the last number)."""
+    casts no vote) or lenient (also "final answer is X", "#### X", the last number).
+    Default: boxed; lenient with the compact prompt set, whose templates ask for no box."""
 
     def thinking_config(self) -> Thinking:
         """How this model thinks, for a run (:class:`scaffolds.core.thinking.Thinking`)."""
         return Thinking(declared=self.thinking, off=dict(self.thinking_off), end=self.thinking_end)
+
+    def default_answer_format(self) -> AnswerFormat:
+        """``answer_format``, or its default for this model's prompt set.
+
+        >>> compact = ModelOptions(prompts="compact")
+        >>> ModelOptions().default_answer_format(), compact.default_answer_format()
+        ('boxed', 'lenient')
+        """
+        if self.answer_format is not None:
+            return self.answer_format
+        return "lenient" if self.prompts == "compact" else "boxed"
 
     def model_options(self) -> dict[str, Any]:
         """These fields' values, by name (what a :class:`ModelConfig` is built from)."""

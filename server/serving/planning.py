@@ -134,7 +134,7 @@ def plan_run(
         include_usage=req.include_usage(),
         return_trace=req.return_trace,
         stream_trace=req.stream_trace,
-        answer_format=req.answer_format or served.config.answer_format,
+        answer_format=req.answer_format or served.config.default_answer_format(),
         problems=problems if len(problems) > 1 else (),
     )
 
