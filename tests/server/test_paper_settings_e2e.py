@@ -156,3 +156,18 @@ def test_a_config_files_prompt_file_is_checked_at_start(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert str(bad) in result.output and "'rc_reasoning'" in result.output
     assert "$notes" in result.output
+
+
+@pytest.mark.parametrize(("spec", "param"), [
+    ('rc(template="two")', "scaffold.template"),
+    ('rc(summarizer_thinking="on")', "scaffold.summarizer_thinking"),
+    ("self_refine(history=3)", "scaffold.history"),
+    ("majority(k=2, solver=abstraction(notes_per_call=0))", "scaffold.solver.notes_per_call"),
+])  # fmt: skip
+def test_a_bad_new_option_is_a_400_naming_the_field(ponder: str, spec: str, param: str) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        sdk(ponder).chat.completions.create(
+            model=MODEL, messages=messages(), extra_body={"scaffold": spec}
+        )
+    error = info.value.body
+    assert isinstance(error, dict) and error["param"] == param
