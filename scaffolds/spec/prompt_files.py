@@ -4,11 +4,11 @@
 set with every prompt file's templates and texts put in place of Ponder's own (later
 files win). It is checked once, when the server starts: a template or text the set does
 not have, a placeholder the step does not offer, or one the step's own template uses and
-the file's leaves out, is a :class:`PromptFileError` naming the file, the template and
-the placeholder. :func:`check_scaffold_templates` checks that a scaffold whose
-templates a file sets finds every template it needs there (RC's ``template="one"``
-needs ``rc_reasoning`` and ``rc_summary``), at start for the model's default and
-aliases, and for each request's spec.
+the file's leaves out (but for :data:`NUMBERING_FIELDS`), is a :class:`PromptFileError`
+naming the file, the template and the placeholder. :func:`check_scaffold_templates`
+checks that a scaffold whose templates a file sets finds every template it needs there
+(RC's ``template="one"`` needs ``rc_reasoning`` and ``rc_summary``), at start for the
+model's default and aliases, and for each request's spec.
 
 >>> from pathlib import Path
 >>> from scaffolds.core.errors import PromptFileError
@@ -40,7 +40,11 @@ from scaffolds.prompts.files import PromptFile
 from scaffolds.spec.registry import Registry, default_registry, get_prompt_set
 from scaffolds.strategies.base import Strategy
 
-__all__ = ["check_scaffold_templates", "prompt_set_with_files"]
+__all__ = ["NUMBERING_FIELDS", "check_scaffold_templates", "prompt_set_with_files"]
+
+NUMBERING_FIELDS = frozenset({"count", "index"})
+"""Placeholders that only number things (how many candidates, which one this is): a
+file may leave them out (RSA's reference prompt never says how many solutions it shows)."""
 
 
 def prompt_set_with_files(
@@ -65,7 +69,7 @@ def prompt_set_with_files(
                 raise file.error(
                     f"template {key!r} has an unknown placeholder ${extra[0]} (it may use {may})"
                 )
-            if missing := sorted(needed - template.fields):
+            if missing := sorted(needed - template.fields - NUMBERING_FIELDS):
                 raise file.error(
                     f"template {key!r} lacks the placeholder ${missing[0]}, which the step "
                     f"fills (Ponder's own {key!r} uses it: leaving it out drops that text)"

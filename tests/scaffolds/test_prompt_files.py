@@ -110,6 +110,15 @@ def test_a_scaffold_must_find_every_template_it_needs_in_the_files(tmp_path: Pat
     check_scaffold_templates(files, build_strategy("self_refine"), "s")
 
 
+def test_numbering_placeholders_may_be_left_out(tmp_path: Path) -> None:
+    # RSA's reference prompt numbers its solutions but never says how many there are.
+    path = write(
+        tmp_path, "rsa.yaml", "templates:\n  rsa_aggregate: 'Problem: $problem $candidates'\n"
+    )
+    prompts = prompt_set_with_files("default", [load_prompt_file(path)])
+    assert prompts.template("rsa_aggregate").fields == {"problem", "candidates"}
+
+
 def test_later_files_win(tmp_path: Path) -> None:
     first = write(tmp_path, "a.yaml", "templates:\n  solve: 'A $problem'\n")
     second = write(tmp_path, "b.yaml", "templates:\n  solve: 'B $problem'\n")
