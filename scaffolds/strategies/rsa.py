@@ -24,7 +24,7 @@ from scaffolds.core.context import Context, Problem, StepPrompt
 from scaffolds.core.fanout import gather_within_budget
 from scaffolds.core.solution import Solution
 from scaffolds.prompts import PromptSet, Template
-from scaffolds.strategies.base import Strategy
+from scaffolds.strategies.base import FieldValueError, Strategy
 from scaffolds.strategies.gsr import REFINE
 from scaffolds.strategies.majority import pick_by_vote
 from scaffolds.strategies.single import Single
@@ -113,7 +113,7 @@ class RSA(Strategy):
     @model_validator(mode="after")
     def _k_fits(self) -> RSA:
         if self.k > self.n:
-            raise ValueError(f"k={self.k} must be at most n={self.n}")
+            raise FieldValueError("k", self.k, f"must be at most n={self.n}")
         return self
 
     async def solve(self, problem: Problem, ctx: Context) -> Solution:
