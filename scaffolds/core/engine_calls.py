@@ -128,6 +128,7 @@ class StepCalls:
         ``top_logprobs``: also ask for each position's top logprobs (deepconf);
         ``continue_final``: the chat prompt ends with a partial assistant message that
         the model continues (budget forcing).
+        ``stop``: stop strings for this call, besides the request's own.
         ``model``: the served model the step runs on (default: the run's own).
         ``helper``: a helper step (summary, feedback, abstraction, judge): it runs on
         ``model``, else the run's helper model, else its own, with that model's thinking
@@ -146,8 +147,8 @@ class StepCalls:
             changes: dict[str, Any] = {"n": n, "max_tokens": grant.call_tokens}
             if temperature is not None:
                 changes["temperature"] = temperature
-            if stop is not None:
-                changes["stop"] = tuple(stop)
+            if stop is not None:  # added to the request's own
+                changes["stop"] = tuple(dict.fromkeys((*state.params.stop, *stop)))
             if top_logprobs is not None:
                 changes["top_logprobs"] = top_logprobs
             if state.params.seed is not None:

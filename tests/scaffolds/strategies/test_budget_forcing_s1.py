@@ -15,7 +15,7 @@ from scaffolds.core.run import RunResult, run_scaffold
 from scaffolds.core.thinking import Routing, Thinking
 from scaffolds.core.trace import StepStarted
 from scaffolds.engines.mock import MockEngine
-from scaffolds.engines.protocol import Completion, GenerateRequest, Message
+from scaffolds.engines.protocol import Completion, GenerateRequest, Message, SamplingParams
 from scaffolds.spec.build import build_strategy
 from scaffolds.strategies import BudgetForcing
 
@@ -140,3 +140,12 @@ async def test_a_reasoning_parser_keeps_the_thinking_in_its_channel() -> None:
     solution = result.solutions[0]
     assert (solution.text, solution.reasoning) == ("\\boxed{42}", "six sevens\n\nWait no, 42")
     assert solution.answer == "42" and result.usage.completion_tokens == 5
+
+
+async def test_the_requests_own_stop_strings_stay() -> None:
+    writer = Writer("<|im_start|>think 6*7 is 42. So", " \\boxed{42}")
+    strategy = BudgetForcing(waits=0)
+    routing = Routing(thinking=S1)
+    params = SamplingParams(stop=("So",))
+    await run_scaffold(strategy, PROBLEM, MockEngine(writer), routing=routing, params=params)
+    assert [r.params.stop for r in writer.requests] == [("So", S1.end), ("So",)]
