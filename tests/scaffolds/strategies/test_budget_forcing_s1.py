@@ -149,3 +149,8 @@ async def test_the_requests_own_stop_strings_stay() -> None:
     params = SamplingParams(stop=("So",))
     await run_scaffold(strategy, PROBLEM, MockEngine(writer), routing=routing, params=params)
     assert [r.params.stop for r in writer.requests] == [("So", S1.end), ("So",)]
+    # OpenAI takes four stop strings at most: a request with four keeps its own.
+    writer = Writer("<|im_start|>think 6*7 is 42. So", " \\boxed{42}")
+    params = SamplingParams(stop=("So", "a", "b", "c"))
+    await run_scaffold(strategy, PROBLEM, MockEngine(writer), routing=routing, params=params)
+    assert writer.requests[0].params.stop == ("So", "a", "b", "c")
