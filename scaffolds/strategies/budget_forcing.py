@@ -205,7 +205,7 @@ class BudgetForcing(Strategy):
         thinking and let it answer."""
         thinking, sample = ctx.thinking, first.completions[index]
         message = _Message(
-            sample.text, sample.reasoning, sample.completion_tokens, sample.finish_reason,
+            sample.text, sample.reasoning or None, sample.completion_tokens, sample.finish_reason,
             (first.step_id, index), first.cut_short,
         )  # fmt: skip
         cue = self.cue
