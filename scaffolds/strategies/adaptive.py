@@ -69,8 +69,10 @@ class Adaptive(Strategy):
         given = self.model_fields_set
         if self.rule == "beta" and "window" in given:
             raise FieldValueError("window", self.window, 'is for rule="esc" (beta uses wave)')
-        if self.rule == "esc" and "wave" in given:
-            raise FieldValueError("wave", self.wave, 'is for rule="beta" (esc uses window)')
+        for field in ("wave", "confidence"):
+            if self.rule == "esc" and field in given:
+                value = getattr(self, field)
+                raise FieldValueError(field, value, 'is for rule="beta" (esc uses window)')
         if self.rule == "esc" and self.window > self.max_k:
             raise FieldValueError("window", self.window, f"must be at most max_k={self.max_k}")
         return self

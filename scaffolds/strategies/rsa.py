@@ -15,8 +15,8 @@ winner of QED-Nano's pairwise tournament (``select="pairwise"``): members are pa
 in order, each pair judged by one call, the winners shuffled, until one is left; an
 unreadable or tied verdict keeps the pair's second member, as the reference does.
 Each aggregation step records the members it read (``fields["members"]``:
-``[step id, sample]`` pairs) and its ``round``. After each round a ``population``
-note gives its answers, and, when the problem's reference answer is known (``ponder
+``[step id, sample]`` pairs) and its ``round``. After each round (and after the first
+population, round 0) a ``population`` note gives its answers, and, when the problem's reference answer is known (``ponder
 eval`` sends it), which are right and their share: RSA's ``mean_acc_k``. If the budget
 runs out during a round, the members it did write replace their predecessors and the
 vote is over that population, marked cut short.
@@ -188,9 +188,9 @@ class RSA(Strategy):
         return [rng.sample(range(size), count) for _ in range(self.n)]
 
     async def solve(self, problem: Problem, ctx: Context) -> Solution:
-        population = await self.solver.solve_many(
-            problem, ctx.child("population"), self.n, label="member"
-        )
+        first = ctx.child("population")
+        population = await self.solver.solve_many(problem, first, self.n, label="member")
+        await population_note(first, problem, population, 0)
         rng = ctx.rng("rsa members")
         for round_ in range(1, self.rounds + 1):
             scope = ctx.child(f"round {round_}")

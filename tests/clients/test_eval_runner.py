@@ -160,10 +160,12 @@ async def test_rsa_population_accuracy_from_the_reference_answer(
     bodies = [r.body for r in list(engine.state.requests)[before:]]
     assert bodies and all("reference" not in body for body in bodies)  # Ponder's own field
     for record in read_jsonl(cfg.results_path):
-        [note] = [e for e in record["trace"] if e.get("kind") == "population"]
-        answers, correct = note["values"]["answers"], note["values"]["correct"]
-        assert correct == [a == record["reference"] for a in answers]
-        assert note["values"]["accuracy"] == sum(correct) / 2
+        notes = [e for e in record["trace"] if e.get("kind") == "population"]
+        assert [note["values"]["round"] for note in notes] == [0, 1]
+        for note in notes:
+            answers, correct = note["values"]["answers"], note["values"]["correct"]
+            assert correct == [a == record["reference"] for a in answers]
+            assert note["values"]["accuracy"] == sum(correct) / 2
 
 
 async def test_plain_openai_url_without_ponder_fields(tmp_path: Path) -> None:

@@ -341,6 +341,7 @@ async def test_esc_with_no_unanimous_window_answers_with_the_majority_of_all() -
     [
         ("adaptive(window=4)", "window", 'is for rule="esc"'),
         ('adaptive(rule="esc", wave=2)', "wave", 'is for rule="beta"'),
+        ('adaptive(rule="esc", confidence=0.9)', "confidence", 'is for rule="beta"'),
         ('adaptive(rule="esc", window=8, max_k=5)', "window", "must be at most max_k=5"),
         ('adaptive(rule="vote")', "rule", "must be 'beta' or 'esc'"),
     ],

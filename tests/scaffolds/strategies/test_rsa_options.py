@@ -162,11 +162,13 @@ async def test_population_accuracy_per_round_when_the_reference_is_known() -> No
     problem = Problem(PROBLEM.text, raw_prompt=PROBLEM.raw_prompt, reference="42")
     result = await run(RSA(n=4, k=2, rounds=2), handler, problem)
     notes = [e for e in result.events if isinstance(e, StepNote) and e.kind == "population"]
-    assert [n.values["round"] for n in notes] == [1, 2]
-    assert [n.values["accuracy"] for n in notes] == [3 / 4, 1.0]  # 42.0 is 42
-    assert sorted(notes[0].values["correct"]) == [False, True, True, True]
-    assert all(n.values["answers"].count("41") == (r == 0) for r, n in enumerate(notes))
-    # Without a reference the note gives the answers only.
+    assert [n.values["round"] for n in notes] == [0, 1, 2]  # round 0: the first population
+    assert [n.values["accuracy"] for n in notes] == [1 / 4, 3 / 4, 1.0]  # 42.0 is 42
+    assert notes[0].values["correct"] == [True, False, False, False]
+    assert sorted(notes[1].values["correct"]) == [False, True, True, True]
+    assert [n.values["answers"].count("41") for n in notes] == [0, 1, 0]
+    # Without a reference the notes give the answers only.
     plain = await run(RSA(n=4, k=2, rounds=1), handler)
-    [note] = [e for e in plain.events if isinstance(e, StepNote) and e.kind == "population"]
-    assert "accuracy" not in note.values and len(note.values["answers"]) == 4
+    notes = [e for e in plain.events if isinstance(e, StepNote) and e.kind == "population"]
+    assert [len(n.values["answers"]) for n in notes] == [4, 4]
+    assert not any("accuracy" in n.values for n in notes)
