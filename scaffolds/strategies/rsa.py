@@ -16,10 +16,10 @@ in order, each pair judged by one call, the winners shuffled, until one is left;
 unreadable or tied verdict keeps the pair's second member, as the reference does.
 Each aggregation step records the members it read (``fields["members"]``:
 ``[step id, sample]`` pairs) and its ``round``. After each round (and after the first
-population, round 0) a ``population`` note gives its answers, and, when the problem's reference answer is known (``ponder
-eval`` sends it), which are right and their share: RSA's ``mean_acc_k``. If the budget
-runs out during a round, the members it did write replace their predecessors and the
-vote is over that population, marked cut short.
+population, round 0) a ``population`` note gives its answers, and, when the problem's
+reference answer is known (``ponder eval`` sends it), which are right and their share:
+RSA's ``mean_acc_k``. If the budget runs out during a round, the members it did write
+replace their predecessors and the vote is over that population, marked cut short.
 
 >>> RSA(n=4, k=2, rounds=2).max_calls(), RSA(n=4, k=2, rounds=2, select="pairwise").max_calls()
 (9, 12)
