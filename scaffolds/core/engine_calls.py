@@ -39,7 +39,11 @@ from scaffolds.engines.protocol import (
 from scaffolds.evaluation.answers import AnswerFormat, final_answer
 from scaffolds.prompts import PromptSet
 
-__all__ = ["RunState", "Step", "StepCalls", "Voter", "derive_seed"]
+__all__ = ["MAX_STOPS", "RunState", "Step", "StepCalls", "Voter", "derive_seed"]
+
+MAX_STOPS = 4
+"""The most stop strings a call sends (OpenAI's limit, which vLLM enforces): a step's
+own stop strings are added to the request's only while they fit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +150,8 @@ class StepCalls:
         ``top_logprobs``: also ask for each position's top logprobs (deepconf);
         ``continue_final``: the chat prompt ends with a partial assistant message that
         the model continues (budget forcing).
+        ``stop``: stop strings for this call, besides the request's own (those first;
+        at most :data:`MAX_STOPS` in all).
         ``model``: the served model the step runs on (default: the run's own).
         ``helper``: a helper step (summary, feedback, abstraction, judge): it runs on
         ``model``, else the run's helper model, else its own, with that model's thinking
@@ -165,8 +171,9 @@ class StepCalls:
             changes: dict[str, Any] = {"n": n, "max_tokens": grant.call_tokens}
             if temperature is not None:
                 changes["temperature"] = temperature
-            if stop is not None:
-                changes["stop"] = tuple(stop)
+            if stop is not None:  # added to the request's own, within OpenAI's limit
+                merged = tuple(dict.fromkeys((*state.params.stop, *stop)))
+                changes["stop"] = merged[: max(MAX_STOPS, len(state.params.stop))]
             if top_logprobs is not None:
                 changes["top_logprobs"] = top_logprobs
             if state.params.seed is not None:

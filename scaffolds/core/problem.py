@@ -99,6 +99,10 @@ class Problem:
     origin: StepPrompt | None = None
     """When this problem was rendered from a template (a note's conditioned problem),
     that template's provenance: a pass-through step of it records this."""
+    reference: str | None = None
+    """The known right answer, when the caller has one (an evaluation): never shown to
+    the model; a scaffold may report how its intermediate answers score against it
+    (RSA's per-round population accuracy)."""
 
     @classmethod
     def from_messages(cls, messages: Sequence[Message]) -> Problem:
@@ -111,4 +115,4 @@ class Problem:
         return cls(text, raw_prompt=text)
 
     def with_hint(self, hint: str) -> Problem:
-        return Problem(self.text, self.history, hint, raw_prompt=None)
+        return Problem(self.text, self.history, hint, raw_prompt=None, reference=self.reference)

@@ -48,7 +48,7 @@ from scaffolds.spec.registry import (
     Registry,
     default_registry,
 )
-from scaffolds.strategies.base import Strategy
+from scaffolds.strategies.base import FieldValueError, Strategy
 
 __all__ = ["SpecLimits", "build_strategy", "check_limits", "check_runs", "spec_of", "spec_string"]
 
@@ -73,10 +73,14 @@ def _members(annotation: Any) -> list[Any]:
 
 def _field_error(err: Any, path: str, label: str) -> SpecError:
     """One pydantic error as a SpecError: ``label.field: constraint (got value)``."""
+    ctx = err.get("ctx") or {}
+    named = ctx.get("error")
+    if isinstance(named, FieldValueError):  # a cross-field check naming its field
+        err = {**err, "loc": (*err["loc"], named.field), "input": named.value}
     loc = ".".join(str(part) for part in err["loc"])
     where = f"{label}.{loc}" if loc else label
     param = ".".join(part for part in (path, loc) if part) or "scaffold"
-    kind, ctx = err["type"], err.get("ctx") or {}
+    kind = err["type"]
     prefix = kind.partition("_")[0]
     if kind in _BOUNDS:
         text = f"must be {_BOUNDS[kind]} {next(iter(ctx.values()))}"

@@ -11,24 +11,31 @@ two decide the vote). For whole counts the probability is exact,
 ``P(Binomial(v1 + v2 + 1, 1/2) <= v1)``. The run stops once it reaches ``confidence``,
 or at ``max_k`` samples, and answers with the majority. Each wave's reading is a
 ``stopping`` note (:class:`~scaffolds.core.trace.StepNote`) on the wave's scope.
+As in the reference's counter, samples with no answer count as one more answer in the
+stopping rule (they never win the vote). ``adaptive(wave=1, max_k=40)`` is
+Adaptive-Consistency's own loop: one sample at a time, the rule read after each.
+
+``rule="esc"`` is Early-Stopping Self-Consistency instead: windows of ``window``
+samples (``max_k // window`` of them at most); the run stops at the first window whose
+answers all agree and answers with it; if none does, with the majority of every sample.
 
 >>> round(leader_probability(4, 0), 4), leader_probability(2, 2)
 (0.9688, 0.5)
->>> Adaptive(max_k=10, wave=4).max_calls()
-3
+>>> Adaptive(max_k=10, wave=4).max_calls(), Adaptive(rule="esc", window=5, max_k=40).waves()
+(3, [5, 5, 5, 5, 5, 5, 5, 5])
 """
 
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from scaffolds.core.context import Context, Problem
 from scaffolds.core.errors import BudgetExhaustedError
 from scaffolds.core.solution import Solution
-from scaffolds.strategies.base import Strategy
+from scaffolds.strategies.base import FieldValueError, Strategy
 from scaffolds.strategies.single import Single
 
 
@@ -51,15 +58,35 @@ class Adaptive(Strategy):
     confidence: float = Field(default=0.95, gt=0.0, le=1.0)
     """Stop once the leader is the majority with at least this probability."""
     solver: Strategy = Single()
+    rule: Literal["beta", "esc"] = "beta"
+    """``beta``: Adaptive-Consistency's posterior (waves of ``wave``); ``esc``: stop at
+    the first unanimous window of ``window`` samples (ESC)."""
+    window: int = Field(default=5, ge=1, le=256)
+    """ESC's window: samples per window (``rule="esc"`` only)."""
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> Adaptive:
+        given = self.model_fields_set
+        if self.rule == "beta" and "window" in given:
+            raise FieldValueError("window", self.window, 'is for rule="esc" (beta uses wave)')
+        for field in ("wave", "confidence"):
+            if self.rule == "esc" and field in given:
+                value = getattr(self, field)
+                raise FieldValueError(field, value, 'is for rule="beta" (esc uses window)')
+        if self.rule == "esc" and self.window > self.max_k:
+            raise FieldValueError("window", self.window, f"must be at most max_k={self.max_k}")
+        return self
 
     def waves(self) -> list[int]:
-        """The size of each wave, if none stops early."""
+        """The size of each wave (each ESC window), if none stops early."""
+        if self.rule == "esc":
+            return [self.window] * (self.max_k // self.window)
         full, rest = divmod(self.max_k, self.wave)
         return [self.wave] * full + ([rest] if rest else [])
 
     async def solve(self, problem: Problem, ctx: Context) -> Solution:
         samples: list[Solution] = []
-        asked, cut, clusters = 0, False, list[list[int]]()
+        asked, cut, pick = 0, False, 0
         for number, size in enumerate(self.waves(), start=1):
             scope = ctx.child(f"wave {number}")
             try:
@@ -73,28 +100,41 @@ class Adaptive(Strategy):
             samples += got
             cut = len(got) < size
             clusters = await ctx.cluster([s.answer for s in samples])
-            v1, v2 = ([len(c) for c in clusters[:2]] + [0, 0])[:2]
-            probability = leader_probability(v1, v2)
-            settled = probability >= self.confidence
-            last = asked >= self.max_k
+            pick = clusters[0][0] if clusters else 0
+            reading: dict[str, object]
+            if self.rule == "esc":
+                window = await ctx.cluster([s.answer for s in got])
+                unanimous = len(got) == size and len(window) <= 1
+                unanimous = unanimous and sum(map(len, window)) in (0, size)
+                settled, reading = unanimous, {"unanimous": unanimous}
+                if unanimous:  # the reference answers with the window itself
+                    pick = len(samples) - size
+            else:
+                unanswered = len(samples) - sum(map(len, clusters))
+                counts = sorted([len(c) for c in clusters] + [unanswered], reverse=True)
+                v1, v2 = ([c for c in counts if c] + [0, 0])[:2]
+                probability = leader_probability(v1, v2)
+                settled = probability >= self.confidence
+                reading = {"votes": [v1, v2], "probability": probability}
+                reading["confidence"] = self.confidence
+            last = asked >= sum(self.waves())
             reason = "settled" if settled else "budget" if cut else "max_k" if last else None
             scope.note(
                 "stopping",
                 {
                     "wave": number,
                     "samples": len(samples),
-                    "leader": samples[clusters[0][0]].answer if clusters else None,
-                    "votes": [v1, v2],
+                    "leader": samples[pick].answer,
                     "answers": len(clusters),
-                    "probability": probability,
-                    "confidence": self.confidence,
+                    "rule": self.rule,
+                    **reading,
                     "stop": reason is not None,
                     "reason": reason,
                 },
             )
             if reason is not None:
                 break
-        chosen = samples[clusters[0][0] if clusters else 0]
+        chosen = samples[pick]
         cut = cut or len(samples) < asked or any(s.cut_short for s in samples)
         return chosen.marked_cut_short() if cut else chosen
 

@@ -186,6 +186,21 @@ class Strategy(BaseModel):
         return format_spec(self.to_spec())
 
 
+class FieldValueError(ValueError):
+    """A check across a strategy's fields that one field fails (raise it from a model
+    validator): the spec error then names that field (``scaffold.k``), not the scaffold.
+
+    >>> err = FieldValueError("k", 5, "must be at most n=4")
+    >>> err.field, err.value, str(err)
+    ('k', 5, 'must be at most n=4')
+    """
+
+    def __init__(self, field: str, value: Any, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.value = value
+
+
 def register(cls: S) -> S:
     """Mark a strategy class for :func:`scaffolds.spec.registry.default_registry` (a
     decorator): once its module is imported (by the program, or by a ``ponder.scaffolds``

@@ -1,16 +1,24 @@
 """``budget_forcing(min_tokens, waits)``: s1 budget forcing (arXiv 2501.19393).
 
-The model answers the problem. If it ends (``finish_reason`` "stop") before it has
-generated ``min_tokens``, its end of reasoning is dropped (``</think>`` and everything
-after it, when the text has one), the cue "Wait" is appended, and the model continues
-the SAME assistant message, up to ``waits`` times. On a chat engine that is a request
-whose last message is the partial assistant message (``continue_final``: vLLM's
-``continue_final_message: true, add_generation_prompt: false``); on a text engine, a
-completion of the prompt plus the text so far. When the budget cuts a call, the
-existing forced-answer step asks for the answer. Every call's tokens are in ``usage``.
+The model answers the problem; a thinking model's calls stop at its end-of-thinking
+marker (``thinking_end`` of the served model's config, ``</think>`` by default), so no
+answer is written, and billed, only to be dropped. While the thinking may go on, the
+cue ("Wait", or ``cue``) is appended and the model continues the SAME assistant
+message, up to ``waits`` times: ``mode="min_tokens"`` reopens it only while fewer than
+``min_tokens`` were generated; ``mode="ignore"`` reopens it ``waits`` times
+unconditionally (s1's ``thinking_n_ignore``). ``max_thinking_tokens`` caps the
+thinking (s1's ``max_tokens_thinking``): a thinking cut at the cap is not reopened.
+Then the thinking is closed with the marker and one more continuation writes the
+answer. On a chat engine a continuation is a request whose last message is the partial
+assistant message (``continue_final``: vLLM's ``continue_final_message: true,
+add_generation_prompt: false``); on a text engine, a completion of the prompt plus the
+text so far. When the budget cuts a call, the existing forced-answer step asks for the
+answer. Every call's tokens are in ``usage``.
 
 With a reasoning parser (the thinking arrives separately), the message reopened is
-``<think>`` + the thinking + "Wait", and the continuation's thinking joins the first.
+``<think>`` + the thinking + the cue, and the continuation's thinking joins the first.
+A sample that shows no thinking at all (a model that does not think) is reopened after
+its whole text, and its last continuation is its answer.
 
 It takes no ``solver``: what it continues is one call's message. As the solver of
 another scaffold (``majority(k=4, solver=budget_forcing())``) its ``k`` samples
@@ -20,14 +28,15 @@ concurrently.
 >>> str(BudgetForcing(min_tokens=256))
 'budget_forcing(min_tokens=256)'
 >>> BudgetForcing(waits=2).max_calls(), BudgetForcing(waits=2).max_calls_many(4)
-(3, 9)
->>> reopened("I think 7.</think>The answer is 7.", None, " Wait")
-'I think 7. Wait'
+(4, 13)
+>>> reopened("<think>I think 7.", None, " Wait", Thinking())
+'<think>I think 7. Wait'
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
@@ -35,9 +44,10 @@ from pydantic import Field
 from scaffolds.core.context import Context, Problem, Step, StepPrompt
 from scaffolds.core.errors import BudgetExhaustedError
 from scaffolds.core.fanout import gather
+from scaffolds.core.forcing import forced_answer_text
 from scaffolds.core.solution import Solution
-from scaffolds.engines.protocol import Completion, Message
-from scaffolds.evaluation.answers import extract_answer
+from scaffolds.core.thinking import Thinking
+from scaffolds.engines.protocol import Message
 from scaffolds.prompts import PromptSet, Template
 from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.single import DIRECT, solve_prompt
@@ -55,14 +65,13 @@ PROMPT_SETS = (
     PromptSet.of("compact", COMPACT_WAIT_TEMPLATE),
 )
 
-END_OF_THINKING = "</think>"
 
-
-def reopened(text: str, reasoning: str | None, cue: str) -> str:
-    """The assistant message so far, its end of reasoning dropped, with ``cue`` appended."""
+def reopened(text: str, reasoning: str | None, cue: str, thinking: Thinking) -> str:
+    """The assistant message so far (its end of thinking, and anything after it,
+    dropped) with ``cue`` appended."""
     if reasoning:
-        return f"<think>\n{reasoning}{cue}"
-    head, _, _ = text.partition(END_OF_THINKING)
+        return f"{thinking.start}\n{reasoning}{cue}"
+    head, _, _ = text.partition(thinking.end)
     return head + cue
 
 
@@ -92,14 +101,43 @@ CONTINUE = StepBuilder(
 """A reopened message continued after "Wait" (no training rows of its own yet)."""
 
 
-def _joined(partial: str, had_reasoning: bool, more: Completion) -> tuple[str, str | None]:
-    """(text, reasoning) of the message after a continuation ``more`` of ``partial``."""
-    if not had_reasoning:
-        return partial + more.text, None
-    thinking, text = more.reasoning or "", more.text
-    if not more.reasoning and END_OF_THINKING in text:
-        thinking, _, text = text.partition(END_OF_THINKING)
-    return text, partial.removeprefix("<think>\n") + thinking
+@dataclass
+class _Message:
+    """One sample's assistant message as it grows: its text (a reasoning parser's
+    thinking aside, in ``reasoning``), tokens generated, how its last call finished,
+    the (step id, sample) that wrote its tail, and whether the budget cut it."""
+
+    text: str
+    reasoning: str | None
+    spent: int
+    finish: str | None
+    source: tuple[str, int]
+    cut: bool
+
+    def answered(self, thinking: Thinking) -> bool:
+        """It has text after its thinking (an engine that did not stop at the marker)."""
+        if self.reasoning:
+            return bool(self.text.strip())
+        return thinking.end in self.text
+
+    def grow(self, partial: str, step: Step, thinking: Thinking, *, answer: bool) -> None:
+        """Join the continuation ``step`` of ``partial`` (the message as sent): more
+        thinking, or (``answer``) what follows the closed thinking."""
+        more = step.first
+        if self.reasoning is None:
+            self.text = partial + more.text
+        else:  # the thinking so far with the cue, and what came back in either channel
+            thought = partial.removeprefix(thinking.start + "\n")
+            if answer:
+                self.reasoning = thought.removesuffix(thinking.end)
+                self.text = forced_answer_text(more, thinking)
+            elif more.reasoning:  # the parser split it: the text is an answer after it
+                self.reasoning, self.text = thought + more.reasoning, more.text
+            else:  # no end of thinking in it, so no split: it is all thinking
+                self.reasoning, self.text = thought + more.text, ""
+        self.spent += more.completion_tokens
+        self.finish, self.source = more.finish_reason, (step.step_id, 0)
+        self.cut = self.cut or step.cut_short
 
 
 class BudgetForcing(Strategy):
@@ -115,14 +153,27 @@ class BudgetForcing(Strategy):
     step_builders: ClassVar[tuple[StepBuilder, ...]] = (CONTINUE,)
 
     min_tokens: int = Field(default=512, ge=1)
-    """A message that ends before this many generated tokens is reopened."""
+    """``mode="min_tokens"``: a message that ends before this many generated tokens is
+    reopened."""
     waits: int = Field(default=2, ge=0, le=16)
-    """At most this many "Wait"s per message."""
+    """At most this many cues per message (``mode="ignore"``: exactly this many)."""
+    mode: Literal["min_tokens", "ignore"] = "min_tokens"
+    """When the end of thinking is suppressed: while under ``min_tokens``, or always."""
+    max_thinking_tokens: int | None = Field(default=None, ge=1)
+    """Cap on the thinking's tokens (every continuation included): at the cap it is
+    closed and the answer written (default: no cap of its own)."""
+    cue: str | None = None
+    """The text that reopens the thinking (default: the prompt set's, "\\n\\nWait")."""
     prompt: Literal["raw", "solve"] = "raw"
     """``raw`` sends the problem as given; ``solve`` wraps it in the solve template."""
     max_tokens: int | None = Field(default=None, ge=1)
     """Cap on the whole message's tokens, every continuation included (default: each
     call gets the request's ``max_tokens``)."""
+
+    def _left(self, spent: int) -> int | None:
+        """Tokens the message's thinking may still generate (None: no cap of ours)."""
+        caps = [c - spent for c in (self.max_tokens, self.max_thinking_tokens) if c is not None]
+        return min(caps) if caps else None
 
     async def solve_many(
         self, problem: Problem, ctx: Context, k: int, label: str = "sample"
@@ -133,57 +184,83 @@ class BudgetForcing(Strategy):
             {"prompt": self.prompt},
             label="answer" if k == 1 else label,
             n=k,
-            max_tokens=self.max_tokens,
+            max_tokens=self._left(0),
             force_answer=True,
+            stop=(ctx.thinking.end,),
         )
         return await gather(
             *(self._force(problem, ctx, first, i) for i in range(len(first.completions)))
         )
 
+    def _reopens(self, message: _Message, wait: int) -> bool:
+        """Whether the message is reopened for its ``wait``-th cue."""
+        left = self._left(message.spent)
+        if message.finish == "length" or wait > self.waits or (left is not None and left < 1):
+            return False
+        return self.mode == "ignore" or message.spent < self.min_tokens
+
     async def _force(self, problem: Problem, ctx: Context, first: Step, index: int) -> Solution:
-        """Reopen sample ``index`` of ``first`` with "Wait" while it ends too early."""
-        sample = first.completions[index]
-        text, reasoning, spent = sample.text, sample.reasoning, sample.completion_tokens
-        finish, cut, source = sample.finish_reason, first.cut_short, (first.step_id, index)
-        cue = ctx.templates(BudgetForcing).template("budget_forcing_wait").render()
-        for wait in range(1, self.waits + 1):
-            left = None if self.max_tokens is None else self.max_tokens - spent
-            if finish == "length" or spent >= self.min_tokens or (left is not None and left < 1):
-                break
-            partial = reopened(text, reasoning, cue)
-            state = {"prompt": self.prompt, "partial": partial}
+        """Reopen sample ``index`` of ``first`` with the cue while it may, then close its
+        thinking and let it answer."""
+        thinking, sample = ctx.thinking, first.completions[index]
+        message = _Message(
+            sample.text, sample.reasoning or None, sample.completion_tokens, sample.finish_reason,
+            (first.step_id, index), first.cut_short,
+        )  # fmt: skip
+        cue = self.cue
+        if cue is None:
+            cue = ctx.templates(BudgetForcing).template("budget_forcing_wait").render()
+        wait = 1
+        while not message.cut and self._reopens(message, wait):
             try:
-                step = await CONTINUE.generate(
-                    ctx,
-                    problem,
-                    state,
-                    source,
-                    label=f"wait {wait}",
-                    max_tokens=left,
-                    force_answer=True,
-                    continue_final=True,
-                )
+                await self._continue(problem, ctx, message, cue, f"wait {wait}", answer=False)
             except BudgetExhaustedError:
-                cut = True
-                break
-            more = step.first
-            text, reasoning = _joined(partial, bool(reasoning), more)
-            spent += more.completion_tokens
-            finish, cut, source = more.finish_reason, cut or step.cut_short, (step.step_id, 0)
-        if source == (first.step_id, index):
+                message.cut = True
+            wait += 1
+        capped = self.max_thinking_tokens is not None and (
+            message.spent >= self.max_thinking_tokens
+        )
+        ended = message.finish != "length" or capped
+        if thinking.thinks(sample) and ended and not message.cut and not message.answered(thinking):
+            try:  # close the thinking with its marker: what follows is the answer
+                await self._continue(problem, ctx, message, thinking.end, "answer", answer=True)
+            except BudgetExhaustedError:
+                message.cut = True
+        if message.source == (first.step_id, index):
             solution = Solution.from_step(first, index)
-            return solution.marked_cut_short() if cut else solution
+            return solution.marked_cut_short() if message.cut else solution
         # The message is put together; its step is the last continuation (its tail).
-        return Solution(text, extract_answer(text), source[0], reasoning, cut_short=cut)
+        text, reasoning = message.text, message.reasoning
+        return Solution(text, ctx.answer(text), message.source[0], reasoning, message.cut)
+
+    async def _continue(
+        self, problem: Problem, ctx: Context, message: _Message, cue: str, label: str, *,
+        answer: bool,
+    ) -> None:  # fmt: skip
+        """One continuation of ``message`` after ``cue``: more thinking, up to the marker,
+        or (``answer``: the cue is the marker) the answer."""
+        thinking = ctx.thinking
+        partial = reopened(message.text, message.reasoning, cue, thinking)
+        state = {"prompt": self.prompt, "partial": partial}
+        step = await CONTINUE.generate(
+            ctx, problem, state, message.source, label=label,
+            max_tokens=self._message_left(message.spent) if answer else self._left(message.spent),
+            force_answer=True, continue_final=True, stop=None if answer else (thinking.end,),
+        )  # fmt: skip
+        message.grow(partial, step, thinking, answer=answer)
+
+    def _message_left(self, spent: int) -> int | None:
+        """Tokens the whole message may still generate (None: the request's own cap)."""
+        return None if self.max_tokens is None else max(1, self.max_tokens - spent)
 
     def max_calls(self) -> int:
-        return 1 + self.waits
+        return 2 + self.waits
 
     def max_calls_many(self, k: int) -> int:
-        return 1 + k * self.waits
+        return 1 + k * (1 + self.waits)
 
     def max_samples(self) -> int:
-        return 1 + self.waits
+        return 2 + self.waits
 
     def max_samples_many(self, k: int) -> int:
-        return k * (1 + self.waits)
+        return k * (2 + self.waits)

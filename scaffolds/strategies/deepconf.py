@@ -4,9 +4,13 @@
 ``n`` traces come from ONE ``n``-sample request that also asks for each position's top
 ``top_k`` logprobs. A token's confidence is the negative mean of those logprobs (a
 peaked distribution gives a high value); a group's is the mean over a sliding window of
-``window`` tokens; a trace's is its weakest group. The most confident ``keep`` fraction
-of the traces vote, each weighted by its confidence. The trace records every trace's
+``window`` tokens; a trace's is its weakest group (``measure="lowest"``), the mean of
+its last ``window`` tokens (``"tail"``) or the mean of its lowest ``bottom`` share of
+groups (``"bottom"``). Only traces with an answer are ranked: those at or above the
+``(1 - keep) * 100``-th percentile of their confidences vote (the reference's
+threshold), each weighted by its confidence. The trace records every trace's
 confidence and whether it was kept (a ``step_note`` of kind ``confidence``).
+DeepConf-low is ``deepconf(n=512, keep=0.1, window=2048)``, DeepConf-high ``keep=0.9``.
 
 The samples must come from single calls with logprobs, so ``solver`` may only be a
 ``single`` (its ``prompt`` and ``max_tokens`` are used). An engine that returns no
@@ -42,34 +46,75 @@ trace shorter than the window is one group (its mean)."""
 
 
 def token_confidence(top: Sequence[float]) -> float:
-    """The negative mean of one position's top logprobs (0.0 when there are none)."""
+    """The negative mean of one position's top logprobs, to 3 decimals as the reference
+    rounds it (0.0 when there are none)."""
     finite = [v for v in top if math.isfinite(v)]
-    return -sum(finite) / len(finite) if finite else 0.0
+    return round(-sum(finite) / len(finite), 3) if finite else 0.0
 
 
-def trace_confidence(tops: Sequence[Sequence[float]], *, window: int) -> float | None:
-    """The lowest mean token confidence over sliding windows of ``window`` tokens (the
-    whole trace when it is shorter); None for a trace with no tokens."""
+def window_means(scores: Sequence[float], window: int) -> list[float]:
+    """The mean of every run of ``window`` consecutive scores (one mean, of all of them,
+    when there are fewer)."""
+    size = min(window, len(scores))
+    total, means = sum(scores[:size]), []
+    means.append(total / size)
+    for i in range(size, len(scores)):
+        total += scores[i] - scores[i - size]
+        means.append(total / size)
+    return means
+
+
+def trace_confidence(
+    tops: Sequence[Sequence[float]], *, window: int, measure: str = "lowest", bottom: float = 0.1
+) -> float | None:
+    """A trace's confidence from its tokens' (None for a trace with no tokens):
+    ``lowest``, the weakest window mean (the reference's ``min_window``); ``tail``, the
+    mean of the last ``window`` tokens; ``bottom``, the mean of the lowest ``bottom``
+    share of the window means (at least one; ``bottom_window``).
+
+    >>> tops = [(-c,) for c in (1.0, 3.0, 2.0, 4.0)]
+    >>> [trace_confidence(tops, window=2, measure=m) for m in ("lowest", "tail", "bottom")]
+    [2.0, 3.0, 2.0]
+    """
     scores = [token_confidence(t) for t in tops]
     if not scores:
         return None
-    size = min(window, len(scores))
-    total = sum(scores[:size])
-    lowest = total
-    for i in range(size, len(scores)):
-        total += scores[i] - scores[i - size]
-        lowest = min(lowest, total)
-    return lowest / size
+    if measure == "tail":
+        tail = scores[-window:]
+        return sum(tail) / len(tail)
+    means = window_means(scores, window)
+    if measure == "bottom":
+        lowest = sorted(means)[: max(1, int(len(means) * bottom))]
+        return sum(lowest) / len(lowest)
+    return min(means)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile of ``values``, interpolated linearly between the two
+    nearest ranks (numpy's default, which the reference's threshold uses).
+
+    >>> percentile([1.0, 2.0, 3.0, 4.0], 90)
+    3.7
+    """
+    ranked = sorted(values)
+    rank = q / 100 * (len(ranked) - 1)
+    low = math.floor(rank)
+    high = min(low + 1, len(ranked) - 1)
+    return ranked[low] + (ranked[high] - ranked[low]) * (rank - low)
 
 
 def kept_indices(confidences: Sequence[float | None], keep: float) -> list[int]:
-    """The ``ceil(keep * len)`` most confident traces (at least one; ties by index)."""
-    count = max(1, math.ceil(keep * len(confidences)))
-    ranked = sorted(
-        range(len(confidences)),
-        key=lambda i: (confidences[i] is None, -(confidences[i] or 0.0), i),
-    )
-    return sorted(ranked[:count])
+    """The traces at or above the reference's threshold, the ``(1 - keep) * 100``-th
+    percentile of the ranked confidences (a None is an unranked trace: never kept).
+
+    >>> kept_indices([1.0, 3.0, None, 2.0, 4.0], 0.5)
+    [1, 4]
+    """
+    ranked = [c for c in confidences if c is not None]
+    if not ranked:
+        return []
+    threshold = percentile(ranked, (1 - keep) * 100)
+    return [i for i, c in enumerate(confidences) if c is not None and c >= threshold]
 
 
 async def weighted_vote(
@@ -95,11 +140,18 @@ class DeepConf(Strategy):
         "deepconf asks for its own top logprobs on its final step"
     )
 
-    n: int = Field(default=16, ge=1, le=256)
+    n: int = Field(default=16, ge=1, le=4096)
+    """Traces (one request); the server's ``--spec-max-samples`` caps it (the paper: 512)."""
     keep: float = Field(default=0.5, gt=0.0, le=1.0)
-    """The fraction of traces that vote, the most confident first (the paper: 0.1 or 0.9)."""
+    """The share of answered traces that vote, the most confident first (the paper: 0.1
+    for DeepConf-low, 0.9 for DeepConf-high)."""
     window: int = Field(default=WINDOW, ge=1, le=65536)
-    """Tokens per sliding window of the group confidence (see ``WINDOW``)."""
+    """Tokens per sliding window of the group confidence, or of the tail (``WINDOW``)."""
+    measure: Literal["lowest", "tail", "bottom"] = "lowest"
+    """A trace's confidence: its weakest window, its last ``window`` tokens, or its lowest
+    ``bottom`` share of windows (the reference's min_window, tail, bottom_window)."""
+    bottom: float = Field(default=0.1, gt=0.0, le=1.0)
+    """The share of window means that ``measure="bottom"`` averages."""
     top_k: int = Field(default=20, ge=1, le=20)
     """Top logprobs per position that a token's confidence averages (vLLM gives up to 20)."""
     mode: Literal["offline", "online"] = "offline"
@@ -147,18 +199,27 @@ class DeepConf(Strategy):
                     param="scaffold",
                 )
             tops = [t[: self.top_k] for t in completion.top_logprobs or ()]
-            confidences.append(trace_confidence(tops, window=self.window))
-        kept = kept_indices(confidences, self.keep)
+            measured = trace_confidence(
+                tops, window=self.window, measure=self.measure, bottom=self.bottom
+            )
+            confidences.append(measured)
         samples = [Solution.from_step(step, i) for i in range(len(step.completions))]
-        chosen = await weighted_vote(ctx, [s.answer for s in samples], confidences, kept)
+        answered = [s.answer is not None for s in samples]
+        ranked = [c if a else None for c, a in zip(confidences, answered, strict=True)]
+        kept = kept_indices(ranked, self.keep)  # only traces with an answer are ranked
+        if kept:
+            chosen = await weighted_vote(ctx, [s.answer for s in samples], ranked, kept)
+        else:  # no trace has an answer: the most confident one
+            chosen = max(range(len(samples)), key=lambda i: confidences[i] or 0.0)
         ctx.note(
             "confidence",
             {
                 "confidence": confidences,
                 "kept": [i in kept for i in range(len(samples))],
-                "threshold": min((confidences[i] or 0.0) for i in kept),
+                "threshold": min((ranked[i] or 0.0) for i in kept) if kept else None,
                 "chosen": chosen,
                 "window": self.window,
+                "measure": self.measure,
             },
             step_id=step.step_id,
         )

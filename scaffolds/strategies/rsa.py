@@ -2,21 +2,36 @@
 
 A population of ``n`` solutions comes from one ``n``-sample request (through the
 solver). Each of ``rounds`` rounds runs ``n`` aggregation calls at once; each reads
-``k`` members drawn without replacement (from :meth:`Context.rng`, so a seeded run
-draws the same) and writes one member of the next population. The answer is the
-majority of the last population. Each aggregation step records the members it read
-(``fields["members"]``: ``[step id, sample]`` pairs) and its ``round``. If the budget
-runs out during a round, the members it did write replace their predecessors and the
-vote is over that population, marked cut short.
+``k`` members and writes one member of the next population. ``draw="independent"``
+draws each call's members without replacement (the RSA reference);
+``draw="balanced"`` shuffles the population and reads it in circular blocks at ``k``
+distinct offsets, so each member is read exactly ``k`` times a round (QED-Nano). Draws
+come from :meth:`Context.rng`, so a seeded run draws the same. ``candidates="answer"``
+shows each member's part after its thinking; ``"full"`` its whole output, thinking
+included, as the RSA reference aggregates.
 
->>> RSA(n=4, k=2, rounds=2).max_calls()
-9
+The answer is the majority of the last population (``select="majority"``), or the
+winner of QED-Nano's pairwise tournament (``select="pairwise"``): members are paired
+in order, each pair judged by one call, the winners shuffled, until one is left; an
+unreadable or tied verdict keeps the pair's second member, as the reference does.
+Each aggregation step records the members it read (``fields["members"]``:
+``[step id, sample]`` pairs) and its ``round``. After each round (and after the first
+population, round 0) a ``population`` note gives its answers, and, when the problem's
+reference answer is known (``ponder eval`` sends it), which are right and their share:
+RSA's ``mean_acc_k``. If the budget runs out during a round, the members it did write
+replace their predecessors and the vote is over that population, marked cut short.
+
+>>> RSA(n=4, k=2, rounds=2).max_calls(), RSA(n=4, k=2, rounds=2, select="pairwise").max_calls()
+(9, 12)
+>>> balanced_draws([10, 11, 12, 13], [1, 2], 4)
+[[11, 12], [12, 13], [13, 10], [10, 11]]
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -24,7 +39,8 @@ from scaffolds.core.context import Context, Problem, StepPrompt
 from scaffolds.core.fanout import gather_within_budget
 from scaffolds.core.solution import Solution
 from scaffolds.prompts import PromptSet, Template
-from scaffolds.strategies.base import Strategy
+from scaffolds.strategies.base import FieldValueError, Strategy
+from scaffolds.strategies.best_of_n import parse_pick
 from scaffolds.strategies.gsr import REFINE
 from scaffolds.strategies.majority import pick_by_vote
 from scaffolds.strategies.single import Single
@@ -44,12 +60,31 @@ AGGREGATE_TEMPLATE = Template(
     "solution. Reason step by step, and end with your final answer within \\boxed{}.",
 )
 
+SELECT_TEMPLATE = Template(
+    "rsa_select",
+    "### Problem\n$problem\n\n"
+    "### Two solutions\n$candidates\n\n"
+    "### Instructions\n"
+    "Check both solutions above step by step and decide which one is more likely to be "
+    "correct and complete. End with its number within \\boxed{}: \\boxed{1} or "
+    "\\boxed{2}.",
+)
+
 COMPACT_AGGREGATE_TEMPLATE = Template("rsa_aggregate", "$problem($candidates)")
+COMPACT_SELECT_TEMPLATE = Template("rsa_select", "$problem[$candidates]?")
 
 PROMPT_SETS = (
-    PromptSet.of("default", AGGREGATE_TEMPLATE),
-    PromptSet.of("compact", COMPACT_AGGREGATE_TEMPLATE),
+    PromptSet.of("default", AGGREGATE_TEMPLATE, SELECT_TEMPLATE),
+    PromptSet.of("compact", COMPACT_AGGREGATE_TEMPLATE, COMPACT_SELECT_TEMPLATE),
 )
+
+
+def balanced_draws(order: Sequence[int], offsets: Sequence[int], count: int) -> list[list[int]]:
+    """``count`` circular blocks over ``order``, block ``s`` reading the members at
+    ``s + offset`` for each offset: with ``count == len(order)`` and distinct offsets,
+    every member is read once per offset."""
+    size = len(order)
+    return [[order[(s + o) % size] for o in offsets] for s in range(count)]
 
 
 def aggregate_prompt(
@@ -80,6 +115,25 @@ def _aggregate_row(step: TracedStep, sample: int, inputs: RowInputs) -> dict[str
     return {"correct": True, "candidates_correct": right, "num_candidates": len(grades), **extra}
 
 
+def select_prompt(
+    ctx: Context, problem: Problem, state: Mapping[str, Any], /, parent: Parent = (None, None)
+) -> StepPrompt:
+    """Problem + ``state["candidates"]`` (two texts) -> a pairwise selection's prompt."""
+    templates = ctx.templates(RSA)
+    candidates = list(state["candidates"])
+    extra = {key: state[key] for key in ("members",) if key in state}
+    return ctx.render(
+        templates.template("rsa_select"),
+        problem,
+        values={"candidates": candidates, **extra},
+        parent=parent,
+        candidates=templates.candidates(candidates),
+    )
+
+
+SELECT = StepBuilder("rsa_select", "select", ("rsa_select",), build=select_prompt, rows=None)
+"""A pairwise verdict of the tournament (no rows: a verdict is not graded)."""
+
 AGGREGATE = StepBuilder(
     "rsa_aggregate",
     "aggregate",
@@ -98,7 +152,7 @@ class RSA(Strategy):
         "Recursive self-aggregation: a population of n, each round n calls fold k into one."
     )
     prompt_sets: ClassVar[tuple[PromptSet, ...]] = PROMPT_SETS
-    step_builders: ClassVar[tuple[StepBuilder, ...]] = (AGGREGATE,)
+    step_builders: ClassVar[tuple[StepBuilder, ...]] = (AGGREGATE, SELECT)
     helper_models: ClassVar[tuple[str, ...]] = ("aggregator",)
 
     n: int = Field(default=16, ge=1, le=256)
@@ -108,23 +162,39 @@ class RSA(Strategy):
     rounds: int = Field(default=3, ge=0, le=64)
     solver: Strategy = Single()
     aggregator: str | None = None
-    """The served model that aggregates (default: the model itself; thinking stays on)."""
+    """The served model that aggregates and selects (default: the model itself;
+    thinking stays on)."""
+    candidates: Literal["answer", "full"] = "answer"
+    """What an aggregation reads of a member: the part after its thinking, or all of it."""
+    draw: Literal["independent", "balanced"] = "independent"
+    """How each call's ``k`` members are drawn (see the module's docstring)."""
+    select: Literal["majority", "pairwise"] = "majority"
+    """How the last population gives the answer: its vote, or a pairwise tournament."""
 
     @model_validator(mode="after")
     def _k_fits(self) -> RSA:
         if self.k > self.n:
-            raise ValueError(f"k={self.k} must be at most n={self.n}")
+            raise FieldValueError("k", self.k, f"must be at most n={self.n}")
         return self
 
+    def draws(self, rng: random.Random, size: int) -> list[list[int]]:
+        """Which members (indices into a population of ``size``) each of the round's
+        ``n`` calls reads."""
+        count = min(self.k, size)
+        if self.draw == "balanced":
+            order = list(range(size))
+            rng.shuffle(order)
+            return balanced_draws(order, rng.sample(range(size), count), self.n)
+        return [rng.sample(range(size), count) for _ in range(self.n)]
+
     async def solve(self, problem: Problem, ctx: Context) -> Solution:
-        population = await self.solver.solve_many(
-            problem, ctx.child("population"), self.n, label="member"
-        )
+        first = ctx.child("population")
+        population = await self.solver.solve_many(problem, first, self.n, label="member")
+        await population_note(first, problem, population, 0)
         rng = ctx.rng("rsa members")
         for round_ in range(1, self.rounds + 1):
             scope = ctx.child(f"round {round_}")
-            size = min(self.k, len(population))
-            draws = [rng.sample(range(len(population)), size) for _ in range(self.n)]
+            draws = self.draws(rng, len(population))
             results = await gather_within_budget(
                 *(
                     self._aggregate(problem, scope.child(f"member {i}"), population, d, round_)
@@ -137,7 +207,52 @@ class RSA(Strategy):
                 kept += [new for new in fresh[len(population) :] if new is not None]
                 return (await pick_by_vote(kept, ctx, expected=self.n)).marked_cut_short()
             population = [r for r in fresh if r is not None]
+            await population_note(scope, problem, population, round_)
+        if self.select == "pairwise" and len(population) > 1:
+            return await self._tournament(problem, ctx.child("tournament"), population)
         return await pick_by_vote(population, ctx, expected=self.n)
+
+    async def _tournament(
+        self, problem: Problem, ctx: Context, population: list[Solution]
+    ) -> Solution:
+        """QED-Nano's pairwise selection: pairs in order, winners shuffled, until one."""
+        rng, players, cut = ctx.rng("rsa tournament"), list(population), False
+        level = 0
+        while len(players) > 1:
+            level += 1
+            scope = ctx.child(f"level {level}")
+            pairs = [players[i : i + 2] for i in range(0, len(players), 2)]
+            verdicts = await gather_within_budget(
+                *(self._select(problem, scope, pair) for pair in pairs if len(pair) == 2)
+            )
+            winners = iter(verdicts)
+            players = []
+            for pair in pairs:
+                verdict = next(winners) if len(pair) == 2 else pair[0]
+                cut = cut or not isinstance(verdict, Solution)
+                players.append(verdict if isinstance(verdict, Solution) else pair[-1])
+            rng.shuffle(players)
+        winner = players[0]
+        cut = cut or len(population) < self.n or any(s.cut_short for s in population)
+        return winner.marked_cut_short() if cut else winner
+
+    async def _select(self, problem: Problem, ctx: Context, pair: list[Solution]) -> Solution:
+        """The member of ``pair`` one call judges better (the second when unreadable)."""
+        state = {
+            "candidates": [self._shown(ctx, m) for m in pair],
+            "members": [list(m.source) for m in pair],
+        }
+        step = await SELECT.generate(ctx, problem, state, label="select", model=self.aggregator)
+        pick = parse_pick(ctx.shown(step.first.text), len(pair))
+        return pair[-1 if pick is None else pick]
+
+    def _shown(self, ctx: Context, member: Solution) -> str:
+        """What another step reads of ``member`` (``candidates``)."""
+        if self.candidates == "answer":
+            return ctx.shown(member.text)
+        if member.reasoning:
+            return ctx.thinking.start + member.reasoning + ctx.thinking.end + member.text
+        return member.text
 
     async def _aggregate(
         self,
@@ -151,7 +266,7 @@ class RSA(Strategy):
         sources = {m.step_id for m in members}
         parent = (sources.pop(), None) if len(sources) == 1 else (None, None)
         state = {
-            "candidates": [ctx.shown(m.text) for m in members],
+            "candidates": [self._shown(ctx, m) for m in members],
             "members": [list(m.source) for m in members],
             "round": round_,
         }
@@ -167,7 +282,26 @@ class RSA(Strategy):
         return Solution.from_step(step)
 
     def max_calls(self) -> int:
-        return self.solver.max_calls_many(self.n) + self.n * self.rounds
+        tournament = self.n - 1 if self.select == "pairwise" else 0
+        return self.solver.max_calls_many(self.n) + self.n * self.rounds + tournament
 
     def max_samples(self) -> int:
-        return self.solver.max_samples_many(self.n) + self.n * self.rounds
+        tournament = self.n - 1 if self.select == "pairwise" else 0
+        return self.solver.max_samples_many(self.n) + self.n * self.rounds + tournament
+
+
+async def population_note(
+    ctx: Context, problem: Problem, population: Sequence[Solution], round_: int
+) -> None:
+    """A ``population`` note on a round's scope: its members' answers and, when the
+    problem's reference answer is known, which are right and their share (RSA's
+    ``mean_acc_k``), judged by the run's vote (a member is right when its answer
+    groups with the reference)."""
+    answers = [m.answer for m in population]
+    values: dict[str, Any] = {"round": round_, "answers": answers}
+    if problem.reference is not None:
+        groups = await ctx.cluster([problem.reference, *answers])
+        right = next((set(g) for g in groups if 0 in g), {0})
+        correct = [i + 1 in right for i in range(len(answers))]
+        values |= {"correct": correct, "accuracy": sum(correct) / len(correct)}
+    ctx.note("population", values)

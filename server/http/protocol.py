@@ -46,7 +46,9 @@ MODELED_FIELDS = frozenset(
 )
 """Request fields Ponder reads itself (and sends on to every engine call it makes)."""
 
-PONDER_FIELDS = frozenset({"scaffold", "budget", "return_trace", "stream_trace", "answer_format"})
+PONDER_FIELDS = frozenset(
+    {"scaffold", "budget", "return_trace", "stream_trace", "answer_format", "reference"}
+)
 """Ponder's own request fields; never sent to an engine."""
 
 
@@ -107,6 +109,11 @@ class _CommonRequest(_Open):
         default=False,
         description="Ponder: on a stream, also send every trace event as a chunk with no "
         'choices and a "ponder": {"event": ...} field',
+    )
+    reference: str | None = Field(
+        default=None,
+        description="Ponder: the problem's known answer (ponder eval sends it); never shown "
+        "to the model; a scaffold's trace may score its intermediate answers against it",
     )
 
     def requested_max_tokens(self) -> int | None:

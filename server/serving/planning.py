@@ -19,7 +19,7 @@ and fixes the sampling params, and refuses OpenAI fields Ponder cannot honour.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from scaffolds.core.context import Budget, Problem
@@ -104,6 +104,8 @@ def plan_run(
                 param="prompt",
             )
         problems = tuple(Problem.from_text(text) for text in texts)
+    if req.reference is not None:
+        problems = tuple(replace(p, reference=req.reference) for p in problems)
     check_runs(strategy, req.n * len(problems), models.limits)
     asked = req.budget
     budget = (

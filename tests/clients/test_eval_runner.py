@@ -150,6 +150,24 @@ async def test_trace_on_request(
         assert record["trace"][-1]["type"] in ("run_finished", "step_finished")
 
 
+async def test_rsa_population_accuracy_from_the_reference_answer(
+    ponder: tuple[str, FakeEngineHandle], problems: list[ProblemRow], tmp_path: Path
+) -> None:
+    url, engine = ponder
+    cfg = config(url, tmp_path / "run", ["rsa(n=2, k=2, rounds=1)"], samples=1, trace=True)
+    before = len(engine.state.requests)
+    await run_eval(cfg, problems[:2], grader(), progress=False)
+    bodies = [r.body for r in list(engine.state.requests)[before:]]
+    assert bodies and all("reference" not in body for body in bodies)  # Ponder's own field
+    for record in read_jsonl(cfg.results_path):
+        notes = [e for e in record["trace"] if e.get("kind") == "population"]
+        assert [note["values"]["round"] for note in notes] == [0, 1]
+        for note in notes:
+            answers, correct = note["values"]["answers"], note["values"]["correct"]
+            assert correct == [a == record["reference"] for a in answers]
+            assert note["values"]["accuracy"] == sum(correct) / 2
+
+
 async def test_plain_openai_url_without_ponder_fields(tmp_path: Path) -> None:
     with running_fake_engine(FakeEngineConfig(respond=adder)) as engine:
         path = write_problems(tmp_path / "add.jsonl", 3)

@@ -88,3 +88,36 @@ async def test_budget_forcing_continuations_are_accepted_and_accounted(
                    for e in continued)  # fmt: skip
     assert result.solutions[0].text.count("Wait") == len(continued)
     assert_accounts_every_token(vllm_server, result, before)
+
+
+async def test_budget_forcing_stops_at_the_served_models_marker_then_answers(
+    vllm_server: VLLMServer,
+) -> None:
+    # The random model "thinks" until its first "e" (the marker a served model's config
+    # would give): vLLM stops there, so nothing past it is generated or billed. Ignore
+    # mode reopens it once within a 6-token thinking cap; the closed thinking's answer
+    # is one more continuation, which the marker no longer stops.
+    from scaffolds.core.run import run_scaffold
+    from scaffolds.core.thinking import Routing, Thinking
+    from scaffolds.strategies import BudgetForcing
+
+    marker = "e"
+    strategy = BudgetForcing(mode="ignore", waits=1, max_thinking_tokens=6, cue="Wait")
+    routing = Routing(thinking=Thinking(declared=True, end=marker))
+    before = vllm_server.metric("vllm:generation_tokens_total")
+    async with _engine(vllm_server) as engine:
+        result = await run_scaffold(
+            strategy, Problem.from_messages(chat("What is 3+5?")), engine, routing=routing,
+            params=SamplingParams(temperature=1.0, max_tokens=8, seed=3),
+        )  # fmt: skip
+    started = [e for e in result.events if isinstance(e, StepStarted)]
+    finished = [e for e in result.events if isinstance(e, StepFinished)]
+    assert all(e.error is None for e in finished) and 2 <= len(started) <= 3
+    assert [e.label.split(" > ")[-1] for e in started][-1] == "answer"
+    answer = started[-1]
+    assert answer.messages is not None and answer.messages[-1]["role"] == "assistant"
+    assert answer.messages[-1]["content"].endswith(marker)  # the thinking, closed
+    thinking_steps = finished[:-1]
+    assert all(marker not in e.texts[0] for e in thinking_steps)  # stopped before it
+    assert sum(e.usage.completion_tokens for e in thinking_steps) <= 6
+    assert_accounts_every_token(vllm_server, result, before)

@@ -14,6 +14,8 @@ def step_of(request: GenerateRequest) -> str:
     text = request.prompt_text()
     if "### Attempts to combine" in text:
         return "rsa_aggregate"
+    if "### Two solutions" in text:
+        return "rsa_select"
     if "### Candidate solutions" in text:
         return "judge" if "most likely correct" in text else "gsr_refine"
     if "### Proposed solution" in text:

@@ -446,7 +446,7 @@ def test_rsa_and_adaptive_specs(
 @pytest.mark.parametrize(
     ("spec", "message", "param"),
     [
-        ("rsa(n=2, k=3)", "rsa: k=3 must be at most n=2", "scaffold"),
+        ("rsa(n=2, k=3)", "rsa.k: must be at most n=2 (got 3)", "k"),
         ("rsa(rounds=-1)", "rsa.rounds: must be >= 0 (got -1)", "rounds"),
         ("adaptive(confidence=0)", "adaptive.confidence: must be > 0", "confidence"),
         ("adaptive(wave=2.5)", "adaptive.wave: expected an integer", "wave"),

@@ -136,3 +136,30 @@ def test_budget_forcing_continues_the_message_and_counts_every_call(
     assert usage.model_extra["engine_calls"] == reported["calls"] == 3
     assert usage.completion_tokens == reported["completion_tokens"]
     assert usage.prompt_tokens == reported["prompt_tokens"]
+
+
+def test_budget_forcing_stops_at_the_configured_end_of_thinking(fake: FakeEngineHandle) -> None:
+    marker = "<|im_start|>answer"  # s1's, from the served model's config
+
+    def respond(body: dict[str, Any]) -> list[str]:
+        if marker not in body.get("stop", []):
+            return [" \\boxed{42}"]  # after the closed thinking: the answer
+        return [" so 42" if body.get("continue_final_message") else "<|im_start|>think 6*7"]
+
+    fake.config.respond = respond
+    settings = settings_for(fake, thinking=True, thinking_end=marker)
+    with running_ponder(settings) as url:
+        out = sdk(url).chat.completions.create(
+            model=MODEL,
+            messages=messages(),
+            extra_body={"scaffold": 'budget_forcing(mode="ignore", waits=1, cue=" Wait")'},
+        )
+    first, wait, answer = (r.body for r in fake.state.requests)
+    assert [b.get("stop") for b in (first, wait)] == [[marker], [marker]]
+    assert marker not in (answer.get("stop") or [])
+    assert wait["messages"][-1]["content"] == "<|im_start|>think 6*7 Wait"
+    assert answer["messages"][-1]["content"] == "<|im_start|>think 6*7 Wait so 42" + marker
+    thought = "<|im_start|>think 6*7 Wait so 42"
+    assert out.choices[0].message.content == thought + marker + " \\boxed{42}"
+    reported = fake_reported_usage(fake)
+    assert out.usage is not None and out.usage.completion_tokens == reported["completion_tokens"]

@@ -203,6 +203,12 @@ def test_error_statuses(fake: FakeEngineHandle, ponder: str) -> None:
             model=MODEL, messages=messages(), extra_body={"scaffold": "gsr(n=-1)"}
         )
     assert bad.value.param == "scaffold.n"
+    for spec, field in [("rsa(n=4, k=5)", "k"), ('adaptive(rule="esc", wave=2)', "wave")]:
+        with pytest.raises(openai.BadRequestError) as cross:  # a check across fields
+            client.chat.completions.create(
+                model=MODEL, messages=messages(), extra_body={"scaffold": spec}
+            )
+        assert cross.value.status_code == 400 and cross.value.param == f"scaffold.{field}"
     with pytest.raises(openai.BadRequestError) as bad_n:
         client.chat.completions.create(model=MODEL, messages=messages(), n=0)
     assert bad_n.value.param == "n"

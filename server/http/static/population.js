@@ -43,11 +43,13 @@ export function noteText(note) {
   const p = Number(v.probability);
   const parts = [`${v.samples} samples`];
   if (v.leader !== null && v.leader !== undefined) {
-    const [first, second] = Array.isArray(v.votes) ? v.votes : [0, 0];
-    parts.push(`leader ${v.leader} (${first} vs ${second})`);
+    const [first, second] = Array.isArray(v.votes) ? v.votes : [];
+    parts.push(first === undefined ? `leader ${v.leader}` : `leader ${v.leader} (${first} vs ${second})`);
   }
   const sign = p >= Number(v.confidence) ? "≥" : "<";
-  let verdict = `P(leader is the majority) ${p.toFixed(3)} ${sign} ${v.confidence}`;
+  let verdict = v.rule === "esc"
+    ? `window ${v.unanimous ? "unanimous" : "split"}`
+    : `P(leader is the majority) ${p.toFixed(3)} ${sign} ${v.confidence}`;
   if (v.reason === "settled") verdict += ": stop";
   else if (v.reason === "max_k") verdict += ": stop at max_k";
   else if (v.reason === "budget") verdict += ": stop, budget spent";

@@ -35,8 +35,9 @@ def test_spec_parses_and_bounds_calls() -> None:
     strategy = build_strategy("budget_forcing(min_tokens=100, waits=3)")
     assert strategy == BudgetForcing(min_tokens=100, waits=3)
     assert build_strategy(spec_string(strategy)) == strategy
-    assert (strategy.max_calls(), strategy.max_samples()) == (4, 4)
-    assert Majority(k=4, solver=strategy).max_calls() == 13
+    # The first call, three cues and the answer after the closed thinking.
+    assert (strategy.max_calls(), strategy.max_samples()) == (5, 5)
+    assert Majority(k=4, solver=strategy).max_calls() == 1 + 4 * 4
     with pytest.raises(SpecError) as info:
         build_strategy("budget_forcing(waits=-1)")
     assert info.value.param == "waits"

@@ -7,12 +7,12 @@ import asyncio
 import pytest
 
 from scaffolds.core.context import Budget, Problem
-from scaffolds.core.errors import SpecError, UnsupportedError
+from scaffolds.core.errors import FanOutError, SpecError, UnsupportedError
 from scaffolds.core.run import run_scaffold
 from scaffolds.core.trace import StepFinished, StepNote, StepStarted
 from scaffolds.engines.mock import MockEngine, synthetic_top_logprobs
 from scaffolds.engines.protocol import Completion, GenerateRequest, Message, SamplingParams
-from scaffolds.spec.build import build_strategy, spec_string
+from scaffolds.spec.build import SpecLimits, build_strategy, spec_string
 from scaffolds.strategies import DeepConf, Majority
 from scaffolds.strategies.deepconf import kept_indices, token_confidence, trace_confidence
 
@@ -49,16 +49,92 @@ def test_trace_confidence_is_the_weakest_window() -> None:
     assert trace_confidence([], window=4) is None
 
 
-def test_kept_traces_are_the_most_confident_fraction() -> None:
+def test_kept_traces_are_at_or_above_the_references_percentile() -> None:
+    # Ranked [1, 2, 3] (None is unranked): the 50th percentile is rank 1 -> 2.0.
     assert kept_indices([1.0, 3.0, None, 2.0], 0.5) == [1, 3]
-    assert kept_indices([1.0, 3.0, 2.0], 0.1) == [1]  # at least one
-    assert kept_indices([None, None], 1.0) == [0, 1]
+    # keep=0.1: the 90th percentile of [1..5] is rank 3.6 -> 4 + 0.6 = 4.6: only 5.
+    assert kept_indices([1.0, 2.0, 3.0, 4.0, 5.0], 0.1) == [4]
+    # keep=0.9: the 10th percentile is rank 0.4 -> 1.4: four of five (not ceil(4.5) = 5).
+    assert kept_indices([1.0, 2.0, 3.0, 4.0, 5.0], 0.9) == [1, 2, 3, 4]
+    assert kept_indices([2.0, 2.0, 2.0], 0.1) == [0, 1, 2]  # ties at the threshold vote
+    assert kept_indices([None, None], 1.0) == []
+
+
+def tokens(answer: str | None, *confidences: float) -> Completion:
+    """A sample whose tokens have ``confidences`` in order (None: no answer)."""
+    top = tuple(synthetic_top_logprobs(c, 4) for c in confidences)
+    text = "I cannot tell." if answer is None else f"so \\boxed{{{answer}}}"
+    return Completion(text, "stop", None, len(confidences), top_logprobs=top)
+
+
+def test_the_three_measures_by_hand() -> None:
+    tops = [synthetic_top_logprobs(c, 4) for c in (1.0, 1.0, 5.0, 5.0, 5.0, 5.0)]
+    # Window means of 2: [1, 3, 5, 5, 5].
+    assert trace_confidence(tops, window=2, measure="lowest") == pytest.approx(1.0)
+    assert trace_confidence(tops, window=2, measure="tail") == pytest.approx(5.0)
+    # bottom=0.4: int(5 * 0.4) = 2 lowest means, (1 + 3) / 2; bottom=0.1: at least one.
+    assert trace_confidence(tops, window=2, measure="bottom", bottom=0.4) == pytest.approx(2.0)
+    assert trace_confidence(tops, window=2, measure="bottom", bottom=0.1) == pytest.approx(1.0)
+    assert trace_confidence(tops, window=2, measure="bottom", bottom=1.0) == pytest.approx(3.8)
+    # Shorter than the window: the tail is every token, the windows one mean of all.
+    assert trace_confidence(tops[:3], window=8, measure="tail") == pytest.approx(7 / 3)
+    assert trace_confidence(tops[:3], window=8, measure="bottom") == pytest.approx(7 / 3)
+
+
+@pytest.mark.parametrize(
+    ("measure", "answer"),
+    [
+        ('"lowest"', "2"),
+        ('"tail"', "1"),
+        ('"bottom", bottom=0.4', "2"),
+        ('"bottom", bottom=1.0', "1"),
+    ],
+)
+async def test_tail_and_lowest_pick_different_answers(measure: str, answer: str) -> None:
+    # "1" starts unsure and ends sure: windows [1, 3, 5, 5, 5], tail (last 2) 5.
+    # "2" is 2.5 throughout. keep=0.5 of two: the threshold is their midpoint, so the
+    # more confident one alone votes.
+    engine = scripted(tokens("1", 1, 1, 5, 5, 5, 5), tokens("2", *[2.5] * 6))
+    spec = f"deepconf(n=2, keep=0.5, window=2, measure={measure})"
+    result = await run_scaffold(build_strategy(spec), PROBLEM, engine)
+    assert len(engine.requests) == 1 and engine.requests[0].params.n == 2
+    assert result.solutions[0].answer == answer
+
+
+async def test_only_traces_with_an_answer_are_ranked() -> None:
+    # Ranked alone, [2, 3]: keep=0.34 puts the threshold at rank 0.66 -> 2.66, so "1"
+    # (3.0) votes. Had the unanswered 9.0 been ranked, [2, 3, 9] -> 4.92 would keep it
+    # alone, and no answer.
+    engine = scripted(tokens("1", 3, 3), tokens(None, 9, 9), tokens("2", 2, 2))
+    result = await run_scaffold(DeepConf(n=3, keep=0.34, window=2), PROBLEM, engine)
+    assert result.solutions[0].answer == "1"
+    [note] = [e for e in result.events if isinstance(e, StepNote)]
+    assert note.values["kept"] == [True, False, False]
+    assert note.values["confidence"] == pytest.approx([3.0, 9.0, 2.0])
+
+
+async def test_no_answered_trace_falls_back_to_the_most_confident() -> None:
+    engine = scripted(tokens(None, 1, 1), tokens(None, 4, 4))
+    result = await run_scaffold(DeepConf(n=2, window=2), PROBLEM, engine)
+    [note] = [e for e in result.events if isinstance(e, StepNote)]
+    assert note.values["chosen"] == 1 and note.values["threshold"] is None
+
+
+async def test_the_papers_512_traces_are_one_request_within_the_default_cap() -> None:
+    strategy = build_strategy("deepconf(n=512, keep=0.1, window=2048)")
+    engine = MockEngine(lambda r: [f"\\boxed{{{i % 3}}}" for i in range(r.params.n)])
+    await run_scaffold(strategy, PROBLEM, engine)
+    assert [r.params.n for r in engine.requests] == [512]
+    with pytest.raises(FanOutError, match="512 sequences"):  # --spec-max-samples 256
+        build_strategy(strategy, limits=SpecLimits(max_samples=256))
 
 
 # -- specs ---------------------------------------------------------------------------------
 def test_spec_parses_and_round_trips() -> None:
     strategy = build_strategy("deepconf(n=8, keep=0.25, window=16, top_k=5)")
     assert strategy == DeepConf(n=8, keep=0.25, window=16, top_k=5)
+    tail = build_strategy('deepconf(measure="bottom", bottom=0.2)')
+    assert build_strategy(str(tail)) == tail == DeepConf(measure="bottom", bottom=0.2)
     assert build_strategy(spec_string(strategy)) == strategy
     assert strategy.max_calls() == 1 and strategy.max_samples() == 8
     assert build_strategy('deepconf(solver=single(prompt="solve"))').to_spec() == {
@@ -73,6 +149,9 @@ def test_spec_parses_and_round_trips() -> None:
         ('deepconf(mode="online")', "mode", "not built yet"),
         ("deepconf(keep=0)", "keep", "> 0"),
         ("deepconf(top_k=21)", "top_k", "<= 20"),
+        ('deepconf(measure="mean")', "measure", "'lowest', 'tail' or 'bottom'"),
+        ("deepconf(bottom=0)", "bottom", "> 0"),
+        ("deepconf(n=5000)", "n", "<= 4096"),
         ("deepconf(solver=majority(k=2))", "solver", "only single calls"),
     ],
 )

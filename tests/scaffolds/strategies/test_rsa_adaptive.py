@@ -176,8 +176,9 @@ async def test_rsa_cancelled_mid_round_cancels_every_call() -> None:
 def test_rsa_spec_bounds() -> None:
     assert build_strategy("rsa") == RSA(n=16, k=4, rounds=3)
     assert RSA().max_calls() == 1 + 16 * 3
-    with pytest.raises(SpecError, match="k=5 must be at most n=4"):
+    with pytest.raises(SpecError, match=r"rsa\.k: must be at most n=4 \(got 5\)") as info:
         build_strategy("rsa(n=4, k=5)")
+    assert info.value.param == "k"  # the server roots it: scaffold.k
     with pytest.raises(SpecError, match=r"rsa\.k: must be >= 1"):
         build_strategy("rsa(k=0)")
 
@@ -279,3 +280,79 @@ async def test_adaptive_cancelled_mid_wave_cancels_the_call() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert engine.cancelled == 1 and engine.in_flight == 0
+
+
+def one_by_one(*answers: str | None) -> Callable[[GenerateRequest], list[str]]:
+    """Request i answers ``answers[i]`` (boxed; None: a text with no answer)."""
+    pending = iter(answers)
+
+    def handler(request: GenerateRequest) -> list[str]:
+        assert request.params.n == 1
+        answer = next(pending)
+        return ["I cannot tell." if answer is None else f"\\boxed{{{answer}}}"]
+
+    return handler
+
+
+async def test_wave_one_is_adaptive_consistency_sample_by_sample() -> None:
+    # The reference reads Beta(a+1, b+1) after every sample, counting "no answer" as an
+    # answer: (a, b) = (1,0) (1,1) (2,1) (3,1) (4,1) (5,1) (6,1); P(p > 1/2) by hand:
+    # 3/4, 1/2, 11/16, 26/32, 57/64, 120/128, 247/256 >= 0.95: it stops at sample 7.
+    # (Leaving the unanswered sample out would have stopped at sample 5: 4-0 is 31/32.)
+    strategy = build_strategy("adaptive(wave=1, max_k=40)")
+    engine, result = await run(strategy, one_by_one("7", None, "7", "7", "7", "7", "7"))
+    assert [r.params.n for r in engine.requests] == [1] * 7
+    readings = [(n.values["votes"], n.values["probability"]) for n in notes(result)]
+    assert [votes for votes, _ in readings] == [
+        [1, 0], [1, 1], [2, 1], [3, 1], [4, 1], [5, 1], [6, 1]
+    ]  # fmt: skip
+    expected = [3 / 4, 1 / 2, 11 / 16, 26 / 32, 57 / 64, 120 / 128, 247 / 256]
+    assert [p for _, p in readings] == pytest.approx(expected)
+    assert [n.values["stop"] for n in notes(result)] == [False] * 6 + [True]
+    assert result.solutions[0].answer == "7" and not result.cut_short
+
+
+async def test_esc_stops_at_the_first_unanimous_window() -> None:
+    strategy = build_strategy('adaptive(rule="esc", window=5, max_k=40)')
+    assert strategy.waves() == [5] * 8 and strategy.max_samples() == 40
+    windows = (["1", "1", "2", "1", "1"], ["3", "3", "3", "3", "4"], ["3"] * 5, ["9"] * 5)
+    engine, result = await run(strategy, waves_of(*windows))
+    assert [r.params.n for r in engine.requests] == [5, 5, 5]  # the third window agrees
+    assert [n.values["unanimous"] for n in notes(result)] == [False, False, True]
+    assert [n.values["samples"] for n in notes(result)] == [5, 10, 15]
+    assert result.solutions[0].answer == "3" and not result.cut_short
+    # The answer is the unanimous window's: started by the third request.
+    third = started(result, "generate")[2]
+    assert result.solutions[0].step_id == third.step_id
+
+
+async def test_esc_with_no_unanimous_window_answers_with_the_majority_of_all() -> None:
+    strategy = Adaptive(rule="esc", window=3, max_k=7)  # 7 // 3: two windows
+    windows = (["1", "2", "2"], ["2", "3", "1"], ["5"] * 3)
+    engine, result = await run(strategy, waves_of(*windows))
+    assert [r.params.n for r in engine.requests] == [3, 3]
+    assert [n.values["reason"] for n in notes(result)] == [None, "max_k"]
+    assert result.solutions[0].answer == "2"  # 2: 3 votes, 1: 2, 3: 1
+    assert strategy.max_calls() == 2
+
+
+@pytest.mark.parametrize(
+    ("spec", "param", "words"),
+    [
+        ("adaptive(window=4)", "window", 'is for rule="esc"'),
+        ('adaptive(rule="esc", wave=2)', "wave", 'is for rule="beta"'),
+        ('adaptive(rule="esc", confidence=0.9)', "confidence", 'is for rule="beta"'),
+        ('adaptive(rule="esc", window=8, max_k=5)', "window", "must be at most max_k=5"),
+        ('adaptive(rule="vote")', "rule", "must be 'beta' or 'esc'"),
+    ],
+)
+def test_adaptive_rule_options_are_checked_by_field(spec: str, param: str, words: str) -> None:
+    with pytest.raises(SpecError) as info:
+        build_strategy(spec)
+    assert info.value.param == param and words in str(info.value)
+
+
+def test_adaptive_rule_options_round_trip() -> None:
+    for spec in ('adaptive(rule="esc", window=5, max_k=40)', "adaptive(max_k=40, wave=1)"):
+        strategy = build_strategy(spec)
+        assert build_strategy(str(strategy)) == strategy
