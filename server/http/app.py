@@ -28,6 +28,7 @@ from fastapi import FastAPI
 
 from scaffolds.engines.protocol import Engine
 from scaffolds.processes.children import set_parent_death_signal
+from server.http.agent_routes import agent_router
 from server.http.api_router import api_router, ops_router
 from server.http.auth import APIKeyAuth, RequireAPIKey
 from server.http.errors import install_error_handlers
@@ -78,6 +79,7 @@ def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = Non
     app.state.auth = auth
     install_error_handlers(app)
     app.include_router(api_router())
+    app.include_router(agent_router())
     app.include_router(ops_router())
     mount_playground(app)
     # Added last = outermost: request id, then auth, then the body limit, then the
