@@ -19,8 +19,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from scaffolds.core.errors import NotFoundError
+from server.http.messages_protocol import MessagesRequest
 from server.http.responses_protocol import ResponsesRequest
 from server.serving.handler import Serving
+from server.serving.messages_api import MessagesFormat
 from server.serving.responses_api import prepare
 
 __all__ = ["agent_router"]
@@ -54,5 +56,11 @@ def agent_router() -> APIRouter:
         if not await _serving(request).responses.delete(response_id):
             raise NotFoundError(f"no stored response with id {response_id!r}", param="id")
         return {"id": response_id, "object": "response.deleted", "deleted": True}
+
+    @router.post("/messages", summary="An Anthropic message through a scaffold",
+                 tags=["anthropic"])  # fmt: skip
+    async def create_message(body: MessagesRequest, request: Request) -> Response:
+        wire = MessagesFormat(body)
+        return await _serving(request).handle("chat", wire.chat(), request.receive, wire)
 
     return router
