@@ -28,6 +28,7 @@ from pydantic import Field
 from scaffolds.core.context import Context, Problem
 from scaffolds.core.errors import BudgetExhaustedError
 from scaffolds.core.solution import Solution
+from scaffolds.core.tool_calls import vote_groups
 from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.single import Single
 
@@ -43,6 +44,7 @@ class Adaptive(Strategy):
     summary: ClassVar[str] = (
         "Adaptive voting: samples in waves until the leader is the majority with confidence."
     )
+    votes_tool_calls: ClassVar[bool] = True
 
     max_k: int = Field(default=32, ge=1, le=1024)
     """The most samples drawn."""
@@ -72,7 +74,7 @@ class Adaptive(Strategy):
             asked += size
             samples += got
             cut = len(got) < size
-            clusters = await ctx.cluster([s.answer for s in samples])
+            clusters = await vote_groups(samples, ctx)  # tool calls vote by call
             v1, v2 = ([len(c) for c in clusters[:2]] + [0, 0])[:2]
             probability = leader_probability(v1, v2)
             settled = probability >= self.confidence

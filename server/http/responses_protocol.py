@@ -12,8 +12,8 @@ work as on chat completions.
 >>> req = ResponsesRequest.model_validate(
 ...     {"model": "m", "input": "2+2?", "instructions": "Be brief.", "max_output_tokens": 9})
 >>> chat = chat_request(req, history=[])
->>> [m.role for m in chat.messages], chat.max_tokens, chat.include_usage()
-(['system', 'user'], 9, True)
+>>> [m.role for m in chat.messages], chat.max_tokens
+(['system', 'user'], 9)
 """
 
 from __future__ import annotations

@@ -201,4 +201,4 @@ def _usage(result: RunResult) -> dict[str, Any]:
 
 
 def _sse(event: dict[str, Any]) -> bytes:
-    return b"event: " + event["type"].encode() + b"\ndata: " + fastjson.dumps(event) + b"\n\n"
+    return b"event: " + str(event["type"]).encode() + b"\ndata: " + fastjson.dumps(event) + b"\n\n"
