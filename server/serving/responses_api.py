@@ -315,7 +315,8 @@ class ResponsesFormat:
     def _sse(self, event: dict[str, Any]) -> bytes:
         event["sequence_number"] = self._sequence
         self._sequence += 1
-        return b"event: " + str(event["type"]).encode() + b"\ndata: " + fastjson.dumps(event) + b"\n\n"
+        head = b"event: " + str(event["type"]).encode()
+        return head + b"\ndata: " + fastjson.dumps(event) + b"\n\n"
 
     async def stream(self, plan: RunPlan, run: LiveRun) -> AsyncIterator[bytes]:
         started = self.response("in_progress", [])
