@@ -9,12 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 
 from server.settings import Settings
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
+from testing.fake_engine.config import Failure
 from testing.ponder import running_ponder
+from tests.server.conftest import wait_until
 
 KEY = "sk-agents"
 MODEL = "fake-model"
@@ -35,6 +38,7 @@ def ponder(fake: FakeEngineHandle, tmp_path_factory: pytest.TempPathFactory) -> 
         api_keys=(KEY,),
         aliases={"gsr2": "gsr(n=2)"},
         engine_max_retries=0,
+        engine_breaker_threshold=100,  # the injected engine errors must not open it
         responses_db=f"sqlite+aiosqlite:///{db}",
     )
     with running_ponder(settings) as url:
@@ -149,3 +153,60 @@ def test_messages_auth_takes_x_api_key(ponder: str) -> None:
         model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "hi"}]
     )
     assert reply.content[-1].type == "text"
+
+
+def test_responses_budget_trace_and_engine_errors(ponder: str, fake: FakeEngineHandle) -> None:
+    client = oai(ponder)
+    # gsr(n=2) with one engine call: the candidates, then the budget cuts the refine.
+    cut = client.responses.create(
+        model=f"{MODEL}+gsr2", input="What is 9+9?",
+        extra_body={"budget": {"max_calls": 1}, "return_trace": True},
+    )  # fmt: skip
+    assert cut.status == "incomplete"
+    assert cut.incomplete_details is not None
+    assert cut.incomplete_details.reason == "max_output_tokens"
+    extra = cut.model_extra or {}
+    assert extra["ponder"]["cut_reason"] == "calls"
+    assert cut.usage is not None and (cut.usage.model_extra or {})["engine_calls"] == 1
+    assert any(event["type"] == "step_finished" for event in extra["trace"])
+
+    fake.config.failures.append(Failure(status=400, message="prompt too long"))
+    with pytest.raises(openai.BadRequestError):
+        client.responses.create(model=MODEL, input="hi")
+    fake.config.failures.append(Failure(status=400, message="prompt too long"))
+    with client.responses.stream(model=MODEL, input="hi") as stream:
+        events = [event.type for event in stream]
+    assert events[0] == "response.created" and events[-1] == "response.failed"
+
+    fake.config.failures.append(Failure(status=400, message="prompt too long"))
+    streamed = claude(ponder).messages.stream(
+        model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+    )
+    with pytest.raises(anthropic.APIError), streamed as messages:  # its error event, raised
+        for _ in messages:
+            pass
+
+
+@pytest.mark.parametrize("api", ["responses", "messages"])
+def test_a_client_that_leaves_cancels_the_engine_call(
+    ponder: str, fake: FakeEngineHandle, api: str
+) -> None:
+    bodies = {
+        "responses": {"model": MODEL, "input": "hi", "stream": True},
+        "messages": {"model": MODEL, "max_tokens": 8, "stream": True,
+                     "messages": [{"role": "user", "content": "hi"}]},
+    }  # fmt: skip
+    cancelled, calls = fake.state.cancelled, fake.state.calls
+    fake.config.hold = True
+    try:
+        with httpx.stream(
+            "POST", f"{ponder}/v1/{api}", json=bodies[api], timeout=60,
+            headers={"Authorization": f"Bearer {KEY}"},
+        ) as response:  # fmt: skip
+            assert response.status_code == 200
+            lines = response.iter_lines()  # kept: a dropped iterator closes the stream
+            next(lines)  # the stream began; then its engine call arrives and is held
+            assert wait_until(lambda: fake.state.calls == calls + 1)
+        assert wait_until(lambda: fake.state.cancelled == cancelled + 1, within=60)
+    finally:
+        fake.config.hold = False
