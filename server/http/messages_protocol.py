@@ -182,6 +182,10 @@ def chat_request(req: MessagesRequest) -> ChatCompletionRequest:
     }
     optional = {"tools": _tools(req.tools), "tool_choice": _tool_choice(req.tool_choice)}
     fields |= {k: v for k, v in optional.items() if v is not None}
+    if fields.get("n", 1) != 1:
+        raise InvalidRequestError(
+            "n: the Messages API answers with one output; send one request per answer", param="n"
+        )
     try:
         return ChatCompletionRequest.model_validate(fields)
     except ValidationError as exc:

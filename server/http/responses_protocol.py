@@ -224,6 +224,10 @@ def chat_request(req: ResponsesRequest, history: list[dict[str, Any]]) -> ChatCo
         "response_format": _response_format(req.text),
     }
     fields |= {k: v for k, v in optional.items() if v is not None}
+    if fields.get("n", 1) != 1:
+        raise InvalidRequestError(
+            "n: the Responses API answers with one output; send one request per answer", param="n"
+        )
     try:
         return ChatCompletionRequest.model_validate(fields)
     except ValidationError as exc:

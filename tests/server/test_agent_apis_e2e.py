@@ -112,6 +112,9 @@ def test_responses_errors(ponder: str) -> None:
     with pytest.raises(openai.BadRequestError) as bad:
         client.responses.create(model=MODEL, input="hi", extra_body={"scaffold": "gsr(n=0)"})
     assert "n" in str(bad.value)
+    with pytest.raises(openai.BadRequestError) as several:
+        client.responses.create(model=MODEL, input="hi", extra_body={"n": 2})
+    assert several.value.body["param"] == "n"  # type: ignore[index]
     unstored = client.responses.create(model=MODEL, input="hi", store=False)
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(unstored.id)
