@@ -95,9 +95,13 @@ class ResponseStore:
                     if path and path != ":memory:":
                         Path(path).parent.mkdir(parents=True, exist_ok=True)
                 engine = create_async_engine(self.url)
-                async with engine.begin() as conn:
-                    await conn.execute(text(_SCHEMA))
-                    await conn.execute(text(_INDEX))
+                try:
+                    async with engine.begin() as conn:
+                        await conn.execute(text(_SCHEMA))
+                        await conn.execute(text(_INDEX))
+                except BaseException:
+                    await engine.dispose()  # the next use tries again
+                    raise
                 self._engine = engine
             return self._engine
 
