@@ -129,7 +129,7 @@ image:
 ## Regenerate the server image's locked dependencies (docker/requirements.lock).
 lock: setup
 	$(BIN)/pip install --quiet uv $(QUIET_PIP)
-	$(BIN)/uv pip compile pyproject.toml --extra server --universal --python-version 3.11 --generate-hashes -o docker/requirements.lock
+	$(BIN)/uv pip compile pyproject.toml --extra server --extra postgres --universal --python-version 3.11 --generate-hashes -o docker/requirements.lock
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -151,6 +151,18 @@ class Settings(ModelOptions, BaseSettings):
     """How much busier than the mean a problem's preferred replica may be before its
     calls go to the least busy one."""
 
+    # -- stored responses (POST /v1/responses) -------------------------------------------
+    responses_db: Annotated[str | None, Flag(metavar="URL")] = None
+    """SQLAlchemy async URL of the stored responses (previous_response_id), e.g.
+    postgresql+asyncpg://user:pw@host/db; default: the SQLite file
+    $PONDER_HOME/responses.db (~/.cache/ponder)."""
+    responses_max_age_s: Annotated[float, Flag("--responses-max-age")] = Field(
+        default=30 * 24 * 3600.0, gt=0
+    )
+    """Seconds a stored response is kept."""
+    responses_max_count: int = Field(default=100_000, ge=1)
+    """Most stored responses kept (the oldest go first)."""
+
     # -- logs --------------------------------------------------------------------------
     log_level: Annotated[
         Literal["debug", "info", "warning", "error"],

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 from scaffolds.core.context import Step
 from scaffolds.core.thinking import Thinking
+from scaffolds.core.tool_calls import call_key
 from scaffolds.evaluation.answers import extract_answer
 
 __all__ = ["Solution"]
@@ -31,6 +32,9 @@ class Solution:
     cut_short: bool = False
     sample: int = 0
     """Which sample of step ``step_id`` this is."""
+    tool_call: str | None = None
+    """The generation's tool calls in canonical form (:func:`~scaffolds.core.tool_calls.call_key`),
+    what it votes for; None when it calls none."""
 
     @classmethod
     def from_step(cls, step: Step, sample: int = 0) -> Solution:
@@ -44,6 +48,7 @@ class Solution:
             reasoning=completion.reasoning,
             cut_short=step.cut_short,
             sample=sample,
+            tool_call=call_key(completion.extra),
         )
 
     def marked_cut_short(self) -> Solution:

@@ -35,6 +35,7 @@ from pydantic import Field, model_validator
 from scaffolds.core.context import Context, Problem
 from scaffolds.core.errors import BudgetExhaustedError
 from scaffolds.core.solution import Solution
+from scaffolds.core.tool_calls import vote_groups
 from scaffolds.strategies.base import FieldValueError, Strategy
 from scaffolds.strategies.single import Single
 
@@ -50,6 +51,7 @@ class Adaptive(Strategy):
     summary: ClassVar[str] = (
         "Adaptive voting: samples in waves until the leader is the majority with confidence."
     )
+    votes_tool_calls: ClassVar[bool] = True
 
     max_k: int = Field(default=32, ge=1, le=1024)
     """The most samples drawn."""
@@ -99,11 +101,11 @@ class Adaptive(Strategy):
             asked += size
             samples += got
             cut = len(got) < size
-            clusters = await ctx.cluster([s.answer for s in samples])
+            clusters = await vote_groups(samples, ctx)  # tool calls vote by call
             pick = clusters[0][0] if clusters else 0
             reading: dict[str, object]
             if self.rule == "esc":
-                window = await ctx.cluster([s.answer for s in got])
+                window = await vote_groups(got, ctx)
                 unanimous = len(got) == size and len(window) <= 1
                 unanimous = unanimous and sum(map(len, window)) in (0, size)
                 settled, reading = unanimous, {"unanimous": unanimous}

@@ -64,6 +64,10 @@ class Strategy(BaseModel):
     The server then passes every request field to that call as given (the seed too, and
     fields no multi-step scaffold can honour, such as ``tools`` or ``echo``), and the runs
     of a request's several prompts share one engine request."""
+    votes_tool_calls: ClassVar[bool] = False
+    """True when the answer is voted among samples of its solver, so a request's ``tools``
+    can go to them: the most common tool call wins (:mod:`scaffolds.core.tool_calls`).
+    The server accepts ``tools`` when this holds and every inner strategy passes through."""
     answer_logprobs_refused: ClassVar[str | None] = None
     """Why a request for the answer's ``logprobs`` is refused when this strategy is in
     the spec (its answer is not the text of one engine generation, or it asks for top

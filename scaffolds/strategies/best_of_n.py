@@ -68,6 +68,8 @@ JUDGE = StepBuilder("best_of_n_judge", "judge", ("best_of_n_judge",), build=judg
 class BestOfN(Strategy):
     name: ClassVar[str] = "best_of_n"
     summary: ClassVar[str] = "Best-of-N: n candidates, an LLM judge picks the best one."
+    votes_tool_calls: ClassVar[bool] = True
+    """Candidates that call tools are voted by call instead of judged."""
     prompt_sets: ClassVar[tuple[PromptSet, ...]] = PROMPT_SETS
     step_builders: ClassVar[tuple[StepBuilder, ...]] = (JUDGE,)
     helper_models: ClassVar[tuple[str, ...]] = ("judge_model",)
@@ -83,8 +85,8 @@ class BestOfN(Strategy):
         candidates = await self.solver.solve_many(
             problem, ctx.child("candidates"), self.n, label="candidate"
         )
-        if len(candidates) == 1:
-            return await pick_by_vote(candidates, ctx, expected=self.n)
+        if len(candidates) == 1 or any(c.tool_call for c in candidates):
+            return await pick_by_vote(candidates, ctx, expected=self.n)  # tool calls: voted
         if self.judge == "reward":
             return await self._pick_by_reward(problem, candidates, ctx)
         shown = [ctx.shown(c.text) for c in candidates]

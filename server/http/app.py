@@ -28,6 +28,7 @@ from fastapi import FastAPI
 
 from scaffolds.engines.protocol import Engine
 from scaffolds.processes.children import set_parent_death_signal
+from server.http.agent_routes import agent_router
 from server.http.api_router import api_router, ops_router
 from server.http.auth import APIKeyAuth, RequireAPIKey
 from server.http.errors import install_error_handlers
@@ -35,6 +36,7 @@ from server.http.fast_path import CompletionRoutes
 from server.http.limits import BodySizeLimit
 from server.http.logs import RequestContext, configure_logging
 from server.http.metrics import MULTIPROC_ENV, Metrics
+from server.http.openapi import install_openapi
 from server.http.playground import mount_playground
 from server.serving.handler import Serving
 from server.settings import Settings
@@ -78,8 +80,10 @@ def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = Non
     app.state.auth = auth
     install_error_handlers(app)
     app.include_router(api_router())
+    app.include_router(agent_router())
     app.include_router(ops_router())
     mount_playground(app)
+    install_openapi(app)
     # Added last = outermost: request id, then auth, then the body limit, then the
     # completion routes served without FastAPI's routing (the same routes as api_router's).
     app.add_middleware(CompletionRoutes, serving=serving, metrics=metrics)

@@ -1,4 +1,5 @@
-"""Bearer API keys for ``/v1/*``, compared in constant time.
+"""Bearer API keys for ``/v1/*``, compared in constant time; Anthropic's clients' ``x-api-key``
+header is read as the same key when no ``Authorization`` header is sent.
 
 With no keys configured, auth is off (the server logs a warning at start). The client's
 key is only checked, never forwarded: engines use their own configured key.
@@ -99,6 +100,8 @@ class RequireAPIKey:
         for name, value in scope.get("headers", ()):
             if name == b"authorization":
                 header = value.decode("latin-1")
+            elif name == b"x-api-key" and header is None:  # Anthropic's clients send this
+                header = "Bearer " + value.decode("latin-1")
         try:
             self.auth.check(header)
         except AuthenticationError as exc:

@@ -47,6 +47,7 @@ __all__ = [
     "ClientDisconnectedError",
     "NotFoundError",
     "OverloadedError",
+    "StoreUnavailableError",
     "api_error",
     "error_response",
     "install_error_handlers",
@@ -73,6 +74,12 @@ class ClientDisconnectedError(PonderError):
     """The client went away before its answer was ready (nobody reads the 499)."""
 
     code = "client_disconnected"
+
+
+class StoreUnavailableError(PonderError):
+    """The database of stored responses could not be reached (503)."""
+
+    code = "store_unavailable"
 
 
 class BodyTooLargeError(StarletteHTTPException):
@@ -140,6 +147,8 @@ def api_error(exc: BaseException) -> APIError:
             exc.code,
             {"Retry-After": str(exc.retry_after)},
         )
+    if isinstance(exc, StoreUnavailableError):
+        return APIError(503, exc.message, "server_error", None, exc.code)
     if isinstance(exc, ClientDisconnectedError):
         return APIError(499, exc.message, "invalid_request_error", None, exc.code)
     if isinstance(exc, NotFoundError):

@@ -42,6 +42,7 @@ from server.http.metrics import Metrics
 from server.http.protocol import Endpoint, delta_choice
 from server.pool.served_models import ServedModel, ServedModels
 from server.serving.planning import AnyRequest, RunPlan, plan_run
+from server.serving.response_store import ResponseStore, default_store_url
 from server.serving.responses import (
     ChunkMaker,
     FastJSONResponse,
@@ -51,6 +52,7 @@ from server.serving.responses import (
     response_extra,
 )
 from server.serving.streaming import ChoiceRouter, SSEResponse, sse_event, stream_event_json
+from server.serving.wire import LiveRun, WireFormat
 from server.settings import Settings
 
 log = logging.getLogger("ponder.server")
@@ -72,6 +74,11 @@ class Serving:
         # Votes compare answers with math-verify, which can hang on pathological LaTeX:
         # a process pool with a time limit keeps that off the event loop.
         self.voter = AnswerChecker(max_workers=1)
+        self.responses = ResponseStore(
+            settings.responses_db or default_store_url(),
+            max_age_s=settings.responses_max_age_s,
+            max_count=settings.responses_max_count,
+        )
 
     @classmethod
     def build(
@@ -105,6 +112,7 @@ class Serving:
 
     async def aclose(self) -> None:
         await self.served.aclose()
+        await self.responses.aclose()
         self.voter.close()
 
     def model_cards(self) -> list[dict[str, Any]]:
@@ -124,12 +132,20 @@ class Serving:
         return await self.served.readiness()
 
     # -- handling ----------------------------------------------------------------------
-    async def handle(self, endpoint: Endpoint, req: AnyRequest, receive: Receive) -> Response:
+    async def handle(
+        self,
+        endpoint: Endpoint,
+        req: AnyRequest,
+        receive: Receive,
+        wire: WireFormat | None = None,
+    ) -> Response:
         """Plan, admit, run and answer one completion request; ``receive`` is the request's
-        ASGI receive (its disconnect cancels the run)."""
+        ASGI receive (its disconnect cancels the run). ``wire`` shapes the answer for
+        another API (Responses, Anthropic Messages) than ``endpoint``'s own."""
         started = time.perf_counter()
         base = req.model.partition("+")[0]  # labels stay bounded whatever the client sends
-        labels = {"endpoint": endpoint, "model": base if base in self.models else "unknown"}
+        label = wire.label if wire is not None else endpoint
+        labels = {"endpoint": label, "model": base if base in self.models else "unknown"}
         labels["scaffold"] = "-"
         try:
             plan = self.plan(endpoint, req)
@@ -162,10 +178,14 @@ class Serving:
                 slot.release()
                 observe(499)  # counts a client that left before its stream began
 
-            return SSEResponse(self._sse(plan, observe), on_close=close)
+            sse = self._sse(plan, observe) if wire is None else self._wire_sse(plan, observe, wire)
+            return SSEResponse(sse, on_close=close)
         try:
             runs = await self._until_disconnect(receive, self._run_all(plan))
-            response = response_body(plan, runs)
+            if wire is None:
+                response = response_body(plan, runs)
+            else:
+                response = await self._until_disconnect(receive, wire.body(plan, runs))
         except BaseException as exc:
             self._observe(labels, _status_of(exc), started)
             raise
@@ -291,6 +311,30 @@ class Serving:
                 await asyncio.wait({task})
             observe(status)
         yield sse_event("[DONE]")
+
+    async def _wire_sse(
+        self, plan: RunPlan, observe: Callable[[int], None], wire: WireFormat
+    ) -> AsyncIterator[bytes]:
+        """Another API's SSE body over the same live run, cancellation and status."""
+        recorder = TraceRecorder(live=True)
+        batches = recorder.subscribe_batches()
+        task = asyncio.ensure_future(self._run(plan, recorder))
+        status = 499
+        try:
+            async for out in wire.stream(plan, LiveRun(batches, task, recorder)):
+                yield out
+            status = 200
+        except Exception as exc:
+            error = api_error(exc)
+            status = error.status
+            if error.status >= 500:
+                log.warning("stream failed: %s (%s)", error.message, type(exc).__name__)
+            yield wire.stream_error(error)
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.wait({task})
+            observe(status)
 
     @staticmethod
     def _event_chunks(

@@ -34,6 +34,7 @@ from server.settings import Settings
 
 __all__ = [
     "FINAL_STEP_FIELDS",
+    "TOOL_FIELDS",
     "UNSUPPORTED_FIELDS",
     "AnyRequest",
     "RunPlan",
@@ -197,17 +198,38 @@ def engine_fields(strategy: Strategy, req: AnyRequest) -> tuple[dict[str, Any], 
     fields = req.passthrough()
     if strategy.passes_through:
         return {}, fields | ({"seed": req.seed} if req.seed is not None else {})
+    votes = _votes_tool_calls(strategy)
     for name, why in UNSUPPORTED_FIELDS.items():
         value = fields.get(name)
         if not _is_off(name, value):
+            if votes and name in TOOL_FIELDS:
+                if req.stream:
+                    raise InvalidRequestError(
+                        f"{name} with a voting scaffold is not streamed: the winning tool call "
+                        "is known once every sample is in (send it without stream)",
+                        param="stream",
+                    )
+                continue
             raise InvalidRequestError(f"{name} is not supported: {why}", param=name)
     final = {k: v for k, v in fields.items() if k in FINAL_STEP_FIELDS}
     refused = _logprobs_refused(strategy)
     for name in ("logprobs", "top_logprobs"):
         if refused is not None and not _is_off(name, final.get(name)):
             raise InvalidRequestError(f"{name} is not supported: {refused}", param=name)
-    every = {k: v for k, v in fields.items() if k not in final and k not in UNSUPPORTED_FIELDS}
+    dropped = UNSUPPORTED_FIELDS.keys() - (TOOL_FIELDS if votes else frozenset())
+    every = {k: v for k, v in fields.items() if k not in final and k not in dropped}
     return every, final
+
+
+TOOL_FIELDS = frozenset({"tools", "tool_choice", "functions", "function_call"})
+"""Fields a voting scaffold over a pass-through solver sends to its calls (its samples,
+and best_of_n's judge, whose pick falls back to the vote when it calls a tool instead)."""
+
+
+def _votes_tool_calls(strategy: Strategy) -> bool:
+    """Whether ``strategy`` votes over tool calls: it says so, and each sample is one
+    engine call of the prompt as asked (its solvers pass through)."""
+    return strategy.votes_tool_calls and all(s.passes_through for s in strategy.inner())
 
 
 def _is_off(name: str, value: Any) -> bool:

@@ -64,6 +64,8 @@ class Piece:
     text: str
     extra: Mapping[str, Any] | None = None
     """The engine's own fields of an answer's piece (its logprobs, tool call deltas)."""
+    key: Key | None = field(default=None, repr=False, compare=False)
+    """The (step id, sample) a reasoning piece is text of."""
 
 
 @dataclass
@@ -174,7 +176,7 @@ class ChoiceRouter:
                 text = self._header(step, key[1]) + text
         if state.current == key:
             state.reasoning.append(text)
-            return [Piece(choice, "reasoning", text)]
+            return [Piece(choice, "reasoning", text, key=key)]
         state.pending.setdefault(key, []).append(text)
         return []
 
@@ -203,7 +205,7 @@ class ChoiceRouter:
             key = next(iter(state.pending))
             text = "".join(state.pending.pop(key))
             state.reasoning.append(text)
-            out.append(Piece(choice, "reasoning", text))
+            out.append(Piece(choice, "reasoning", text, key=key))
             if key[0] not in self._finished and not flush_all:
                 state.current = key
         return out

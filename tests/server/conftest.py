@@ -21,6 +21,8 @@ from server.http.app import create_app
 from server.settings import Settings
 
 UNUSED = "http://engine.invalid/v1"
+STORE_IN_MEMORY = {"responses_db": "sqlite+aiosqlite:///:memory:"}
+"""Test apps keep stored responses (POST /v1/responses) in memory, not under PONDER_HOME."""
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -32,7 +34,7 @@ def build_app(
     handler: Handler = boxed, *, delay: float = 0.0, **settings: Any
 ) -> tuple[FastAPI, MockEngine]:
     engine = MockEngine(handler, delay=delay)
-    fields: dict[str, Any] = {"model": "m", "engines": (UNUSED,), **settings}
+    fields: dict[str, Any] = {"model": "m", "engines": (UNUSED,), **STORE_IN_MEMORY, **settings}
     app = create_app(Settings(**fields), engines={fields["model"]: engine})
     return app, engine
 

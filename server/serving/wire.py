@@ -1,0 +1,54 @@
+"""The wire formats besides chat completions: how a finished run, or a live one, is
+written for the Responses API and Anthropic's Messages API.
+
+:meth:`Serving.handle <server.serving.handler.Serving.handle>` plans, admits, runs and
+cancels a request the same way for every API; a :class:`WireFormat` only shapes the
+answer: the whole body of finished runs, the SSE bytes of a live run (its trace event
+batches in, its final result awaited at the end), and an error met once a stream began.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, Protocol
+
+from scaffolds.core.run import RunResult
+from scaffolds.core.trace import TraceEvent, TraceRecorder
+from server.http.errors import APIError
+from server.serving.planning import RunPlan
+
+__all__ = ["LiveRun", "WireFormat"]
+
+
+class LiveRun:
+    """A streamed run as a wire format reads it: its event batches as they come, then
+    its result (and the recorder, for ``return_trace``)."""
+
+    def __init__(
+        self,
+        batches: AsyncIterator[list[TraceEvent]],
+        result: Awaitable[RunResult],
+        recorder: TraceRecorder,
+    ):
+        self.batches = batches
+        self.result = result
+        self.recorder = recorder
+
+
+class WireFormat(Protocol):
+    """One API's shapes for :meth:`Serving.handle`."""
+
+    label: str
+    """The ``endpoint`` label of the request metrics."""
+
+    async def body(self, plan: RunPlan, runs: list[tuple[RunResult, TraceRecorder]]) -> Any:
+        """The whole response of finished runs."""
+        ...
+
+    def stream(self, plan: RunPlan, run: LiveRun) -> AsyncIterator[bytes]:
+        """The SSE body of a live run, up to and including its last event."""
+        ...
+
+    def stream_error(self, error: APIError) -> bytes:
+        """The SSE event that ends a stream that failed."""
+        ...

@@ -1,0 +1,89 @@
+"""The response store on a real Postgres (``--responses-db postgresql+asyncpg://...``): the
+same table, bounds and lookups as on SQLite. Postgres runs from the machine's binaries
+in a temporary folder (as ``nobody`` when the tests run as root, which Postgres refuses);
+the test is skipped where there is no Postgres or no asyncpg."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from scaffolds.engines.vllm_server import free_port
+from scaffolds.processes.children import popen_owned, stop_group
+from server.serving.response_store import ResponseStore, StoredResponse
+from tests.server.conftest import wait_until
+
+BINARIES = ("initdb", "postgres", "pg_isready")
+
+
+def _as_owner(argv: list[str]) -> list[str]:
+    if os.geteuid() != 0:
+        return argv
+    return ["runuser", "-u", "nobody", "--", *argv]
+
+
+@pytest.fixture(scope="module")
+def postgres_url() -> Iterator[str]:
+    if any(shutil.which(b) is None for b in BINARIES) or not importlib.util.find_spec("asyncpg"):
+        pytest.skip("no Postgres binaries (initdb, postgres, pg_isready) or no asyncpg")
+    if os.geteuid() == 0 and shutil.which("runuser") is None:
+        pytest.skip("running as root without runuser: Postgres will not start as root")
+    # Its own folder in the system's temporary one, which ``nobody`` can reach (pytest's
+    # per-user folder it cannot).
+    with tempfile.TemporaryDirectory(prefix="ponder-postgres-") as name:
+        folder = Path(name)
+        if os.geteuid() == 0:
+            shutil.chown(folder, "nobody")
+        yield from _serve(folder)
+
+
+def _serve(folder: Path) -> Iterator[str]:
+    data = folder / "data"
+    subprocess.run(
+        _as_owner(["initdb", "-D", str(data), "-U", "ponder", "--auth=trust"]),
+        check=True, capture_output=True,
+    )  # fmt: skip
+    port = free_port()
+    server = popen_owned(
+        _as_owner(["postgres", "-D", str(data), "-p", str(port), "-h", "127.0.0.1",
+                   "-k", str(folder)]),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+    def ready() -> bool:
+        check = ["pg_isready", "-h", "127.0.0.1", "-p", str(port), "-U", "ponder"]
+        return subprocess.run(check, capture_output=True).returncode == 0 or bool(server.poll())
+
+    try:
+        assert wait_until(ready, within=120) and server.poll() is None, "postgres did not start"
+        yield f"postgresql+asyncpg://ponder@127.0.0.1:{port}/postgres"
+    finally:
+        stop_group(server)
+
+
+async def test_store_on_postgres(postgres_url: str, tmp_path: Path) -> None:
+    store = ResponseStore(postgres_url, max_age_s=100, max_count=2)
+    now = time.time()
+    try:
+        await store.put(StoredResponse("old", now - 101, {"id": "old"}, []))
+        for i in range(3):
+            conversation = [{"role": "user", "content": f"q{i}"}]
+            await store.put(StoredResponse(f"r{i}", now + i, {"id": f"r{i}"}, conversation))
+        assert await store.count() == 2
+        assert [await store.get(i) is not None for i in ("old", "r0", "r1", "r2")] == [
+            False, False, True, True,
+        ]  # fmt: skip
+        found = await store.get("r2")
+        assert found is not None and found.body == {"id": "r2"}
+        assert found.conversation == [{"role": "user", "content": "q2"}]
+        assert await store.delete("r2") and not await store.delete("r2")
+    finally:
+        await store.aclose()
