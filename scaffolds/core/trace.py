@@ -111,7 +111,9 @@ class StepNote:
     its own): ``kind`` names the note and ``values`` holds it (JSON-ready). Kinds so far:
     ``stopping`` (adaptive voting's probability that the leader is the majority, after a
     wave, about its scope), ``confidence`` (deepconf's per-sample confidence and kept
-    flag, lists indexed by sample, about the step ``step_id``) and ``helper_text`` (a
+    flag, lists indexed by sample, about the step ``step_id``), ``scores`` (a verifier's
+    ``scores`` of the candidates of its ``verify`` step ``step_id``, and a process reward
+    model's per-step ``steps``) and ``helper_text`` (a
     helper step's samples whose answer was empty: ``samples`` maps each to ``reasoning``
     or ``empty``, ``texts`` to the text the run passed on instead)."""
 
