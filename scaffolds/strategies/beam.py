@@ -34,7 +34,7 @@ from scaffolds.core.errors import BudgetExhaustedError
 from scaffolds.core.fanout import gather_within_budget
 from scaffolds.core.solution import Solution
 from scaffolds.engines.protocol import Message, Verifier
-from scaffolds.evaluation.answers import extract_answer
+from scaffolds.evaluation.answers import extract_answer, extract_boxed
 from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.majority import pick_by_vote
 from scaffolds.strategies.steps import Parent, StepBuilder
@@ -102,7 +102,7 @@ async def extend(
     for sample, completion in enumerate(step.completions):
         text = completion.text
         steps = (*path.steps, text)
-        done = extract_answer(text) is not None or not text.strip() or len(steps) >= max_steps
+        done = extract_boxed(text) is not None or not text.strip() or len(steps) >= max_steps
         children.append(Path(steps, done, None, (step.step_id, sample)))
     return children
 
