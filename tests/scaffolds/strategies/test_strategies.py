@@ -323,5 +323,3 @@ async def test_seeded_runs_are_deterministic_and_calls_get_distinct_seeds() -> N
     first, second = await seeds(), await seeds()
     assert first == second
     assert len(set(first)) == len(first)
-
-
