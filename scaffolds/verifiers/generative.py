@@ -70,7 +70,9 @@ def verify_prompt(problem: str, solution: str, *, chat: bool = True) -> str | tu
 
 class GenerativeVerifier:
     """``engine``'s yes/no verdict on each candidate. ``extra``: request fields every
-    verdict sends (a thinking model's fields that turn its thinking off)."""
+    verdict sends (a thinking model's fields that turn its thinking off). It asks for
+    top logprobs only, not token ids (vLLM's ``return_tokens_as_token_ids`` would hide
+    the tokens' text)."""
 
     generated_tokens = 1
 
@@ -86,7 +88,7 @@ class GenerativeVerifier:
         self.name = name
         self.chat = chat
         self.params = SamplingParams(
-            n=1, max_tokens=1, temperature=0.0, logprobs=True, top_logprobs=TOP_LOGPROBS,
+            n=1, max_tokens=1, temperature=0.0, top_logprobs=TOP_LOGPROBS,
             extra=dict(extra or {}),
         )  # fmt: skip
 
@@ -133,25 +135,28 @@ def _verdict(token: str) -> str | None:
 
 
 def top_tokens(completion: Completion) -> dict[str, float]:
-    """Token -> logprob of the first position's top tokens, from the engine's own
-    ``logprobs`` field (chat: ``content[0].top_logprobs``; completions:
-    ``top_logprobs[0]``); empty when the engine sent none.
+    """Token -> logprob at the first position: the sampled token and the top ones, from
+    the engine's own ``logprobs`` field (chat: ``content[0]``; completions: ``tokens``,
+    ``token_logprobs`` and ``top_logprobs``); empty when the engine sent none.
 
-    >>> top_tokens(Completion("a", extra={"logprobs": {"top_logprobs": [{"a": -0.1}]}}))
-    {'a': -0.1}
+    >>> top_tokens(Completion("a", extra={"logprobs": {"top_logprobs": [{"b": -2.0}],
+    ...     "tokens": ["a"], "token_logprobs": [-0.1]}}))
+    {'b': -2.0, 'a': -0.1}
     """
     raw = (completion.extra or {}).get("logprobs")
     if not isinstance(raw, Mapping):
         return {}
+    out: dict[str, float] = {}
     content = raw.get("content")
     if isinstance(content, list) and content and isinstance(content[0], Mapping):
-        entries = content[0].get("top_logprobs") or []
-        return {
-            str(e["token"]): float(e["logprob"])
-            for e in entries
-            if isinstance(e, Mapping) and "token" in e and e.get("logprob") is not None
-        }
-    tops = raw.get("top_logprobs")
+        first = content[0]
+        for entry in [*(first.get("top_logprobs") or []), first]:
+            if isinstance(entry, Mapping) and entry.get("logprob") is not None:
+                out.setdefault(str(entry.get("token")), float(entry["logprob"]))
+        return out
+    tops, tokens, values = raw.get("top_logprobs"), raw.get("tokens"), raw.get("token_logprobs")
     if isinstance(tops, list) and tops and isinstance(tops[0], Mapping):
-        return {str(k): float(v) for k, v in tops[0].items() if v is not None}
-    return {}
+        out = {str(k): float(v) for k, v in tops[0].items() if v is not None}
+    if isinstance(tokens, list) and isinstance(values, list) and tokens and values[:1] != [None]:
+        out.setdefault(str(tokens[0]), float(values[0]))
+    return out
