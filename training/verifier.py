@@ -66,9 +66,9 @@ def verifier_rows(
         )
     if not balance:
         return rows
-    right = [r for r in rows if r["correct"]]
-    wrong = [r for r in rows if not r["correct"]]
-    keep = min(len(right), len(wrong))
+    yes = [r for r in rows if r["correct"]]
+    no = [r for r in rows if not r["correct"]]
+    keep = min(len(yes), len(no))
     rng = random.Random(seed)
-    kept = {id(r) for r in rng.sample(right, keep) + rng.sample(wrong, keep)}
+    kept = {id(r) for r in rng.sample(yes, keep) + rng.sample(no, keep)}
     return [r for r in rows if id(r) in kept]

@@ -157,7 +157,7 @@ def top_tokens(completion: Completion) -> dict[str, float]:
     tops, tokens, values = raw.get("top_logprobs"), raw.get("tokens"), raw.get("token_logprobs")
     if isinstance(tops, list) and tops and isinstance(tops[0], Mapping):
         out = {str(k): float(v) for k, v in tops[0].items() if v is not None}
-    first = values[0] if isinstance(values, list) and values else None
-    if isinstance(tokens, list) and tokens and first is not None:
-        out.setdefault(str(tokens[0]), float(first))
+    sampled = values[0] if isinstance(values, list) and values else None
+    if isinstance(tokens, list) and tokens and sampled is not None:
+        out.setdefault(str(tokens[0]), float(sampled))
     return out
