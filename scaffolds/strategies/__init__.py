@@ -10,7 +10,7 @@ list from the registry.
 >>> GSR(n=4, solver=RC(steps=3)).max_calls()
 18
 >>> sorted(cls.name for cls in BUILTINS)[:3]
-['abstraction', 'adaptive', 'best_of_n']
+['abstraction', 'adaptive', 'beam']
 """
 
 from scaffolds.core.solution import Solution

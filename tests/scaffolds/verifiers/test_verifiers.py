@@ -36,10 +36,10 @@ async def test_pooling_verifier_scores_each_candidate_and_counts_its_requests() 
     assert verdicts.scores == (1.0, 10.0, 1.0) and verdicts.steps is None
     # vLLM's usage: prompt tokens (the fake counts words: "6*7?" and the candidate)
     assert verdicts.usage == Usage(prompt_tokens=(1 + 1) + (1 + 3) + (1 + 1), calls=3)
-    assert requests[0].body == {
-        "model": "rm",
-        "messages": [{"role": "user", "content": "6*7?"}, {"role": "assistant", "content": "41"}],
-    }
+    # One request per candidate, all at once (so in any order)
+    assert sorted(r.body["messages"][1]["content"] for r in requests) == ["41", "43", "it is 42"]
+    assert {"model": "rm", "messages": [{"role": "user", "content": "6*7?"},
+            {"role": "assistant", "content": "41"}]} in [r.body for r in requests]  # fmt: skip
     assert all(r.headers["authorization"] == "Bearer rm-key" for r in requests)
     assert verifier.requests(3) == 3 and isinstance(verifier, Verifier)
 
