@@ -201,6 +201,9 @@ def verifier(args: VerifierCommand) -> None:
 
     try:
         problems = {p.id: p.problem for p in load_problems(args.problems).problems}
+        if args.held_out is not None:
+            held_out = {p.problem for p in load_problems(args.held_out).problems}
+            problems = {i: text for i, text in problems.items() if text not in held_out}
     except (OSError, ValueError) as exc:
         raise _fail(str(exc)) from None
     records = read_results(args.results).records

@@ -135,6 +135,8 @@ class VerifierCommand:
     """the problems those results answered (JSONL of id/problem/answer)"""
     output: Annotated[Path, Flag("--out")]
     """output folder (rerun to resume)"""
+    held_out: Path | None = None
+    """problems never to train on: a problem whose text is in this file is dropped"""
     train: TrainSettings = field(default_factory=TrainSettings)
     max_length: Annotated[int, Flag(min=1)] = 2048
     """tokens per row"""

@@ -55,19 +55,24 @@ async def test_a_verifier_trains_from_eval_results_and_serves_in_process(
         for i in range(3) for s in range(3)
     ]  # fmt: skip
     records.append({"scaffold": "single", "id": "p0", "sample": 9, "error": "boom"})
+    # a held-out problem's samples are never trained on, whatever their id
+    records += [{"scaffold": "single", "id": "p2", "sample": 5, "response": "4", "correct": True}]
+    held_out = tmp_path / "held_out.jsonl"
+    held_out.write_text(json.dumps({"id": "h0", "problem": "2+2=", "answer": "4"}) + "\n")
     results.write_text("".join(json.dumps(r) + "\n" for r in records))
     out = tmp_path / "verifier"
     args = ["verifier", "--model", str(base_dir), "--results", str(results)]
-    args += ["--problems", str(problems), "--out", str(out), "--max-steps", "2"]
+    args += ["--problems", str(problems), "--held-out", str(held_out), "--out", str(out)]
+    args += ["--max-steps", "2"]
     args += ["--batch-size", "2", "--threads", "1", "--no-progress", "--lr", "1e-3"]
     result = CliRunner().invoke(train_app, args)
     assert result.exit_code == 0, result.output
-    # 3 right and 6 wrong samples, balanced to 3 and 3
-    assert "6 rows: 3 right, 3 wrong" in result.output
+    # p0 and p1 (p2 is held out): 2 right and 4 wrong samples, balanced to 2 and 2
+    assert "4 rows: 2 right, 2 wrong" in result.output
     final = out / "final"
     assert (final / "adapter_config.json").is_file()
     meta = json.loads((final / "ponder_training.json").read_text())
-    assert meta["kinds"] == ["verify"] and meta["rows"] == 6 and meta["global_step"] == 2
+    assert meta["kinds"] == ["verify"] and meta["rows"] == 4 and meta["global_step"] == 2
     verifier = LocalVerifier(final)
     try:
         verdicts = await verifier.verify("1+1=", ["1+1=2", "1+1=3"])
