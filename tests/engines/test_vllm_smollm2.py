@@ -154,7 +154,7 @@ async def test_beam_search_on_vllm_continues_the_assistant_message_and_counts_ev
             "beam(width=1, expand=2, max_steps=2, step_tokens=16)",
             "Tom has 3 apples and buys 4 more. How many apples does he have?",
             engine,
-            params=SamplingParams(temperature=0.8, seed=1),
+            params=SamplingParams(temperature=0.8),
             verifier=GenerativeVerifier(engine, MODEL),
         )
     kinds = [e.kind for e in result.events if isinstance(e, StepStarted)]
