@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import openai
+import pytest
 
 from server.settings import Settings
 from testing.fake_engine import FakeEngineConfig, running_fake_engine
@@ -35,7 +36,14 @@ def test_a_model_named_as_verifier_weighs_the_vote() -> None:
                 messages=[{"role": "user", "content": "What is 6*7?"}],
                 extra_body={"scaffold": 'majority(k=3, weight="verifier")', "return_trace": True},
             )
+            with pytest.raises(openai.BadRequestError) as refused:
+                client.chat.completions.create(
+                    model=MODEL,
+                    messages=[{"role": "user", "content": "What is 6*7?"}],
+                    extra_body={"scaffold": 'beam(verifier="nobody")'},
+                )
         bodies = [r.body for r in fake.state.requests]
+    assert refused.value.body["param"] == "scaffold.verifier"  # type: ignore[index]
     # 41 has two votes, but the verifier says no to both (weight 0) and yes to 42.
     assert reply.choices[0].message.content == "\\boxed{42}"
     verdicts = [b for b in bodies if "### Proposed solution" in last_message(b)["content"]]
