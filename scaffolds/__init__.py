@@ -16,7 +16,7 @@ from typing import Any
 from scaffolds.core.context import Budget, Problem, Voter
 from scaffolds.core.run import RunResult, run_scaffold
 from scaffolds.core.trace import TraceRecorder
-from scaffolds.engines.protocol import Engine, Message, SamplingParams
+from scaffolds.engines.protocol import Engine, Message, SamplingParams, Verifier
 from scaffolds.prompts import PromptSet
 from scaffolds.strategies.base import Strategy
 
@@ -34,11 +34,13 @@ async def solve(
     prompts: PromptSet | str = "default",
     recorder: TraceRecorder | None = None,
     voter: Voter | None = None,
+    verifier: Verifier | None = None,
 ) -> RunResult:
     """Run the scaffold ``spec`` (a compact string, a JSON dict or a Strategy) on a problem.
 
     A string problem is sent as one user chat message; pass ``Problem.from_text(...)``
-    to use the plain completions API instead.
+    to use the plain completions API instead. ``verifier`` scores candidates for the
+    scaffolds that use one (:mod:`scaffolds.verifiers`).
     """
     from scaffolds.spec.build import build_strategy
 
@@ -57,4 +59,5 @@ async def solve(
         prompts=prompts,
         recorder=recorder,
         voter=voter,
+        verifier=verifier,
     )

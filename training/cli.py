@@ -7,7 +7,7 @@ imports (torch, TRL) happen inside each command. Rerunning a command on the same
 output directory resumes it.
 
 >>> sorted(c.name or c.callback.__name__ for c in train_app.registered_commands)
-['data', 'grpo', 'sft', 'status', 'verl']
+['data', 'grpo', 'sft', 'status', 'verifier', 'verl']
 
 Example::
 
@@ -32,7 +32,13 @@ from rich.console import Console
 from rich.table import Table
 
 from scaffolds.cli_options import build, command_function, field_options
-from training.cli_settings import DataCommand, GrpoCommand, SftCommand, VerlCommand
+from training.cli_settings import (
+    DataCommand,
+    GrpoCommand,
+    SftCommand,
+    VerifierCommand,
+    VerlCommand,
+)
 
 __all__ = ["train_app"]
 
@@ -180,6 +186,36 @@ def sft(args: SftCommand) -> None:
         lora=args.adapter if args.lora else None,
         resume=args.resume,
     )
+    out.print(f"saved {final}")
+
+
+@_command(VerifierCommand)
+def verifier(args: VerifierCommand) -> None:
+    """A generative verifier: SFT of a LoRA adapter on MODEL to answer yes (right) or no
+    (wrong) about each graded sample of RESULTS; serve OUT/final with --verifier
+    local:OUT/final, or through vLLM with the adapter."""
+    from scaffolds.evaluation.problems import load_problems
+    from scaffolds.evaluation.results import read_results
+    from training.sft import run_sft
+    from training.verifier import verifier_rows
+
+    try:
+        problems = {p.id: p.problem for p in load_problems(args.problems).problems}
+        if args.held_out is not None:
+            held_out = {p.problem for p in load_problems(args.held_out).problems}
+            problems = {i: text for i, text in problems.items() if text not in held_out}
+    except (OSError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    records = read_results(args.results).records
+    rows = verifier_rows(records, problems, balance=args.balance, seed=args.train.seed)
+    if not rows:
+        raise _fail(f"no graded samples of known problems in {args.results}")
+    right = sum(bool(r["correct"]) for r in rows)
+    out.print(f"{len(rows)} rows: {right} right, {len(rows) - right} wrong")
+    final = run_sft(
+        args.model, rows, args.output, args.train, prompt_set=None,
+        max_length=args.max_length, lora=args.adapter, resume=args.resume,
+    )  # fmt: skip
     out.print(f"saved {final}")
 
 

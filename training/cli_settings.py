@@ -30,7 +30,14 @@ from training.grpo import GRPOSettings
 from training.lora import LoraSettings
 from training.rollouts import RolloutSettings
 
-__all__ = ["DataCommand", "GrpoCommand", "ModeMix", "SftCommand", "VerlCommand"]
+__all__ = [
+    "DataCommand",
+    "GrpoCommand",
+    "ModeMix",
+    "SftCommand",
+    "VerifierCommand",
+    "VerlCommand",
+]
 
 GsrKeep = Literal["all", "all_wrong", "some_right"]
 RcSummaries = Literal["next_correct", "all"]
@@ -111,6 +118,30 @@ class SftCommand:
     """recorded in final/"""
     lora: Annotated[bool, Flag("--lora")] = False
     """train LoRA adapters only"""
+    adapter: Annotated[LoraSettings, Nested(prefix="lora_")] = field(default_factory=LoraSettings)
+    resume: Annotated[bool, Flag("--resume", off="--restart")] = True
+    """continue from the newest checkpoint"""
+
+
+@dataclass(frozen=True)
+class VerifierCommand:
+    """``ponder train verifier``: a LoRA yes/no verifier from graded samples."""
+
+    model: str
+    """base model (the policy's): folder or hub name"""
+    results: Path
+    """ponder eval results.jsonl (graded samples)"""
+    problems: Path
+    """the problems those results answered (JSONL of id/problem/answer)"""
+    output: Annotated[Path, Flag("--out")]
+    """output folder (rerun to resume)"""
+    held_out: Path | None = None
+    """problems never to train on: a problem whose text is in this file is dropped"""
+    train: TrainSettings = field(default_factory=TrainSettings)
+    max_length: Annotated[int, Flag(min=1)] = 2048
+    """tokens per row"""
+    balance: Annotated[bool, Flag("--balance", off="--no-balance")] = True
+    """as many right as wrong samples (the larger class cut, seeded)"""
     adapter: Annotated[LoraSettings, Nested(prefix="lora_")] = field(default_factory=LoraSettings)
     resume: Annotated[bool, Flag("--resume", off="--restart")] = True
     """continue from the newest checkpoint"""

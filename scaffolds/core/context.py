@@ -27,9 +27,9 @@ from typing import Any, Protocol
 from scaffolds.core.engine_calls import RunState, Step, StepCalls, Voter, derive_seed
 from scaffolds.core.ledger import Ledger
 from scaffolds.core.problem import Budget, Problem, StepPrompt
-from scaffolds.core.thinking import Routing, Thinking
+from scaffolds.core.thinking import HelperModel, Routing, Thinking
 from scaffolds.core.trace import TraceRecorder
-from scaffolds.engines.protocol import Engine, Message, Prompt, RewardModel, SamplingParams, Usage
+from scaffolds.engines.protocol import Engine, Message, Prompt, SamplingParams, Usage, Verifier
 from scaffolds.evaluation.answers import AnswerFormat
 from scaffolds.prompts import PromptSet, Template, common_prompts
 
@@ -84,7 +84,7 @@ class Context(StepCalls):
         chat: bool = True,
         voter: Voter | None = None,
         affinity_key: str | None = None,
-        reward_model: RewardModel | None = None,
+        verifier: Verifier | None = None,
         routing: Routing | None = None,
         answer_format: AnswerFormat = "lenient",
     ) -> Context:
@@ -97,7 +97,7 @@ class Context(StepCalls):
             chat=chat,
             voter=voter,
             affinity_key=affinity_key,
-            reward_model=reward_model,
+            verifier=verifier,
             routing=routing or Routing(),
             answer_format=answer_format,
         )
@@ -128,9 +128,15 @@ class Context(StepCalls):
         return self._state.ledger.budget
 
     @property
-    def reward_model(self) -> RewardModel | None:
-        """The reward model configured for this run's model, if any."""
-        return self._state.reward_model
+    def verifier(self) -> Verifier | None:
+        """The verifier configured for this run's model, if any."""
+        return self._state.verifier
+
+    def served_model(self, name: str) -> HelperModel:
+        """The served model ``name``: its engine and how it thinks (an unknown name is
+        an :class:`~scaffolds.core.errors.InvalidRequestError`)."""
+        target = self._state.routing.target(name)
+        return HelperModel(self._state.engine) if target is None else target
 
     @property
     def thinking(self) -> Thinking:

@@ -27,14 +27,16 @@ from scaffolds.core.problem import StepPrompt
 from scaffolds.core.thinking import Routing, Thinking, helper_text
 from scaffolds.core.trace import StepNote, StepStarted, TraceRecorder
 from scaffolds.core.traced_call import traced_call
+from scaffolds.core.traced_verify import traced_verify
 from scaffolds.engines.protocol import (
     Completion,
     Engine,
     GenerateRequest,
     GenerateResult,
     Prompt,
-    RewardModel,
     SamplingParams,
+    Verdicts,
+    Verifier,
 )
 from scaffolds.evaluation.answers import AnswerFormat, final_answer
 from scaffolds.prompts import PromptSet
@@ -89,7 +91,7 @@ class RunState:
     chat: bool
     voter: Voter | None = None
     affinity_key: str | None = None
-    reward_model: RewardModel | None = None
+    verifier: Verifier | None = None
     routing: Routing = field(default_factory=Routing)
     answer_format: AnswerFormat = "lenient"
     step_counter: int = 0
@@ -209,6 +211,38 @@ class StepCalls:
             return Step(step_id, completions, cut_short=cut, answers=answers)
         finally:
             state.ledger.release(n, grant)
+
+    async def verify(
+        self,
+        verifier: Verifier,
+        problem: str,
+        candidates: Sequence[str],
+        *,
+        label: str,
+        step: str | None = None,
+        values: Mapping[str, Any] | None = None,
+    ) -> Verdicts:
+        """Score ``candidates`` with ``verifier``, within the budget: its requests and
+        generated tokens are reserved first and its usage charged, as a ``verify`` step
+        of the trace (``values`` adds to its recorded fields, e.g. the paths it scores).
+        Raises :class:`BudgetExhaustedError` if no budget is left to start."""
+        state = self._state
+        count, calls = len(candidates), verifier.requests(len(candidates))
+        grant = state.ledger.reserve(count, verifier.generated_tokens, calls=calls)
+        try:
+            step_id = self._next_step_id()
+            fields = {"candidates": list(candidates), "verifier": verifier.name, **(values or {})}
+            started = StepStarted(
+                step_id=step_id, parent_id=self.scope_id, kind="verify",
+                label=" > ".join((*self.scope, label)), n=count, choice=self.choice,
+                template="verify", fields=fields,
+            )  # fmt: skip
+            return await traced_verify(
+                verifier, problem, candidates, started, recorder=state.recorder,
+                ledger=state.ledger, step=step,
+            )  # fmt: skip
+        finally:
+            state.ledger.release(count, grant, calls=calls)
 
     def _route(self, model: str | None, helper: bool) -> tuple[Engine, Thinking]:
         """The engine and thinking of the model a step runs on: ``model``, else (for a

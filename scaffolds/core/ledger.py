@@ -77,9 +77,10 @@ class Ledger:
             return None
         return asyncio.get_running_loop().time() + self.deadline - time.monotonic()
 
-    def reserve(self, n: int, wanted: int | None) -> Grant:
+    def reserve(self, n: int, wanted: int | None, calls: int = 1) -> Grant:
         """Check the budget and reserve what a call of ``n`` samples may spend, each
-        ``wanted`` tokens at most (None: as many as the budget allows).
+        ``wanted`` tokens at most (None: as many as the budget allows), as ``calls``
+        engine requests (a verifier's batch may take several).
 
         Raises :class:`DeadlineExceededError` or :class:`BudgetExhaustedError` (and
         records the cut) when the call may not start.
@@ -89,7 +90,7 @@ class Ledger:
             self.cut("deadline")
             raise DeadlineExceededError()
         if budget.max_calls is not None and (
-            self.usage.calls + self.reserved_calls >= budget.max_calls
+            self.usage.calls + self.reserved_calls + calls > budget.max_calls
         ):
             self.cut("calls")
             raise BudgetExhaustedError("the run's engine-call budget is spent", limit="calls")
@@ -106,11 +107,11 @@ class Ledger:
                     raise BudgetExhaustedError("the run's token budget is spent", limit="tokens")
                 grant = Grant(share - held, held)
             self.reserved_tokens += n * grant.tokens
-        self.reserved_calls += 1
+        self.reserved_calls += calls
         return grant
 
-    def release(self, n: int, grant: Grant) -> None:
+    def release(self, n: int, grant: Grant, calls: int = 1) -> None:
         """Return a finished call's reservation (its usage is charged separately)."""
-        self.reserved_calls -= 1
+        self.reserved_calls -= calls
         if self.budget.max_tokens is not None:
             self.reserved_tokens -= n * grant.tokens

@@ -24,7 +24,7 @@ from scaffolds.core.fanout import gather_within_budget
 from scaffolds.core.solution import Solution
 from scaffolds.core.thinking import Routing
 from scaffolds.core.trace import RunFinished, TraceEvent, TraceRecorder
-from scaffolds.engines.protocol import Engine, RewardModel, SamplingParams, Usage
+from scaffolds.engines.protocol import Engine, SamplingParams, Usage, Verifier
 from scaffolds.evaluation.answers import AnswerFormat
 from scaffolds.prompts import PromptSet
 
@@ -76,7 +76,7 @@ async def run_scaffold(
     chat: bool | None = None,
     recorder: TraceRecorder | None = None,
     voter: Voter | None = None,
-    reward_model: RewardModel | None = None,
+    verifier: Verifier | None = None,
     routing: Routing | None = None,
     answer_format: AnswerFormat = "lenient",
 ) -> RunResult:
@@ -106,7 +106,7 @@ async def run_scaffold(
         chat=chat,
         voter=voter,
         affinity_key=problem_key(problem),
-        reward_model=reward_model,
+        verifier=verifier,
         routing=routing,
         answer_format=answer_format,
     )

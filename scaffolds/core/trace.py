@@ -112,8 +112,9 @@ class StepNote:
     ``stopping`` (adaptive voting's probability that the leader is the majority, after a
     wave, about its scope), ``confidence`` (deepconf's per-sample confidence and kept
     flag, lists indexed by sample, about the step ``step_id``), ``population`` (RSA's
-    answers after a round, and their accuracy when the reference answer is known) and
-    ``helper_text`` (a
+    answers after a round, and their accuracy when the reference answer is known),
+    ``scores`` (a verifier's ``scores`` of the candidates of its ``verify`` step
+    ``step_id``, and a process reward model's per-step ``steps``) and ``helper_text`` (a
     helper step's samples whose answer was empty: ``samples`` maps each to ``reasoning``
     or ``empty``, ``texts`` to the text the run passed on instead)."""
 

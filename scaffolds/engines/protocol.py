@@ -1,7 +1,7 @@
 """The Engine protocol: generate n samples for one prompt.
 
 An engine is anything with an async ``generate`` method (and optionally a streaming
-form); a :class:`RewardModel` scores candidates. Every scaffold talks to engines only
+form); a :class:`Verifier` scores candidates. Every scaffold talks to engines only
 through this module's types, so vLLM, SGLang, any OpenAI-compatible server, an
 in-process model and the test double :class:`~scaffolds.engines.mock.MockEngine` are
 interchangeable.
@@ -311,13 +311,43 @@ def batchable(requests: Sequence[GenerateRequest]) -> bool:
     )
 
 
-@runtime_checkable
-class RewardModel(Protocol):
-    """Scores candidates for a problem: higher is better, one float per candidate
-    (for ``best_of_n(judge="reward")``). Whoever builds a run passes one in, e.g.
-    :class:`scaffolds.engines.reward.HTTPRewardModel` over vLLM's pooling API."""
+@dataclass(frozen=True, slots=True)
+class Verdicts:
+    """A verifier's ``scores`` (one per candidate, higher is better), a process reward
+    model's per-step ``steps`` (when it gave them) and what it cost (``usage``).
 
-    async def score(self, problem: str, candidates: Sequence[str]) -> list[float]: ...
+    >>> Verdicts((0.9, 0.2), ((0.8, 0.9), (0.2,))).step_scores(1)
+    (0.2,)
+    >>> Verdicts((0.7,)).step_scores(0)
+    (0.7,)
+    """
+
+    scores: tuple[float, ...]
+    steps: tuple[tuple[float, ...], ...] | None = None
+    usage: Usage = field(default_factory=Usage)
+
+    def step_scores(self, index: int) -> tuple[float, ...]:
+        """Candidate ``index``'s per-step scores (else its outcome score alone)."""
+        if self.steps is not None and self.steps[index]:
+            return self.steps[index]
+        return (self.scores[index],)
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    """Scores candidates of a problem (implementations: :mod:`scaffolds.verifiers`).
+    ``step`` joins the steps of partial solutions (a process reward model scores each).
+    A run reserves ``requests(count)`` engine calls and ``generated_tokens`` per
+    candidate from its budget before the call."""
+
+    name: str
+    generated_tokens: int
+
+    def requests(self, count: int) -> int: ...
+
+    async def verify(
+        self, problem: str, candidates: Sequence[str], *, step: str | None = None
+    ) -> Verdicts: ...
 
 
 async def stream_from_generate(

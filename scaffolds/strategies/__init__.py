@@ -10,18 +10,20 @@ list from the registry.
 >>> GSR(n=4, solver=RC(steps=3)).max_calls()
 18
 >>> sorted(cls.name for cls in BUILTINS)[:3]
-['abstraction', 'adaptive', 'best_of_n']
+['abstraction', 'adaptive', 'beam']
 """
 
 from scaffolds.core.solution import Solution
 from scaffolds.strategies.abstraction import Abstraction
 from scaffolds.strategies.adaptive import Adaptive
 from scaffolds.strategies.base import Strategy, register
+from scaffolds.strategies.beam import Beam
 from scaffolds.strategies.best_of_n import BestOfN
 from scaffolds.strategies.budget_forcing import BudgetForcing
 from scaffolds.strategies.deepconf import DeepConf
 from scaffolds.strategies.gsr import GSR
 from scaffolds.strategies.majority import Majority
+from scaffolds.strategies.particle_filter import ParticleFilter
 from scaffolds.strategies.rc import RC
 from scaffolds.strategies.rsa import RSA
 from scaffolds.strategies.self_refine import SelfRefine
@@ -39,6 +41,8 @@ BUILTINS: tuple[type[Strategy], ...] = (
     Adaptive,
     DeepConf,
     BudgetForcing,
+    Beam,
+    ParticleFilter,
 )
 """The built-in strategy classes, each served under its ``name``."""
 
@@ -49,10 +53,12 @@ __all__ = [
     "RSA",
     "Abstraction",
     "Adaptive",
+    "Beam",
     "BestOfN",
     "BudgetForcing",
     "DeepConf",
     "Majority",
+    "ParticleFilter",
     "SelfRefine",
     "Single",
     "Solution",

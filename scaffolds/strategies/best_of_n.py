@@ -1,9 +1,10 @@
 """``best_of_n(n, judge)``: n candidates, then a judge picks one.
 
 ``judge="llm"``: the model reads every candidate and names the best by number in
-``\\boxed{}``. ``judge="reward"``: the reward model configured for the served model
-scores each candidate and the highest wins. If the judge's pick is unreadable, or the
-budget runs out before it, the candidates' majority answer wins.
+``\\boxed{}``. ``judge="verifier"``: a verifier scores each candidate and the highest
+wins (the served model's own, or the served model named by ``verifier``; see
+:mod:`scaffolds.verifiers`). If the judge's pick is unreadable, or the budget runs out
+before it, the candidates' majority answer wins.
 
 >>> BestOfN(n=4).max_calls()
 2
@@ -17,7 +18,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from scaffolds.core.context import Context, Problem, StepPrompt
-from scaffolds.core.errors import BudgetExhaustedError, InvalidRequestError
+from scaffolds.core.errors import BudgetExhaustedError
 from scaffolds.core.solution import Solution
 from scaffolds.evaluation.answers import extract_answer
 from scaffolds.prompts import PromptSet, Template
@@ -25,6 +26,7 @@ from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.majority import pick_by_vote
 from scaffolds.strategies.single import Single
 from scaffolds.strategies.steps import Parent, StepBuilder
+from scaffolds.verifiers.scoring import score, verifier_for
 
 # This strategy's templates, one part per prompt set.
 JUDGE_TEMPLATE = Template(
@@ -72,23 +74,28 @@ class BestOfN(Strategy):
     """Candidates that call tools are voted by call instead of judged."""
     prompt_sets: ClassVar[tuple[PromptSet, ...]] = PROMPT_SETS
     step_builders: ClassVar[tuple[StepBuilder, ...]] = (JUDGE,)
-    helper_models: ClassVar[tuple[str, ...]] = ("judge_model",)
+    helper_models: ClassVar[tuple[str, ...]] = ("judge_model", "verifier")
 
     n: int = Field(default=4, ge=1, le=256)
-    judge: Literal["llm", "reward"] = "llm"
+    judge: Literal["llm", "verifier"] = "llm"
     solver: Strategy = Single()
     judge_model: str | None = None
     """The served model that judges (default: the model's helper model, else the model
     itself, with its thinking turned off)."""
+    verifier: str | None = None
+    """With ``judge="verifier"``: the served model that verifies, asked yes or no
+    (default: the verifier configured for the model)."""
 
     async def solve(self, problem: Problem, ctx: Context) -> Solution:
+        if self.judge == "verifier":
+            verifier_for(ctx, self.verifier, "scaffold.judge")  # refuse before sampling
         candidates = await self.solver.solve_many(
             problem, ctx.child("candidates"), self.n, label="candidate"
         )
         if len(candidates) == 1 or any(c.tool_call for c in candidates):
             return await pick_by_vote(candidates, ctx, expected=self.n)  # tool calls: voted
-        if self.judge == "reward":
-            return await self._pick_by_reward(problem, candidates, ctx)
+        if self.judge == "verifier":
+            return await self._pick_by_verifier(problem, candidates, ctx)
         shown = [ctx.shown(c.text) for c in candidates]
         try:
             step = await JUDGE.generate(
@@ -103,26 +110,24 @@ class BestOfN(Strategy):
         chosen = candidates[pick]
         return chosen.marked_cut_short() if len(candidates) < self.n else chosen
 
-    async def _pick_by_reward(
+    async def _pick_by_verifier(
         self, problem: Problem, candidates: list[Solution], ctx: Context
     ) -> Solution:
-        reward_model = ctx.reward_model
-        if reward_model is None:
-            raise InvalidRequestError(
-                'best_of_n(judge="reward") needs a reward model, and none is configured '
-                "for this model",
-                param="scaffold.judge",
-            )
-        scores = await reward_model.score(problem.text, [c.text for c in candidates])
-        best = max(range(len(candidates)), key=lambda i: scores[i])
+        verifier = verifier_for(ctx, self.verifier, "scaffold.judge")
+        try:
+            verdicts = await score(ctx, verifier, problem, [c.text for c in candidates])
+        except BudgetExhaustedError:
+            return await pick_by_vote(candidates, ctx, expected=self.n + 1)
+        best = max(range(len(candidates)), key=lambda i: verdicts.scores[i])
         chosen = candidates[best]
         return chosen.marked_cut_short() if len(candidates) < self.n else chosen
 
     def max_calls(self) -> int:
-        return self.solver.max_calls_many(self.n) + (1 if self.judge == "llm" else 0)
+        # A verifier may take one request per candidate (vLLM's pooling API does).
+        return self.solver.max_calls_many(self.n) + (1 if self.judge == "llm" else self.n)
 
     def max_samples(self) -> int:
-        return self.solver.max_samples_many(self.n) + (1 if self.judge == "llm" else 0)
+        return self.solver.max_samples_many(self.n) + (1 if self.judge == "llm" else self.n)
 
 
 def parse_pick(verdict: str, count: int) -> int | None:

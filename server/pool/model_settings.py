@@ -142,10 +142,18 @@ class ModelOptions(BaseModel):
     """How the engines differ from OpenAI's API: a registered dialect (vllm, sglang,
     openai)."""
     reward_url: Annotated[str | None, Flag(metavar="URL")] = None
-    """A reward model's vLLM pooling endpoint (http://host:port/pooling), for
-    best_of_n(judge="reward")."""
+    """A reward model's vLLM pooling endpoint (http://host:port/pooling): the model's
+    verifier (best_of_n(judge="verifier"), majority(weight="verifier"), beam,
+    particle_filter)."""
     reward_model: Annotated[str | None, Flag(metavar="NAME")] = None
     """Model name the reward endpoint serves (default: --model)."""
+    reward_step_tag: Annotated[str | None, Flag(metavar="TEXT")] = None
+    """What a process reward model reads after each step, to score it (<extra_0> for
+    Qwen2.5-Math-PRM); unset: it scores the whole text."""
+    verifier: Annotated[str | None, Flag(metavar="NAME|local:DIR")] = None
+    """The model's verifier, when it has no --reward-url: a served model's name (asked
+    whether a solution is right, read from its yes/no logprobs), or local:DIR (a
+    transformers model in process)."""
     default_max_tokens: int | None = Field(default=None, ge=1)
     """max_tokens per engine call when a request sets none."""
     default_temperature: float | None = Field(default=None, ge=0, le=2)
@@ -207,6 +215,11 @@ class ModelConfig(ModelOptions):
         if not self.engines:
             raise ValueError(f"engines: model {self.name!r} needs at least one engine URL")
         check_alias_names(self.name, self.aliases)
+        if self.verifier and self.reward_url:
+            raise ValueError(
+                f"model {self.name!r}: set verifier or reward_url, not both (each names "
+                "the model's verifier)"
+            )
         return self
 
     def alias_specs(self) -> dict[str, str]:

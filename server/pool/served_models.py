@@ -22,14 +22,14 @@ from typing import Any
 
 from scaffolds.core.errors import FanOutError, InvalidRequestError, NotFoundError, SpecError
 from scaffolds.core.thinking import HelperModel, Routing
-from scaffolds.engines.protocol import Engine
-from scaffolds.engines.reward import HTTPRewardModel
+from scaffolds.engines.protocol import Engine, Verifier
 from scaffolds.prompts import PromptSet
 from scaffolds.prompts.files import PromptFile, load_prompt_file
 from scaffolds.spec.build import SpecLimits, build_strategy, spec_string
 from scaffolds.spec.prompt_files import check_scaffold_templates, prompt_set_with_files
 from scaffolds.spec.registry import Registry, default_registry
 from scaffolds.strategies.base import Strategy
+from scaffolds.verifiers import GenerativeVerifier, LocalVerifier, PoolingVerifier
 from server.http.metrics import Metrics
 from server.http.protocol import model_card
 from server.pool.metered import (
@@ -53,7 +53,8 @@ class ServedModel:
     engine: Engine
     default: Strategy
     aliases: Mapping[str, Strategy]
-    reward_model: HTTPRewardModel | None = None
+    verifier: Verifier | None = None
+    """The model's verifier (its config's ``verifier`` or ``reward_url``), if any."""
     routing: Routing = field(default_factory=Routing)
     """How the model thinks, and the served models its helper steps may run on."""
     prompts: PromptSet | None = None
@@ -67,6 +68,26 @@ class ServedModel:
         ``where`` (the set it lacks, or a template a prompt file leaves out)."""
         strategy.check_prompt_set(self.config.prompts)
         check_scaffold_templates(self.prompt_files, strategy, where)
+
+
+def model_verifier(
+    config: ModelConfig, models: Mapping[str, HelperModel], where: str
+) -> Verifier | None:
+    """The verifier ``config`` names: its reward model's pooling endpoint, a
+    transformers model in process (``local:DIR``), or a served model asked yes or no."""
+    if config.reward_url:
+        return PoolingVerifier(
+            config.reward_url, config.reward_model or config.name, step_tag=config.reward_step_tag
+        )
+    name = config.verifier
+    if name is None:
+        return None
+    if name.startswith("local:"):
+        return LocalVerifier(name.removeprefix("local:"))
+    if name not in models:
+        known = ", ".join(models)
+        raise InvalidRequestError(f"no served model {name!r} (served: {known})", param=where)
+    return GenerativeVerifier(models[name].engine, name, extra=models[name].thinking.off)
 
 
 def spec_error(exc: SpecError, where: str) -> SpecError:
@@ -125,21 +146,17 @@ class ServedModels:
             check_scaffold_templates(files, default, f"models.{config.name}.default_scaffold")
             for alias, strategy in aliases.items():
                 check_scaffold_templates(files, strategy, f"aliases.{alias}")
-            reward = (
-                HTTPRewardModel(config.reward_url, config.reward_model or config.name)
-                if config.reward_url
-                else None
-            )
             engine = MeteredEngine(inner, metrics, config.name)
             models[config.name] = ServedModel(
-                config, engine, default, aliases, reward, prompts=prompts, prompt_files=files
+                config, engine, default, aliases, prompts=prompts, prompt_files=files
             )
         helpers = {
             name: HelperModel(m.engine, m.config.thinking_config()) for name, m in models.items()
         }
         for name, m in models.items():
             routing = Routing(m.config.thinking_config(), m.config.helper_model, helpers)
-            models[name] = replace(m, routing=routing)
+            verifier = model_verifier(m.config, helpers, f"models.{name}.verifier")
+            models[name] = replace(m, routing=routing, verifier=verifier)
         built = cls(models, registry, limits)
         for name, m in models.items():
             built.check_named_models(m.default, f"models.{name}.default_scaffold")
@@ -201,8 +218,9 @@ class ServedModels:
     async def aclose(self) -> None:
         for served in self.models.values():
             await engine_aclose(served.engine)
-            if served.reward_model is not None:
-                await served.reward_model.aclose()
+            close = getattr(served.verifier, "aclose", None)
+            if close is not None:
+                await close()
 
     async def readiness(self) -> tuple[bool, dict[str, Any]]:
         """Whether every model has a reachable engine, and the per-model detail."""

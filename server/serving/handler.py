@@ -252,7 +252,7 @@ class Serving:
                 chat=plan.endpoint == "chat",
                 recorder=recorder,
                 voter=self.voter,
-                reward_model=plan.served.reward_model,
+                verifier=plan.served.verifier,
                 routing=plan.served.routing,
                 answer_format=plan.answer_format,
             )

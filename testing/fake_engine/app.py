@@ -127,15 +127,32 @@ def create_app(config: FakeEngineConfig, state: FakeEngineState) -> FastAPI:
 
     @app.post("/pooling")
     async def pooling(request: Request) -> Response:
-        """vLLM's pooling API for a reward model: per-token rewards, the last is the score."""
+        """vLLM's pooling API (``PoolingResponse``) for a reward model: an outcome score
+        as one value, or a process model's steps as rows ``[p(bad), p(good)]``."""
         body = await request.json()
         state.requests.append(
             RecordedRequest(request.url.path, body, dict(request.headers), time.time())
         )
         messages = body.get("messages") or []
         answer = messages[-1].get("content", "") if messages else ""
-        data = [[0.0], [float(config.reward(answer))]]
-        return JSONResponse({"object": "list", "data": [{"index": 0, "data": data}]})
+        reward = config.reward(answer)
+        data = [[1.0 - r, r] for r in reward] if isinstance(reward, list) else [float(reward)]
+        prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
+        return JSONResponse(
+            {
+                "id": f"pool-{len(state.requests)}",
+                "object": "list",
+                "created": int(time.time()),
+                "model": body.get("model"),
+                "data": [{"index": 0, "object": "pooling", "data": data}],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "total_tokens": prompt_tokens,
+                    "completion_tokens": 0,
+                    "prompt_tokens_details": None,
+                },
+            }
+        )
 
     @app.get("/health")
     async def health() -> Response:

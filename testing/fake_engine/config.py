@@ -70,8 +70,9 @@ class FakeEngineConfig:
     """Reported cached prompt tokens; None simulates a prefix cache of 16-token blocks."""
     api_key: str | None = None
     """When set, requests without ``Authorization: Bearer <api_key>`` get 401."""
-    reward: Callable[[str], float] = len
-    """``POST /pooling`` (a vLLM reward model): the score of an assistant message."""
+    reward: Callable[[str], float | list[float]] = len
+    """``POST /pooling`` (a vLLM reward model): the score of an assistant message, or a
+    process reward model's score of each step (its rows ``[1 - s, s]``)."""
     dialect: Literal["vllm", "sglang"] = "vllm"
     """Which server's response and error shapes to imitate (see the module docstring)."""
     healthy: bool = True

@@ -117,3 +117,48 @@ async def test_cancelling_a_call_aborts_the_generation_in_vllm(
     assert server.metric("vllm:num_requests_running") == 0
     generated = server.metric("vllm:generation_tokens_total") - before
     assert 0 < generated < n * max_tokens, f"{generated} tokens: the cancel never aborted vLLM"
+
+
+async def test_the_generative_verifier_reads_yes_and_no_from_vllms_top_logprobs(
+    smollm2_server: VLLMServer,
+) -> None:
+    from scaffolds.verifiers import GenerativeVerifier
+    from scaffolds.verifiers.generative import top_tokens, verify_prompt, yes_probability
+
+    candidates = ["2 + 3 = 5. The answer is 5.", "2 + 3 = 7. The answer is 7."]
+    async with _engine(smollm2_server) as engine:
+        verifier = GenerativeVerifier(engine, MODEL)
+        verdicts = await verifier.verify("What is 2 + 3?", candidates)
+        raw = await engine.generate(
+            GenerateRequest(verify_prompt("What is 2 + 3?", candidates[1]), verifier.params)
+        )
+    [completion] = raw.completions
+    tops = top_tokens(completion)
+    # vLLM sent the tokens' text (no token ids), with yes or no among the top 20.
+    assert len(tops) >= 20 and not any(t.startswith("token_id:") for t in tops)
+    assert any(t.strip().lower() in ("yes", "no") for t in tops), tops
+    assert verdicts.scores[1] == pytest.approx(yes_probability(completion), abs=1e-3)
+    assert all(0.0 < s < 1.0 for s in verdicts.scores)
+    assert verdicts.usage.calls == 2 and verdicts.usage.completion_tokens == 2
+
+
+async def test_beam_search_on_vllm_continues_the_assistant_message_and_counts_every_token(
+    smollm2_server: VLLMServer,
+) -> None:
+    from scaffolds.core.trace import StepStarted
+    from scaffolds.verifiers import GenerativeVerifier
+
+    before = smollm2_server.metric("vllm:generation_tokens_total")
+    async with _engine(smollm2_server) as engine:
+        result = await solve(
+            "beam(width=1, expand=2, max_steps=2, step_tokens=16)",
+            "Tom has 3 apples and buys 4 more. How many apples does he have?",
+            engine,
+            params=SamplingParams(temperature=0.8),
+            verifier=GenerativeVerifier(engine, MODEL),
+        )
+    kinds = [e.kind for e in result.events if isinstance(e, StepStarted)]
+    assert kinds[:2] == ["search_step", "verify"] and kinds.count("verify") >= 1
+    assert result.solutions[0].text.strip()
+    grown = smollm2_server.metric("vllm:generation_tokens_total") - before
+    assert grown == result.usage.completion_tokens

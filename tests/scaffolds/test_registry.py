@@ -28,6 +28,7 @@ from scaffolds.spec.registry import (
 from scaffolds.strategies import BUILTINS, Single
 from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.steps import TraceView
+from testing.scripted_verifier import ScriptedVerifier
 from tests.scaffolds.plugin_dist import MARKED, PACKAGE, installed, reply, write_distribution
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,7 +79,7 @@ def test_traits_have_defaults_and_the_builtins_set_them() -> None:
     passing = [cls.name for cls in BUILTINS if cls.passes_through]
     refusing = {cls.name for cls in BUILTINS if cls.answer_logprobs_refused}
     assert passing == ["single"]
-    assert refusing == {"budget_forcing", "deepconf"}
+    assert refusing == {"beam", "budget_forcing", "deepconf", "particle_filter"}
 
 
 # -- step kinds ------------------------------------------------------------------------------
@@ -95,13 +96,15 @@ def _runnable(cls: type[Strategy], prompts: str) -> Strategy | None:
 @pytest.mark.parametrize("prompts", PROMPT_SET_NAMES)
 def test_every_step_records_its_builders_kind(prompts: str) -> None:
     """A traced step whose template is a builder's has that builder's ``trace_kind``, in
-    a default run of every built-in (those that need parameters, or lack the set, aside)."""
+    a default run of every built-in (those that need parameters, or lack the set, aside;
+    those that use a verifier get a scripted one)."""
     strategies = [s for cls in BUILTINS if (s := _runnable(cls, prompts)) is not None]
     builders = [b for s in strategies for b in type(s).step_builders if b.build is not None]
     seen: set[str] = set()
     for strategy in strategies:
         engine = MockEngine(lambda request: "so \\boxed{4}")
-        result = asyncio.run(solve(strategy, "2+2?", engine, prompts=prompts))
+        verifier = ScriptedVerifier(lambda text: 0.5)
+        result = asyncio.run(solve(strategy, "2+2?", engine, prompts=prompts, verifier=verifier))
         for step in TraceView(result.events).steps:
             mine = [b for b in builders if step.template in b.templates]
             if mine:

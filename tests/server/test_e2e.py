@@ -326,7 +326,7 @@ async def test_concurrent_async_requests(fake: FakeEngineHandle, ponder: str) ->
     assert fake.state.calls == 12
 
 
-def test_best_of_n_with_a_reward_model_through_the_server() -> None:
+def test_best_of_n_with_a_reward_model_verifier_through_the_server() -> None:
     def respond(body: dict[str, Any]) -> list[str]:
         return [f"candidate {i} \\boxed{{{40 + i}}}" for i in range(int(body.get("n") or 1))]
 
@@ -337,19 +337,20 @@ def test_best_of_n_with_a_reward_model_through_the_server() -> None:
             reply = sdk(url).chat.completions.create(
                 model=MODEL,
                 messages=messages(),
-                extra_body={"scaffold": 'best_of_n(n=3, judge="reward")'},
+                extra_body={"scaffold": 'best_of_n(n=3, judge="verifier")'},
             )
         paths = [r.path for r in fake.state.requests]
     assert reply.choices[0].message.content == "candidate 2 \\boxed{42}"
     assert paths.count("/pooling") == 3 and paths.count("/v1/chat/completions") == 1
-    assert reply.usage is not None and reply.usage.model_extra["engine_calls"] == 1  # type: ignore[index]
+    # the candidates' request and the reward model's three
+    assert reply.usage is not None and reply.usage.model_extra["engine_calls"] == 4  # type: ignore[index]
 
 
-def test_reward_judge_without_a_reward_model_is_a_400_naming_the_field(
+def test_verifier_judge_without_a_verifier_is_a_400_naming_the_field(
     fake: FakeEngineHandle, ponder: str
 ) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         sdk(ponder).chat.completions.create(
-            model=MODEL, messages=messages(), extra_body={"scaffold": 'best_of_n(judge="reward")'}
+            model=MODEL, messages=messages(), extra_body={"scaffold": 'best_of_n(judge="verifier")'}
         )
     assert info.value.body["param"] == "scaffold.judge"  # type: ignore[index]

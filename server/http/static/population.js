@@ -4,9 +4,14 @@
 // another (rounds, waves: stacked) rather than at once (candidates: side by side), and
 // what a strategy's `step_note` says (adaptive voting's stopping probability).
 
-/** "stepId#index" keys of the samples a step_started event says it read. */
+/** "stepId#index" keys of the samples a step_started event says it read: an RSA
+ * aggregation's members, or the path a search step (beam, particle_filter) continues
+ * (its `parent_step` and `sample`: so a search draws as its tree). */
 export function readsOf(event) {
-  const members = event?.fields?.members;
+  let members = event?.fields?.members;
+  if (event?.kind === "search_step" && event.parent_step) {
+    members = [[event.parent_step, event.sample ?? 0]];
+  }
   if (!Array.isArray(members)) return [];
   return members
     .filter((m) => Array.isArray(m) && m[0] !== null && m[0] !== undefined)
@@ -36,9 +41,35 @@ export function rowsByTime(scopes, span) {
   return rows;
 }
 
-/** One line for a note: "8 samples · leader 42 (6 vs 2) · P(majority) 0.96 ≥ 0.95: stop". */
+const score = (x) => (Number.isFinite(Number(x)) ? Number(x).toFixed(2) : "?");
+
+/** "score 0.83" for each path a verify step scored: "stepId#index" -> text. */
+export function scoresOf(started, note) {
+  const paths = started?.fields?.paths;
+  const scores = note?.values?.scores;
+  const out = {};
+  if (!Array.isArray(paths) || !Array.isArray(scores)) return out;
+  paths.forEach((path, i) => {
+    if (Array.isArray(path) && path[0]) out[`${path[0]}#${Number(path[1]) || 0}`] = `score ${score(scores[i])}`;
+  });
+  return out;
+}
+
+/** One line for a note: "8 samples · leader 42 (6 vs 2) · P(majority) 0.96 ≥ 0.95: stop";
+ * a search's levels and rounds, and a verifier-weighted vote, in words. */
 export function noteText(note) {
   const v = note?.values || {};
+  if (note?.kind === "beam") {
+    return `level ${v.level}: kept ${(v.scores || []).length} paths, scores ${(v.scores || []).map(score).join(", ")}`;
+  }
+  if (note?.kind === "resample") {
+    const weights = (v.log_weights || []).map(score).join(", ");
+    return `round ${v.round}: log weights ${weights} · drew particles ${(v.drawn || []).join(", ")}`;
+  }
+  if (note?.kind === "weighted_vote") {
+    const parts = (v.answers || []).map((a, i) => `${a} ${score((v.weights || [])[i])}`);
+    return `verifier-weighted vote: ${parts.join(" · ")}`;
+  }
   if (note?.kind !== "stopping") return `${note?.kind || "note"}: ${JSON.stringify(v)}`;
   const p = Number(v.probability);
   const parts = [`${v.samples} samples`];

@@ -12,10 +12,12 @@
 // stacked instead, so RSA draws as a grid, one row per round, with an arrow from each
 // member an aggregation read to it (population.js reads the links from the trace); a
 // strategy's notes (the stopping probability after each wave) sit under their scope.
+// A search (beam, particle_filter) draws as its tree: an arrow from each path to the
+// step that continues it, and each path's verifier score on its node.
 //
 // Model output is only ever set as text (textContent), never parsed as HTML.
 
-import { noteText, readsOf, rowsByTime } from "./population.js";
+import { noteText, readsOf, rowsByTime, scoresOf } from "./population.js";
 
 const SEPARATOR = " > ";
 const SVG = "http://www.w3.org/2000/svg";
@@ -166,6 +168,7 @@ export class TraceTree {
       error: null,
       streamed: Array(n).fill(0),
       reads: readsOf(event),
+      event,
     };
     this.steps.set(stepId, step);
     scope.children.push({ step: stepId });
@@ -249,6 +252,17 @@ export class TraceTree {
     const values = event.values || {};
     if (step && event.kind === "helper_text") {
       this.notedSubstitutes(step, values);
+      return;
+    }
+    if (step && event.kind === "scores") {
+      // A verifier's scores: on the search paths it scored (its own nodes show them too).
+      for (const [key, text] of Object.entries(scoresOf(step.event, event))) {
+        const node = this.nodes.get(key);
+        if (!node) continue;
+        node.note.hidden = false;
+        node.note.textContent = text;
+        node.note.title = `the verifier's score of this path (${values.verifier || "verifier"})`;
+      }
       return;
     }
     if (!step || event.kind !== "confidence") return;

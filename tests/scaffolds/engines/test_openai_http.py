@@ -442,34 +442,6 @@ def test_default_responder_is_deterministic() -> None:
     )
 
 
-async def test_http_reward_model_scores_each_candidate_over_vllm_pooling() -> None:
-    from scaffolds.engines.reward import HTTPRewardModel
-    from testing.fake_engine import FakeEngineConfig, running_fake_engine
-
-    config = FakeEngineConfig(reward=lambda text: 10.0 if "42" in text else 1.0)
-    with running_fake_engine(config) as fake:
-        url = fake.base_url.removesuffix("/v1") + "/pooling"
-        reward = HTTPRewardModel(url, "rm", api_key="rm-key")
-        try:
-            scores = await reward.score("6*7?", ["41", "it is 42", "43"])
-        finally:
-            await reward.aclose()
-        bodies = [r.body for r in fake.state.requests]
-    assert scores == [1.0, 10.0, 1.0]
-    assert bodies[0]["messages"][0] == {"role": "user", "content": "6*7?"}
-    assert all(r.headers["authorization"] == "Bearer rm-key" for r in fake.state.requests)
-
-
-async def test_http_reward_model_reports_an_unreachable_endpoint() -> None:
-    from scaffolds.core.errors import EngineUnavailableError
-    from scaffolds.engines.reward import HTTPRewardModel
-
-    reward = HTTPRewardModel("http://127.0.0.1:9/pooling", "rm", timeout=2)
-    with pytest.raises(EngineUnavailableError, match="unreachable"):
-        await reward.score("p", ["c"])
-    await reward.aclose()
-
-
 async def test_calls_take_the_connection_pools_in_turn(fake: FakeEngineHandle) -> None:
     engine = make_engine(fake, pool_shards=3)
     clients = [engine.client for _ in range(6)]

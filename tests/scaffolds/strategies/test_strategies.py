@@ -323,32 +323,3 @@ async def test_seeded_runs_are_deterministic_and_calls_get_distinct_seeds() -> N
     first, second = await seeds(), await seeds()
     assert first == second
     assert len(set(first)) == len(first)
-
-
-class _LengthReward:
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, list[str]]] = []
-
-    async def score(self, problem: str, candidates: list[str]) -> list[float]:
-        self.seen.append((problem, list(candidates)))
-        return [float(len(c)) for c in candidates]
-
-
-async def test_best_of_n_with_a_reward_model_takes_the_top_score_without_a_judge_call() -> None:
-    reward = _LengthReward()
-    script = Script(solve=["\\boxed{1}", "longest one \\boxed{2}", "mid \\boxed{3}"])
-    engine = MockEngine(script)
-    result = await run_scaffold(BestOfN(n=3, judge="reward"), PROBLEM, engine, reward_model=reward)
-    assert script.kinds == ["solve"]
-    assert result.solutions[0].answer == "2"
-    assert reward.seen[0][0] == "What is 6*7?" and len(reward.seen[0][1]) == 3
-    assert BestOfN(n=3, judge="reward").max_calls() == 1
-    assert BestOfN(n=3, judge="reward").max_samples() == 3
-
-
-async def test_best_of_n_reward_judge_without_a_reward_model_names_the_field() -> None:
-    from scaffolds.core.errors import InvalidRequestError
-
-    with pytest.raises(InvalidRequestError) as info:
-        await run(BestOfN(n=2, judge="reward"), Script())
-    assert info.value.param == "scaffold.judge"

@@ -1,0 +1,127 @@
+r"""``particle_filter(n, max_steps, step)``: particle filtering with a verifier (its_hub).
+
+``n`` particles (partial solutions) advance a step at a time (a step ends at the
+separator ``step``). Each round, every unfinished particle writes one more step (the
+particles that share a prefix, as resampled copies do, in one request with that many
+samples), the verifier scores the new partial solutions in one verify step, and a
+particle's log weight becomes the logit of its score (clipped to [1e-7, 1 - 1e-7]; a
+finished particle keeps its last weight). Then ``n`` particles are drawn with
+replacement with probabilities ``softmax(log weights)`` (seeded by the run's seed, so a
+seeded run draws the same). A particle is finished when it wrote a ``\boxed`` answer or
+an empty step, or has ``max_steps`` steps; when all are, the heaviest particle wins
+(its_hub's ParticleFiltering: particle Gibbs with one iteration, argmax selection).
+
+The trace records each step's parent (``parent_step``, ``sample``), each verify step's
+particles (``fields["paths"]``) and, after each round, a ``resample`` note with the
+weights and the particles drawn. When the budget runs out, the heaviest particle so far
+is the answer, marked cut short.
+
+>>> ParticleFilter(n=4, max_steps=3).max_calls()
+24
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field
+
+from scaffolds.core.context import Context, Problem
+from scaffolds.core.errors import BudgetExhaustedError
+from scaffolds.core.fanout import gather_within_budget
+from scaffolds.core.solution import Solution
+from scaffolds.strategies.base import Strategy
+from scaffolds.strategies.beam import (
+    SEARCH_STEP,
+    Path,
+    answer_of,
+    best_so_far,
+    by_score,
+    extend,
+    score_paths,
+    settled,
+)
+from scaffolds.strategies.steps import StepBuilder
+from scaffolds.verifiers.scoring import Aggregate, log_weight, softmax, verifier_for
+
+
+class ParticleFilter(Strategy):
+    name: ClassVar[str] = "particle_filter"
+    summary: ClassVar[str] = (
+        "Particle filtering: n partial solutions advance a step at a time, resampled by "
+        "their verifier scores."
+    )
+    step_builders: ClassVar[tuple[StepBuilder, ...]] = (SEARCH_STEP,)
+    helper_models: ClassVar[tuple[str, ...]] = ("verifier",)
+    answer_logprobs_refused: ClassVar[str | None] = (
+        "particle_filter's answer is put together from steps"
+    )
+
+    n: int = Field(default=8, ge=1, le=256)
+    max_steps: int = Field(default=8, ge=1, le=64)
+    step: str = Field(default="\n\n", min_length=1)
+    """The separator that ends a step (the engine stops there)."""
+    step_tokens: int | None = Field(default=None, ge=1)
+    """Most tokens of one step (default: the run's ``max_tokens``)."""
+    aggregate: Aggregate = "last"
+    """A particle's score from its steps' scores: last, min or prod."""
+    verifier: str | None = None
+    """The served model that verifies (default: the verifier configured for the model)."""
+
+    async def solve(self, problem: Problem, ctx: Context) -> Solution:
+        verifier = verifier_for(ctx, self.verifier, "scaffold.verifier")
+        particles = [Path()] * self.n
+        rng = ctx.rng("resample")
+        for round_ in range(1, self.max_steps + 1):
+            alive = [p for p in particles if not p.done]
+            groups: dict[Path, int] = {}
+            for p in alive:
+                groups[p] = groups.get(p, 0) + 1
+            extended = await gather_within_budget(
+                *(
+                    extend(
+                        ctx,
+                        problem,
+                        path,
+                        count,
+                        sep=self.step,
+                        max_steps=self.max_steps,
+                        step_tokens=self.step_tokens,
+                        label=f"round {round_}",
+                    )
+                    for path, count in groups.items()
+                )
+            )
+            children, stopped = settled(extended)
+            try:
+                if stopped is not None:  # resampling needs every particle's weight
+                    raise stopped
+                scored = await score_paths(
+                    ctx, verifier, problem, children, sep=self.step, how=self.aggregate,
+                    label=f"verify round {round_}",
+                )  # fmt: skip
+            except BudgetExhaustedError as exc:
+                started = [p for p in particles if p.steps]
+                return await best_so_far(ctx, started or children, self.step, exc)
+            particles = [p for p in particles if p.done] + scored
+            weights = [log_weight(p.score if p.score is not None else 0.5) for p in particles]
+            drawn = rng.choices(range(len(particles)), weights=softmax(weights), k=self.n)
+            ctx.note(
+                "resample",
+                {
+                    "round": round_,
+                    "particles": [list(p.node) for p in particles],
+                    "log_weights": weights,
+                    "drawn": drawn,
+                },
+            )
+            particles = [particles[i] for i in drawn]
+            if all(p.done for p in particles):
+                break
+        return answer_of(max(particles, key=by_score), self.step, cut=False)
+
+    def max_calls(self) -> int:
+        return 2 * self.n * self.max_steps
+
+    def max_samples(self) -> int:
+        return 2 * self.n * self.max_steps
