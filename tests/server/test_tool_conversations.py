@@ -149,17 +149,25 @@ def test_responses_function_call_output_after_a_stored_call(
     assert second.output_text == "It is 19C in Paris."
     assert_tool_turn(fake, call.call_id)
 
+    # Stateless: the call and its output as input items, nothing stored.
+    items: Any = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"type": "function_call", "call_id": "c7", "name": "get_weather", "arguments": CITY},
+        {"type": "function_call_output", "call_id": "c7", "output": "19C"},
+    ]
+    third = client.responses.create(model=MODEL, input=items, store=False, tools=tools)  # type: ignore[arg-type]
+    assert third.output_text == "It is 19C in Paris."
+    assert_tool_turn(fake, "c7")
+
 
 def test_anthropic_tool_result_turn(ponder: str, fake: FakeEngineHandle) -> None:
     client = anthropic.Anthropic(base_url=ponder, api_key="unused", max_retries=0, timeout=300)
-    tools = [{"name": "get_weather", "input_schema": TOOLS[0]["function"]["parameters"]}]
-    question = {"role": "user", "content": "Weather in Paris?"}
-    first = client.messages.create(
-        model=MODEL,
-        max_tokens=64,
-        messages=[question],
-        tools=tools,  # type: ignore[list-item]
-    )
+    tools: Any = [{"name": "get_weather", "input_schema": TOOLS[0]["function"]["parameters"]}]
+    question: Any = {"role": "user", "content": "Weather in Paris?"}
+    with client.messages.stream(
+        model=MODEL, max_tokens=64, messages=[question], tools=tools
+    ) as streamed:  # the call arrives through the stream's tool_use block
+        first = streamed.get_final_message()
     assert first.stop_reason == "tool_use"
     use = first.content[-1]
     assert use.type == "tool_use" and use.input == {"city": "Paris"}
@@ -169,13 +177,7 @@ def test_anthropic_tool_result_turn(ponder: str, fake: FakeEngineHandle) -> None
         {"role": "assistant", "content": first.content},
         {"role": "user", "content": [result]},
     ]
-    with client.messages.stream(
-        model=MODEL,
-        max_tokens=64,
-        tools=tools,
-        messages=turns,  # type: ignore[arg-type]
-    ) as stream:
-        second = stream.get_final_message()
+    second = client.messages.create(model=MODEL, max_tokens=64, tools=tools, messages=turns)
     assert [block.type for block in second.content] == ["text"]
     assert second.content[0].text == "It is 19C in Paris."  # type: ignore[union-attr]
     assert second.stop_reason == "end_turn"
