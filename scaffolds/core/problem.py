@@ -106,9 +106,27 @@ class Problem:
 
     @classmethod
     def from_messages(cls, messages: Sequence[Message]) -> Problem:
-        if not messages or messages[-1].role != "user":
-            raise InvalidRequestError("the last message must be from the user", param="messages")
+        """The last user turn as the problem; a conversation may also end with tool
+        results (the turn after the assistant's tool calls), whose last one is then the
+        text and the whole conversation the prompt as asked.
+
+        >>> call = Message("assistant", "", ({"id": "c1"},))
+        >>> turns = (Message("user", "Weather?"), call, Message("tool", "19C", tool_call_id="c1"))
+        >>> Problem.from_messages(turns).ends_with_tool_result
+        True
+        """
+        if not messages or messages[-1].role not in ("user", "tool"):
+            raise InvalidRequestError(
+                "the last message must be from the user (or a tool's result)", param="messages"
+            )
         return cls(messages[-1].content, tuple(messages[:-1]), raw_prompt=tuple(messages))
+
+    @property
+    def ends_with_tool_result(self) -> bool:
+        """Whether the conversation asks the model to go on after tool results: only a
+        strategy that sends the conversation as asked can answer it."""
+        raw = self.raw_prompt
+        return isinstance(raw, tuple) and bool(raw) and raw[-1].role == "tool"
 
     @classmethod
     def from_text(cls, text: str) -> Problem:

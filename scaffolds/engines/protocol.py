@@ -28,13 +28,26 @@ Role = Literal["system", "user", "assistant", "tool", "developer"]
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """One chat message."""
+    """One chat message; an assistant turn of a tool conversation carries its
+    ``tool_calls`` (OpenAI's shape), and a ``tool`` turn the ``tool_call_id`` it answers.
+
+    >>> Message("tool", "19C", tool_call_id="c1").to_openai()
+    {'role': 'tool', 'content': '19C', 'tool_call_id': 'c1'}
+    """
 
     role: Role
     content: str
+    tool_calls: tuple[Mapping[str, Any], ...] = field(default=(), hash=False)
+    tool_call_id: str | None = None
 
-    def to_openai(self) -> dict[str, str]:
-        return {"role": self.role, "content": self.content}
+    def to_openai(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["content"] = self.content or None
+            out["tool_calls"] = [dict(call) for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
 
 
 Prompt = str | tuple[Message, ...]
@@ -373,7 +386,18 @@ def chat(*contents: str, system: str | None = None) -> tuple[Message, ...]:
 
 
 def messages_from_openai(raw: Sequence[Mapping[str, Any]]) -> tuple[Message, ...]:
-    """Convert OpenAI-style message dicts (string or text-part content) to :class:`Message`."""
+    """Convert OpenAI-style message dicts (string or text-part content) to :class:`Message`,
+    keeping an assistant turn's ``tool_calls`` and a tool turn's ``tool_call_id``.
+
+    >>> call = {"id": "c1", "type": "function",
+    ...         "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    >>> turns = messages_from_openai([{"role": "assistant", "content": None, "tool_calls": [call]},
+    ...                               {"role": "tool", "tool_call_id": "c1", "content": "19C"}])
+    >>> [m.to_openai() for m in turns] == [
+    ...     {"role": "assistant", "content": None, "tool_calls": [call]},
+    ...     {"role": "tool", "content": "19C", "tool_call_id": "c1"}]
+    True
+    """
     out: list[Message] = []
     for i, item in enumerate(raw):
         role = item.get("role")
@@ -398,5 +422,11 @@ def messages_from_openai(raw: Sequence[Mapping[str, Any]]) -> tuple[Message, ...
             raise InvalidRequestError(
                 "content must be a string or a list of parts", param=f"messages.{i}.content"
             )
-        out.append(Message(role, text))
+        calls = item.get("tool_calls") or ()
+        if calls and (role != "assistant" or not isinstance(calls, list)):
+            raise InvalidRequestError(
+                "tool_calls: a list, in an assistant message", param=f"messages.{i}.tool_calls"
+            )
+        call_id = item.get("tool_call_id")
+        out.append(Message(role, text, tuple(calls), None if call_id is None else str(call_id)))
     return tuple(out)

@@ -95,6 +95,15 @@ def plan_run(
     if isinstance(req, ChatCompletionRequest):
         messages = messages_from_openai([m.model_dump() for m in req.messages])
         problems: tuple[Problem, ...] = (Problem.from_messages(messages),)
+        if problems[0].ends_with_tool_result and not (
+            strategy.passes_through or _votes_tool_calls(strategy)
+        ):
+            raise InvalidRequestError(
+                "messages: a conversation that ends with a tool result goes on through a "
+                "scaffold that sends it as asked (single, or one that votes tool calls); "
+                "this scaffold's steps would rewrite it",
+                param="messages",
+            )
     else:
         texts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
         if not texts:

@@ -81,6 +81,10 @@ class FakeEngineConfig:
     """Streams: send this error as an SSE chunk after the first chunk, then ``[DONE]``."""
     logprobs: bool = True
     """False: answer without any logprobs, even when asked (a server that ignores them)."""
+    tool_call: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None
+    """Chat only: from the request body, the function call (``{"name", "arguments"}``)
+    every sample makes instead of a text answer (finish reason ``tool_calls``), or None
+    to answer with text."""
     token_confidence: Callable[[str], float] = word_confidence
     """Top logprobs: the confidence (negative mean top-k logprob, as DeepConf defines it)
     of a token, from its text (stripped); the k values are made to have that mean."""

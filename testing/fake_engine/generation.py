@@ -53,8 +53,10 @@ def validate(body: Any, chat: bool) -> str | None:
 
 @dataclass
 class Sample:
-    pieces: list[tuple[str, str]]  # (kind: "reasoning" | "content", text)
+    pieces: list[tuple[str, str]]  # (kind: "reasoning" | "content" | "tool", text)
     finish: str
+    tool_call: dict[str, Any] | None = None
+    """The sample's one tool call (OpenAI's shape); its arguments are its "tool" pieces."""
 
 
 @dataclass
@@ -155,6 +157,15 @@ def make_plan(
         if limit is not None and len(pieces) > limit:
             pieces, finish = pieces[:limit], "length"
         samples.append(Sample(pieces, finish))
+    called = config.tool_call(body) if chat and config.tool_call is not None else None
+    if called is not None:
+        arguments = str(called.get("arguments", "{}"))
+        function = {"name": called.get("name"), "arguments": arguments}
+        samples = [
+            Sample([("tool", p) for p in split_tokens(arguments)], "tool_calls",
+                   {"id": f"call_{uuid.uuid4().hex[:8]}", "type": "function", "function": function})
+            for _ in texts
+        ]  # fmt: skip
     prompt_pieces = split_tokens(prompt_text(body))
     if config.cached_tokens is not None:
         cached = min(config.cached_tokens, len(prompt_pieces))
@@ -184,6 +195,8 @@ def full_body(plan: Plan, config: FakeEngineConfig) -> dict[str, Any]:
         choice: dict[str, Any] = {"index": i, "finish_reason": sample.finish, "logprobs": logprobs}
         if plan.chat:
             message: dict[str, Any] = {"role": "assistant", "content": content}
+            if sample.tool_call is not None:
+                message |= {"content": None, "tool_calls": [sample.tool_call]}
             if reasoning:
                 message[reasoning_field(config)] = reasoning
             choice["message"] = message
@@ -294,6 +307,11 @@ async def stream_body(
                     continue
                 kind, piece = sample.pieces[step]
                 choice: dict[str, Any] = {"index": i, "finish_reason": None}
+                if kind == "tool":  # the whole call at its first piece, as one delta
+                    if step == 0 and sample.tool_call is not None:
+                        choice["delta"] = {"tool_calls": [{"index": 0, **sample.tool_call}]}
+                        yield chunk([choice])
+                    continue
                 if plan.chat:
                     key = reasoning_field(config) if kind == "reasoning" else "content"
                     choice["delta"] = {key: piece}
