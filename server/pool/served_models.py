@@ -111,7 +111,7 @@ class ServedModels:
                 if config.reward_url
                 else None
             )
-            engine = MeteredEngine(inner, metrics, config.name)
+            engine = MeteredEngine(inner, metrics, config.name, max_sequences=config.max_sequences)
             models[config.name] = ServedModel(config, engine, default, aliases, reward)
         helpers = {
             name: HelperModel(m.engine, m.config.thinking_config()) for name, m in models.items()
