@@ -106,6 +106,29 @@ class RunLimiter:
         return RunSlot(self)
 
 
+def raise_open_file_limit() -> int:
+    """Raise this process's soft limit on open files to its hard limit; the new soft limit.
+
+    Each client connection and each engine call in flight holds a socket: a thousand
+    concurrent runs fanning out to an engine need several thousand, past the common
+    default soft limit of 1,024 (vLLM raises its own the same way).
+
+    >>> raise_open_file_limit() >= 1
+    True
+    """
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
 class BodySizeLimit:
     """ASGI middleware: 413 in the OpenAI error shape when a body passes ``max_bytes``."""
 

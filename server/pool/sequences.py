@@ -141,7 +141,6 @@ async def engine_capacity(engines: Sequence[Any]) -> int | None:
         if read is None:
             return None
         reads.append(read())
-    found = await asyncio.gather(*reads)
-    if not found or any(value is None for value in found):
-        return None
-    return sum(found)
+    found: list[int | None] = list(await asyncio.gather(*reads))
+    counts = [value for value in found if isinstance(value, int)]
+    return sum(counts) if found and len(counts) == len(found) else None
