@@ -158,7 +158,7 @@ class Board:
 
     ``enabled=False`` keeps the tallies and draws nothing.
 
-    >>> board = Board({"gsr": Tally()}, 4, enabled=False, clock=iter([0.0, 2.0]).__next__)
+    >>> board = Board({"gsr": Tally()}, 4, enabled=False, clock=iter([0.0, 1.0, 2.0]).__next__)
     >>> board.add("gsr", {"usage": {"total_tokens": 120, "completion_tokens": 100}})
     >>> board.stats("gsr")
     'acc -  tok/sample 120  50 gen tok/s'
