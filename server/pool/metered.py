@@ -99,7 +99,15 @@ class MeteredEngine:
         self.metrics = metrics
         self.model = model
         self.max_sequences = max_sequences
-        self.gate = SequenceGate(sequence_bound(max_sequences, None, len(self.replicas)))
+        in_flight = metrics.sequences_in_flight.labels(model=model)
+        waiting = metrics.sequences_waiting.labels(model=model)
+
+        def observe(held: int, queued: int) -> None:
+            in_flight.set(held)
+            waiting.set(queued)
+
+        bound = sequence_bound(max_sequences, None, len(self.replicas))
+        self.gate = SequenceGate(bound, on_change=observe)
         if isinstance(inner, ReplicaEngine):
             inner.bind_metrics(metrics, model)
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 __all__ = ["DEFAULT_SEQUENCES", "SequenceGate", "engine_capacity", "sequence_bound"]
@@ -48,13 +48,15 @@ class SequenceGate:
     """At most ``limit`` sequences held at once; waiters are served in arrival order.
 
     ``in_flight`` and ``waiting`` are the sequences held and waiting now; ``peak`` the
-    most ever held. :meth:`resize` changes the bound (when the engine says its own).
+    most ever held; ``on_change(in_flight, waiting)``, when given, hears each change (the
+    server's gauges). :meth:`resize` changes the bound (when the engine says its own).
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, on_change: Callable[[int, int], None] | None = None) -> None:
         if limit < 1:
             raise ValueError(f"limit must be >= 1 (got {limit})")
         self.limit = limit
+        self.on_change = on_change
         self.in_flight = 0
         self.waiting = 0
         self.peak = 0
@@ -88,6 +90,7 @@ class SequenceGate:
         entry = (n, future)
         self._queue.append(entry)
         self.waiting += n
+        self._changed()
         try:
             await future
         except asyncio.CancelledError:
@@ -97,15 +100,22 @@ class SequenceGate:
                 self._queue.remove(entry)
                 self.waiting -= n
                 self._wake()  # the head may have been this one, blocking others
+                self._changed()
             raise
 
     def _take(self, n: int) -> None:
         self.in_flight += n
         self.peak = max(self.peak, self.in_flight)
+        self._changed()
 
     def _release(self, n: int) -> None:
         self.in_flight -= n
         self._wake()
+        self._changed()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change(self.in_flight, self.waiting)
 
     def _wake(self) -> None:
         while self._queue:

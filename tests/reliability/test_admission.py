@@ -53,10 +53,13 @@ async def test_sequences_in_flight_stay_within_the_bound(fake: FakeEngineHandle)
             assert await eventually(lambda: gate.waiting == 12, within=WITHIN), gate
             assert await fake.wait_for(lambda s: s.open_sequences == 8, within=WITHIN)
             assert fake.state.open_calls == 2
+            metrics = (await c.get("/metrics")).text
             fake.config.hold = False
             responses = await asyncio.gather(*sends)
     for response in responses:
         assert_answered(response, stream=False)
+    assert 'ponder_engine_sequences_in_flight{model="m"} 8.0' in metrics
+    assert 'ponder_engine_sequences_waiting{model="m"} 12.0' in metrics
     assert fake.state.max_open_sequences == 8 and fake.state.completed == 5
     assert (gate.in_flight, gate.waiting, gate.peak) == (0, 0, 8)
 
