@@ -157,25 +157,26 @@ class MeteredEngine:
         usage_of: Callable[[R], GenerateResult],
     ) -> R:
         """Make one engine call once its ``sequences`` fit the gate, recording its
-        outcome, latency and tokens."""
-        started = time.perf_counter()
-        try:
-            async with self.gate.hold(sequences):
+        outcome, latency (from when it left the gate) and tokens; a call cancelled while
+        it waited never reached the engine and is not counted."""
+        async with self.gate.hold(sequences):
+            started = time.perf_counter()
+            try:
                 result = await call()
-        except asyncio.CancelledError:
-            self._record(started, "cancelled", None)
-            raise
-        except Exception:
-            self._record(started, "error", None)
-            raise
+            except asyncio.CancelledError:
+                self._record(started, "cancelled", None)
+                raise
+            except Exception:
+                self._record(started, "error", None)
+                raise
         self._record(started, "ok", usage_of(result))
         return result
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamItem]:
-        started = time.perf_counter()
         result: GenerateResult | None = None
         outcome = "cancelled"
         async with self.gate.hold(request.params.n):
+            started = time.perf_counter()
             iterator = self.inner.stream(request)
             try:
                 async for item in iterator:
