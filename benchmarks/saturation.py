@@ -11,9 +11,9 @@ the same run, with:
 * **the floor**: a plain asyncio client (aiohttp) making the same call graph straight to
   the engine: ``gsr(n=4)`` one call of 4 then one refine; ``majority(k=8)`` one call of 8;
   ``rsa(n=8, k=4, rounds=2)`` one call of 8, then two rounds of 8 calls of 1 at once;
-* **optillm** 0.4 (its own venv, ``make optillm``) with its nearest approaches, ``moa``
-  for ``gsr`` (3 samples in one call, a critique, a final answer: 3 deep) and
-  ``self_consistency`` for ``majority`` (its samples one call after another); optillm
+* **optillm** 0.4 (its own venv, ``make optillm``) with its nearest approaches: ``moa``
+  for ``gsr`` (3 samples in one call, a critique, a final answer: 3 deep) and its
+  ``majority_voting`` plugin for ``majority`` (k=8 samples in one call: 1 deep); optillm
   has no aggregation loop like RSA's.
 
 Each row also says the engine calls and sequences in flight at the peak, and the 429s or
@@ -69,7 +69,7 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=False,
 
 SCAFFOLDS = {  # spec: (depth in generations, optillm's nearest approach, its depth)
     "gsr(n=4)": (2, "moa", 3),
-    "majority(k=8)": (1, "self_consistency", 5),
+    "majority(k=8)": (1, "majority_voting", 1),
     "rsa(n=8, k=4, rounds=2)": (3, None, 0),
 }
 QUESTION = "What is 6*7?"
