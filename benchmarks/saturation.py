@@ -138,12 +138,23 @@ class Floor:
         self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
 
     async def call(self, content: str, n: int) -> list[str]:
+        """One engine call; a broken connection is retried (up to 3 times), as Ponder's
+        engine client and any SDK do (a kept-alive socket the engine closed between
+        bursts, a reset under a thousand connections)."""
+        import aiohttp
+
         body = {"model": MODEL, "messages": [{"role": "user", "content": content}], "n": n}
-        async with self.session.post(self.url, json=body) as response:
-            data = await response.json(content_type=None)
-            if response.status != 200:
-                raise RuntimeError(f"engine answered {response.status}")
-        return [c["message"]["content"] for c in data["choices"]]
+        for attempt in range(4):
+            try:
+                async with self.session.post(self.url, json=body) as response:
+                    data = await response.json(content_type=None)
+                    if response.status != 200:
+                        raise RuntimeError(f"engine answered {response.status}")
+                return [c["message"]["content"] for c in data["choices"]]
+            except aiohttp.ClientConnectionError:
+                if attempt == 3:
+                    raise
+        raise AssertionError("unreachable")
 
     async def run(self, spec: str, tag: int) -> int:
         question = f"{QUESTION} ({tag})"

@@ -24,7 +24,12 @@ from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.queues import SimpleQueue
 from typing import Any, TypeVar
 
-from scaffolds.evaluation.answers import answers_equal, cluster_answers, is_correct
+from scaffolds.evaluation.answers import (
+    answers_equal,
+    cluster_answers,
+    is_correct,
+    normalize_answer,
+)
 from scaffolds.processes.children import watch_parent
 
 __all__ = ["AnswerChecker"]
@@ -166,7 +171,14 @@ class AnswerChecker:
         return set() if self._pool is None else self._pool.worker_pids()
 
     async def cluster(self, answers: Sequence[str | None]) -> list[list[int]]:
-        """:func:`~scaffolds.evaluation.answers.cluster_answers` under the time limit."""
+        """:func:`~scaffolds.evaluation.answers.cluster_answers` under the time limit.
+
+        Answers that are all one string once normalized (the commonest vote at scale:
+        the samples agree) need no math-verify comparison, so they are grouped here, with
+        the same result, and never wait for the pool behind a thousand other votes."""
+        keys = {normalize_answer(a) for a in answers if a is not None} - {""}
+        if len(keys) <= 1:
+            return cluster_answers(answers, verify=False)
         return await self._run(cluster_answers, (list(answers),))
 
     async def vote(self, answers: Sequence[str | None]) -> int | None:

@@ -81,5 +81,6 @@ async def test_a_recycled_pool_is_replaced_at_once() -> None:
         checker._recycle(first)  # what a task over its time limit does
         assert checker.state == "starting" and checker._pool is not None
         assert checker._pool is not first
+        assert await checker.warm_up() == "warm"
     finally:
         checker.close()
