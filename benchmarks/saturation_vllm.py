@@ -100,6 +100,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--seed", type=int, default=4000, help="of the arithmetic problems")
+    parser.add_argument(
+        "--ponder-first", action="store_true", help="measure Ponder before the plain script"
+    )
     args = parser.parse_args()
     python = vllm_python()
     if python is None:
@@ -121,11 +124,15 @@ def main() -> None:
                      "--model", MODEL, "--port", str(port), "--log-level", "warning"]  # fmt: skip
             with serving_process(serve, port=port, log_path=scratch / "ponder.log"):
                 url = f"http://127.0.0.1:{port}/v1"
-                plain_wall, plain_tokens = timed_tokens(
-                    engine, lambda: asyncio.run(plain(engine, texts, args))
-                )
-                ponder_wall, ponder_tokens = timed_tokens(
-                    engine, lambda: ponder_eval(url, dataset, scratch / "eval", args)
+                sides = {
+                    "plain": lambda: asyncio.run(plain(engine, texts, args)),
+                    "ponder": lambda: ponder_eval(url, dataset, scratch / "eval", args),
+                }
+                order = ["ponder", "plain"] if args.ponder_first else ["plain", "ponder"]
+                measured = {side: timed_tokens(engine, sides[side]) for side in order}
+                (plain_wall, plain_tokens), (ponder_wall, ponder_tokens) = (
+                    measured["plain"],
+                    measured["ponder"],
                 )
     plain_rate, ponder_rate = plain_tokens / plain_wall, ponder_tokens / ponder_wall
     command = "python -m benchmarks.saturation_vllm " + subprocess.list2cmdline(sys.argv[1:])
