@@ -2,7 +2,10 @@
 
 :class:`RunLimiter` lets ``max_running`` scaffold runs execute at once and up to
 ``queue_size`` more wait; past that a request is refused at once with 429 (and a
-``Retry-After``), so overload never turns into unbounded latency.
+``Retry-After``), so overload never turns into unbounded latency. It bounds Ponder's own
+memory (1024 runs and 4096 waiting by default, a harness's whole concurrency); what
+reaches an engine is bounded per model by sequences in flight
+(:mod:`server.pool.sequences`), the engine's own unit of cost.
 
 :class:`BodySizeLimit` is ASGI middleware that counts body bytes as they stream in
 (``Content-Length`` is only an early shortcut) and answers 413 past ``max_bytes``.
