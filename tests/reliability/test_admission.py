@@ -14,6 +14,7 @@ from openai import AsyncOpenAI
 
 from clients.eval.runner import DEFAULT_CONCURRENCY, fitted_concurrency
 from scaffolds.engines.openai_http import OpenAIEngine
+from scaffolds.engines.protocol import GenerateRequest
 from server.http.metrics import Metrics
 from server.pool.metered import MeteredEngine
 from server.pool.replica_engine import ReplicaEngine
@@ -157,3 +158,17 @@ async def test_the_bound_is_read_from_the_engine_where_it_says() -> None:
         assert await bound(sglang, max_sequences=10) == 10  # what the user set wins
         vllm.config.max_running = 256  # vLLM with VLLM_SERVER_DEV_MODE=1 publishes its config
         assert await bound(vllm) == 512
+
+
+async def test_the_connection_pool_never_caps_the_calls() -> None:
+    calls = 1100  # past the 1,024 connections a pool of the engine client used to hold
+    with running_fake_engine(FakeEngineConfig(hold=True)) as fake:
+        async with OpenAIEngine(fake.base_url, "fake-model", max_retries=0) as engine:
+            sends = [
+                asyncio.create_task(engine.generate(GenerateRequest(f"q{i}"))) for i in range(calls)
+            ]
+            all_open = await fake.wait_for(lambda s: s.open_calls == calls, within=WITHIN)
+            fake.config.hold = False
+            results = await asyncio.gather(*sends)
+    assert all_open, f"only {fake.state.max_open_calls} of {calls} calls were open at once"
+    assert all(r.completions[0].text for r in results)
