@@ -18,13 +18,17 @@ INSPECT_VENV ?= .venv-inspect
 INSPECT_STAMP := $(INSPECT_VENV)/.installed-inspect
 EVALSCOPE_VENV ?= .venv-evalscope
 EVALSCOPE_STAMP := $(EVALSCOPE_VENV)/.installed-evalscope
+# optillm, the peer benchmarks/saturation.py compares against, in a venv of its own.
+OPTILLM_VENV ?= .venv-optillm
+OPTILLM_STAMP := $(OPTILLM_VENV)/.installed-optillm
 
 ENGINE ?=
 MODEL ?=
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: setup vllm harnesses browser envs lint typecheck unit test serve image clean lock
+.PHONY: setup vllm harnesses browser envs lint typecheck unit test serve image clean lock \
+	optillm bench-saturation
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +73,21 @@ $(EVALSCOPE_STAMP):
 	$(EVALSCOPE_VENV)/bin/pip install --quiet --upgrade pip
 	$(EVALSCOPE_VENV)/bin/pip install --quiet evalscope==1.14.1 $(QUIET_PIP)
 	touch $(EVALSCOPE_STAMP)
+
+# optillm pulls torch: the CPU build from local disk goes in first.
+$(OPTILLM_STAMP):
+	$(PYTHON) -m venv $(OPTILLM_VENV)
+	$(OPTILLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(OPTILLM_VENV)/bin/pip install --quiet torch==2.13.0 $(QUIET_PIP)
+	$(OPTILLM_VENV)/bin/pip install --quiet optillm==0.4.0 $(QUIET_PIP)
+	touch $(OPTILLM_STAMP)
+
+## optillm 0.4 in its own venv, for benchmarks/saturation.py.
+optillm: $(OPTILLM_STAMP)
+
+## Saturation: Ponder at its defaults vs the plain asyncio floor vs optillm, 16-1024 runs.
+bench-saturation: setup optillm
+	$(BIN)/python -m benchmarks.saturation --optillm $(OPTILLM_VENV)/bin/optillm
 
 ## The eval harnesses tests/harnesses/ runs against Ponder (lm-eval, inspect-ai, evalscope).
 harnesses: $(LMEVAL_STAMP) $(INSPECT_STAMP) $(EVALSCOPE_STAMP)

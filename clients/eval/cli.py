@@ -83,7 +83,14 @@ def run(
         typer.Option("--scaffold", "-s", help="scaffold spec, repeatable; 'none' = plain"),
     ] = None,
     samples: Annotated[int, typer.Option(min=1, help="samples per problem")] = 1,
-    concurrency: Annotated[int, typer.Option(min=1, help="requests in flight")] = 8,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="requests in flight (default: what the server runs at once, Ponder's "
+            "max_concurrent_runs from /v1/models; else 256, vLLM's default batch)",
+        ),
+    ] = None,
     api_key: Annotated[str | None, typer.Option(envvar="OPENAI_API_KEY")] = None,
     out: Annotated[Path | None, typer.Option(help="output folder (rerun to resume)")] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="first N problems only")] = None,

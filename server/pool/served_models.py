@@ -146,7 +146,7 @@ class ServedModels:
             check_scaffold_templates(files, default, f"models.{config.name}.default_scaffold")
             for alias, strategy in aliases.items():
                 check_scaffold_templates(files, strategy, f"aliases.{alias}")
-            engine = MeteredEngine(inner, metrics, config.name)
+            engine = MeteredEngine(inner, metrics, config.name, max_sequences=config.max_sequences)
             models[config.name] = ServedModel(
                 config, engine, default, aliases, prompts=prompts, prompt_files=files
             )

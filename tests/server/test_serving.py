@@ -100,7 +100,11 @@ async def test_alias_as_model_and_in_model_list(make_client: Any) -> None:
         one = await client.get("/v1/models/m+gsr2")
     ids = [m["id"] for m in models["data"]]
     assert ids == ["m", "m+gsr2"]
-    assert models["data"][1]["ponder"] == {"base_model": "m", "scaffold": "gsr(n=2)"}
+    assert models["data"][1]["ponder"] == {
+        "base_model": "m",
+        "scaffold": "gsr(n=2)",
+        "max_concurrent_runs": 1024,
+    }
     assert r.status_code == 200 and r.json()["model"] == "m+gsr2"
     assert len(engine.requests) == 2  # candidates in one request, then the refine
     assert one.json()["id"] == "m+gsr2"
