@@ -179,6 +179,8 @@ class StepCalls:
                     engine=engine, thinking=thinking,
                 )  # fmt: skip
             cut = clamped and any(c.truncated for c in completions)
+            if cut:  # the budget ended a sample: the run reports why
+                state.ledger.cut("tokens")
             return Step(step_id, completions, cut_short=cut)
         finally:
             state.ledger.release(n, grant)
