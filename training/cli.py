@@ -9,13 +9,14 @@ output directory resumes it.
 >>> sorted(c.name or c.callback.__name__ for c in train_app.registered_commands)
 ['data', 'grpo', 'sft', 'status', 'verifier', 'verl']
 
-Example::
+Example (``gsm8k`` is the named set, downloaded once; or any local JSONL file)::
 
-    ponder train data runs/gsr --dataset ../shared/data/gsm8k_test.jsonl --limit 200 \\
+    .venv/bin/ponder train data runs/gsr --dataset gsm8k --limit 200 \\
         --engine http://127.0.0.1:8001/v1 --model qwen3-4b --scaffold 'gsr(n=4)' \\
         --direct-ratio 0.25
-    ponder train sft --model Qwen/Qwen3-0.6B --data runs/gsr/data/sft.jsonl --out runs/gsr/sft
-    ponder train grpo --model runs/gsr/sft/final --data problems.jsonl \\
+    .venv/bin/ponder train sft --model Qwen/Qwen3-0.6B --data runs/gsr/data/sft.jsonl \\
+        --out runs/gsr/sft
+    .venv/bin/ponder train grpo --model runs/gsr/sft/final --data examples/problems.jsonl \\
         --mix direct=1,gsr_refine=1 --out runs/gsr/grpo
 """
 
@@ -159,6 +160,12 @@ def data(args: DataCommand) -> None:
         table.add_row(kind, str(count), str(report.paths[kind]))
     table.add_row("sft (mix)", str(report.sft_rows), str(report.paths["sft"]))
     out.print(table)
+    if report.sft_rows == 0:
+        err.print(
+            "[yellow]no SFT rows[/yellow]: a row is kept only when the text it trains toward "
+            "is graded correct, and no traced text of this run was; try more --samples, "
+            "another --temperature, an easier --dataset or a stronger model"
+        )
     for line in report.collected.errors[:10]:
         err.print(f"[yellow]failed[/yellow] {line}")
     if report.collected.failed:
@@ -176,6 +183,11 @@ def sft(args: SftCommand) -> None:
         rows = read_rows(args.data)
     except (OSError, ValueError) as exc:
         raise _fail(str(exc)) from None
+    if not rows:
+        raise _fail(
+            f"{args.data} has no rows to train on (`ponder train data` writes only rows "
+            "graded correct; its report says why there were none)"
+        )
     final = run_sft(
         args.model,
         rows,

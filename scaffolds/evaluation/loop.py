@@ -140,7 +140,7 @@ class Tally:
             self.errors += 1
             return
         self.done += 1
-        self.tokens += int((record.get("usage") or {}).get("total_tokens") or 0)
+        self.tokens += int((record.get("usage") or {}).get("completion_tokens") or 0)
         if record.get("correct") is not None:
             self.graded += 1
             self.correct += bool(record["correct"])
@@ -149,7 +149,7 @@ class Tally:
         acc = f"{self.correct / self.graded:.1%}" if self.graded else "-"
         tok = f"{self.tokens / self.done:,.0f}" if self.done else "-"
         err = f" err {self.errors}" if self.errors else ""
-        return f"acc {acc}  tok/sample {tok}{err}"
+        return f"acc {acc}  tok out {tok}/sample{err}"
 
 
 class Board:

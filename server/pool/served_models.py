@@ -26,6 +26,7 @@ from scaffolds.engines.protocol import Engine, Verifier
 from scaffolds.prompts import PromptSet
 from scaffolds.prompts.files import PromptFile, load_prompt_file
 from scaffolds.spec.build import SpecLimits, build_strategy, spec_string
+from scaffolds.spec.grammar import format_spec, parse_spec
 from scaffolds.spec.prompt_files import check_scaffold_templates, prompt_set_with_files
 from scaffolds.spec.registry import Registry, default_registry
 from scaffolds.strategies.base import Strategy
@@ -187,8 +188,10 @@ class ServedModels:
         for name, served in self.models.items():
             default = spec_string(served.default)
             cards.append(model_card(name, ponder={"base_model": name, "scaffold": default}))
-            for alias, strategy in served.aliases.items():
-                scaffold = spec_string(strategy)
+            written = served.config.alias_specs()
+            for alias in served.aliases:
+                # as configured, normalised: majority(k=8) keeps its k, though 8 is the default
+                scaffold = format_spec(parse_spec(written[alias]))
                 cards.append(model_card(alias, ponder={"base_model": name, "scaffold": scaffold}))
         return cards
 
