@@ -229,6 +229,7 @@ def _process_rows(
     through ``--engine``, with progress and an ETA."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
+    from scaffolds.core.errors import PonderError
     from scaffolds.engines.factory import EngineOptions, engine_from_url
     from scaffolds.engines.protocol import SamplingParams
     from scaffolds.evaluation.problems import load_problems
@@ -241,7 +242,10 @@ def _process_rows(
     try:
         known = {p.id: p for p in load_problems(args.problems).problems if p.id in kept}
         engine = engine_from_url(
-            args.engine, EngineOptions(model=args.engine_model, threads=args.train.threads)
+            args.engine,
+            EngineOptions(
+                model=args.engine_model, api_key=args.engine_api_key, threads=args.train.threads
+            ),
         )
     except (OSError, ValueError) as exc:
         raise _fail(str(exc)) from None
@@ -253,15 +257,18 @@ def _process_rows(
     columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with Progress(*columns, console=err, disable=not args.train.progress) as bar:
         task = bar.add_task("rollouts (requests)", total=total)
-        labelled, usage = asyncio.run(
-            _closing(
-                engine,
-                label_samples(
-                    engine, samples, params, sep=sep, soft=args.soft, chat=args.chat,
-                    on_done=lambda k: bar.advance(task, k),
-                ),
-            )
-        )  # fmt: skip
+        try:
+            labelled, usage = asyncio.run(
+                _closing(
+                    engine,
+                    label_samples(
+                        engine, samples, params, sep=sep, soft=args.soft, chat=args.chat,
+                        on_done=lambda k: bar.advance(task, k), concurrency=args.concurrency,
+                    ),
+                )
+            )  # fmt: skip
+        except PonderError as exc:
+            raise _fail(f"the rollouts failed: {exc}") from None
     out.print(
         f"{total} rollout requests (n={args.rollouts}): {usage.prompt_tokens} prompt and "
         f"{usage.completion_tokens} completion tokens"

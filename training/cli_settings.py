@@ -151,6 +151,10 @@ class VerifierCommand:
     """--process: the policy's engine for the rollouts (http(s)://HOST/v1 or local:DIR)"""
     engine_model: str | None = None
     """--process: the model name an HTTP engine serves"""
+    engine_api_key: Annotated[str | None, Flag(envvar="PONDER_ENGINE_API_KEY")] = None
+    """--process: the engine's API key"""
+    concurrency: Annotated[int, Flag(min=1)] = 512
+    """--process: rollout requests in flight at once"""
     rollouts: Annotated[int, Flag(min=1)] = 8
     """--process: completions from each step prefix (one request with n=N)"""
     soft: Annotated[bool, Flag("--soft", off="--hard")] = False

@@ -34,7 +34,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scaffolds.engines.protocol import Engine, GenerateRequest, Message, SamplingParams, Usage
+from scaffolds.engines.protocol import (
+    Engine,
+    GenerateRequest,
+    GenerateResult,
+    Message,
+    SamplingParams,
+    Usage,
+)
 from scaffolds.evaluation.answers import is_correct
 from scaffolds.evaluation.problems import ProblemRow
 from scaffolds.verifiers.generative import VERIFY_TEMPLATE, step_prefixes
@@ -108,11 +115,20 @@ async def label_sample(
     soft: bool = False,
     chat: bool = True,
     grade: Callable[[str, str], bool] = is_correct,
+    limit: asyncio.Semaphore | None = None,
 ) -> tuple[LabelledSample, Usage]:
-    """``sample``'s steps labelled by ``params.n`` rollouts from each prefix but the last."""
+    """``sample``'s steps labelled by ``params.n`` rollouts from each prefix but the last
+    (``limit``: requests in flight at once, over all samples)."""
     prefixes = step_prefixes(sample.solution, sep)
     requests = [rollout_request(sample.problem, p, sep, params, chat=chat) for p in prefixes[:-1]]
-    results = await asyncio.gather(*(engine.generate(r) for r in requests))
+
+    async def send(request: GenerateRequest) -> GenerateResult:
+        if limit is None:
+            return await engine.generate(request)
+        async with limit:
+            return await engine.generate(request)
+
+    results = await asyncio.gather(*(send(r) for r in requests))
     labels: list[float] = []
     for prefix, result in zip(prefixes, results, strict=False):
         right = [grade(sample.answer, prefix + sep + c.text) for c in result.completions]
@@ -132,11 +148,14 @@ async def label_samples(
     soft: bool = False,
     chat: bool = True,
     on_done: Callable[[int], None] | None = None,
+    concurrency: int | None = None,
 ) -> tuple[list[LabelledSample], Usage]:
-    """Every sample labelled, all at once; ``on_done(requests)`` after each sample."""
+    """Every sample labelled, at most ``concurrency`` requests in flight (None: all at
+    once); ``on_done(requests)`` after each sample."""
+    limit = asyncio.Semaphore(concurrency) if concurrency else None
 
     async def one(sample: Sample) -> tuple[LabelledSample, Usage]:
-        out = await label_sample(engine, sample, params, sep=sep, soft=soft, chat=chat)
+        out = await label_sample(engine, sample, params, sep=sep, soft=soft, chat=chat, limit=limit)
         if on_done is not None:
             on_done(len(out[0].prefixes) - 1)
         return out

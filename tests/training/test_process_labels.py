@@ -62,3 +62,21 @@ def test_a_soft_label_becomes_yes_and_no_rows_in_its_proportion() -> None:
     assert {r["kind"] for r in rows} == {"verify_step"} and {r["id"] for r in rows} == {"p"}
     hard = step_rows("q", prefixes, [1.0, 0.0, 0.0], soft=False, rollouts=4)
     assert [r["completion"][0]["content"] for r in hard] == ["yes", "no", "no"]
+
+
+async def test_prefixes_of_every_sample_go_out_together_up_to_the_concurrency() -> None:
+    seen: list[int] = []
+
+    def record(request: GenerateRequest) -> list[str]:
+        seen.append(engine.in_flight)
+        return continue_prefix(request)
+
+    engine = MockEngine(record, delay=0.01)
+    samples = [Sample(f"p{i}", "What is 2+3?", "5", SOLUTION, correct=False) for i in range(3)]
+    params = SamplingParams(n=2)
+    labelled, usage = await label_samples(engine, samples, params)
+    assert max(seen) == 6 and usage.calls == 6  # 3 samples x 2 prefixes, all at once
+    assert [s.labels for s in labelled] == [(1.0, 0.0, 0.0)] * 3
+    seen.clear()
+    await label_samples(engine, samples, params, concurrency=2)
+    assert max(seen) == 2 and len(seen) == 6
