@@ -219,7 +219,10 @@ def verifier(args: VerifierCommand) -> None:
     except (OSError, ValueError) as exc:
         raise _fail(str(exc)) from None
     records = read_results(args.results).records
-    rows = verifier_rows(records, problems, balance=args.balance, seed=args.train.seed)
+    if args.process:
+        rows = _process_rows(args, records, set(problems))
+    else:
+        rows = verifier_rows(records, problems, balance=args.balance, seed=args.train.seed)
     if not rows:
         raise _fail(f"no graded samples of known problems in {args.results}")
     right = sum(bool(r["correct"]) for r in rows)
@@ -229,6 +232,72 @@ def verifier(args: VerifierCommand) -> None:
         max_length=args.max_length, lora=args.adapter, resume=args.resume,
     )  # fmt: skip
     out.print(f"saved {final}")
+
+
+def _process_rows(
+    args: VerifierCommand, records: list[dict[str, Any]], kept: set[str]
+) -> list[dict[str, Any]]:
+    """The per-step rows of ``--process`` (samples of the ``kept`` problem ids): rollouts
+    through ``--engine``, with progress and an ETA."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    from scaffolds.core.errors import PonderError
+    from scaffolds.engines.factory import EngineOptions, engine_from_url
+    from scaffolds.engines.protocol import SamplingParams
+    from scaffolds.evaluation.problems import load_problems
+    from training.process_labels import label_samples, process_samples, step_prefixes, step_rows
+    from training.verifier import balanced
+
+    if not args.engine:
+        raise _fail("--process needs --engine (the policy, for the rollouts)")
+    sep = args.step.encode("latin-1", "backslashreplace").decode("unicode_escape")
+    try:
+        known = {p.id: p for p in load_problems(args.problems).problems if p.id in kept}
+        engine = engine_from_url(
+            args.engine,
+            EngineOptions(
+                model=args.engine_model, api_key=args.engine_api_key, threads=args.train.threads
+            ),
+        )
+    except (OSError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    samples = process_samples(records, known)
+    params = SamplingParams(
+        n=args.rollouts, max_tokens=args.rollout_max_tokens, temperature=args.temperature
+    )
+    total = sum(len(step_prefixes(s.solution, sep)) - 1 for s in samples)
+    columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=err, disable=not args.train.progress) as bar:
+        task = bar.add_task("rollouts (requests)", total=total)
+        try:
+            labelled, usage = asyncio.run(
+                _closing(
+                    engine,
+                    label_samples(
+                        engine, samples, params, sep=sep, soft=args.soft, chat=args.chat,
+                        on_done=lambda k: bar.advance(task, k), concurrency=args.concurrency,
+                    ),
+                )
+            )  # fmt: skip
+        except PonderError as exc:
+            raise _fail(f"the rollouts failed: {exc}") from None
+    out.print(
+        f"{total} rollout requests (n={args.rollouts}): {usage.prompt_tokens} prompt and "
+        f"{usage.completion_tokens} completion tokens"
+    )
+    rows = [
+        row
+        for item in labelled
+        for row in step_rows(
+            item.sample.problem,
+            item.prefixes,
+            item.labels,
+            soft=args.soft,
+            rollouts=args.rollouts,
+            id=item.sample.id,
+        )
+    ]
+    return balanced(rows, seed=args.train.seed) if args.balance else rows
 
 
 @_command(GrpoCommand)
