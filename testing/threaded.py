@@ -30,7 +30,7 @@ def serving_in_thread(
     *,
     port: int = 0,
     on_stop: Callable[[], None] | None = None,
-    start_timeout: float = 15.0,
+    start_timeout: float = 120.0,
     **uvicorn_options: Any,
 ) -> Iterator[str]:
     """Yield ``http://127.0.0.1:PORT`` while uvicorn serves ``app``; stop it on exit.

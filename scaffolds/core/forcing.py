@@ -47,8 +47,9 @@ def forced_prompt(
     the chat's last (assistant) message was being continued, so the cut text joins it.
 
     >>> partial = (Message("user", "3+4="), Message("assistant", "Adding"))
-    >>> forced_prompt(partial, Completion(" 3 and 4"), "Now:", continued=True)[1:]
-    (Message(role='assistant', content='Adding 3 and 4'), Message(role='user', content='Now:'))
+    >>> forced = forced_prompt(partial, Completion(" 3 and 4"), "Now:", continued=True)
+    >>> [(m.role, m.content) for m in forced[1:]]
+    [('assistant', 'Adding 3 and 4'), ('user', 'Now:')]
     """
     if isinstance(prompt, str):
         return prompt + completion.text + cue
@@ -117,8 +118,9 @@ def continued_prompt(
     and ``cue``, in the same assistant message (its thinking block put back).
 
     >>> cut = Completion("The sum", "length", reasoning="16 13 9")
-    >>> continued_prompt((Message("user", "q"),), cut, " Now:", Thinking(), continued=False)[-1]
-    Message(role='assistant', content='<think>16 13 9</think>The sum Now:')
+    >>> last = continued_prompt((Message("user", "q"),), cut, " Now:", Thinking(), continued=False)
+    >>> last[-1].role, last[-1].content
+    ('assistant', '<think>16 13 9</think>The sum Now:')
     """
     if isinstance(prompt, str):
         return prompt + completion.text + cue

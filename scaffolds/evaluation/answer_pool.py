@@ -166,6 +166,14 @@ class AnswerChecker:
         ok = all(not f.cancelled() and f.exception() is None for f in pool.warm)
         return "warm" if ok else "failed"
 
+    def warm_up_error(self) -> str | None:
+        """Why the current pool's warm-up failed (the first worker's error), else None."""
+        pool = self._pool
+        for future in () if pool is None else pool.warm:
+            if future.done() and not future.cancelled() and future.exception() is not None:
+                return repr(future.exception())
+        return None
+
     def worker_pids(self) -> set[int]:
         """The pids of the current pool's workers (empty when no pool is up)."""
         return set() if self._pool is None else self._pool.worker_pids()

@@ -161,7 +161,7 @@ class Board:
     >>> board = Board({"gsr": Tally()}, 4, enabled=False, clock=iter([0.0, 1.0, 2.0]).__next__)
     >>> board.add("gsr", {"usage": {"total_tokens": 120, "completion_tokens": 100}})
     >>> board.stats("gsr")
-    'acc -  tok/sample 120  50 gen tok/s'
+    'acc -  tok out 100/sample  50 gen tok/s'
     """
 
     def __init__(

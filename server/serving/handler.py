@@ -74,6 +74,7 @@ class Serving:
         # Votes compare answers with math-verify, which can hang on pathological LaTeX:
         # a process pool with a time limit keeps that off the event loop.
         self.voter = AnswerChecker(max_workers=1)
+        self._warming: asyncio.Task[None] | None = None
         self.responses = ResponseStore(
             settings.responses_db or default_store_url(),
             max_age_s=settings.responses_max_age_s,
@@ -107,17 +108,26 @@ class Serving:
         return self.served.limits
 
     async def start(self) -> None:
-        """Start what a request would otherwise start cold, before the server takes
-        requests: the answer pool, warm (workers up, math-verify imported; after a
-        recycle its replacement warms at once, and :meth:`readiness` waits for it), and
+        """Start what a request would otherwise start cold: the answer pool (its workers
+        spawn and import math-verify in the background, and :meth:`readiness` says not
+        ready until they are warm; after a recycle its replacement warms at once), and
         the engines' background work (replica health polls, the sequence bound they
         report)."""
-        pool = await self.voter.warm_up()
-        if pool != "warm":
-            log.warning("the answer pool is %s: votes compare strings until it is up", pool)
+        self.voter.start()  # its workers spawn and warm in the background: /ready waits
+        self._warming = asyncio.create_task(self._warm_answer_pool())
         await self.served.start()
 
+    async def _warm_answer_pool(self) -> None:
+        """Wait for the answer pool's warm-up (up to its startup timeout); say so when it
+        did not come up (votes compare strings until it is)."""
+        pool = await self.voter.warm_up()
+        if pool != "warm":
+            why = self.voter.warm_up_error()
+            log.warning("the answer pool is %s (%s): votes compare strings", pool, why)
+
     async def aclose(self) -> None:
+        if self._warming is not None:
+            self._warming.cancel()
         await self.served.aclose()
         await self.responses.aclose()
         self.voter.close()
@@ -141,14 +151,14 @@ class Serving:
         return plan_run(self.served, self.settings, endpoint, req)
 
     async def readiness(self) -> tuple[bool, dict[str, Any]]:
-        """Whether every model has a reachable engine and the answer pool is warm (so no
-        request would start it cold), with the detail."""
+        """Whether every model has a reachable engine and the answer pool is not still
+        warming up (so no request would start it cold), with the detail."""
         ready, detail = await self.served.readiness()
         pool = self.voter.state
-        if pool == "failed":
-            self.voter.start()  # replace it; ready once the new one is warm
         detail["answer_pool"] = pool
-        if ready and pool in ("starting", "failed"):
+        # A pool that failed to warm is not waited for: votes compare strings meanwhile
+        # (logged at start), and a pool that never comes up must not keep a replica unready.
+        if ready and pool == "starting":
             ready, detail["status"] = False, "starting"
         return ready, detail
 

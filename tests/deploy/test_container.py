@@ -216,7 +216,11 @@ def test_container_serves_a_fake_engine(docker: Docker, image: Build) -> None:
             args=["--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL", *HEALTH_INTERVAL],
         ) as container,
     ):
-        assert httpx.get(f"http://127.0.0.1:{port}/ready", timeout=10).status_code == 200
+        deadline = time.monotonic() + 120  # ready once the engine answers and the pool is warm
+        while (ready := httpx.get(f"http://127.0.0.1:{port}/ready", timeout=10)).status_code != 200:
+            detail = f"{ready.text}\n{container_log(docker, container)}"
+            assert time.monotonic() < deadline, detail
+            time.sleep(0.2)
         question = {"model": engine.config.model, "messages": [{"role": "user", "content": "2+2?"}]}
         refused = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=question)
         assert refused.status_code == 401

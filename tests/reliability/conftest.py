@@ -21,6 +21,7 @@ from starlette.types import Scope
 from server.http.app import create_app
 from server.settings import Settings
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
+from testing.ponder import wait_for_answer_pool
 from testing.threaded import serving_in_thread
 from tests.server.conftest import parse_sse
 
@@ -49,6 +50,7 @@ def serving_ponder(settings: Settings) -> Iterator[tuple[str, FastAPI]]:
     """Ponder on a loopback port in a thread: ``(root URL, app)``."""
     app = create_app(settings)
     with serving_in_thread(app) as url:
+        wait_for_answer_pool(app)
         yield url, app
 
 

@@ -73,7 +73,8 @@ async def test_retry_after_from_the_engine_is_honoured(fake: FakeEngineHandle) -
 async def test_connection_errors_are_retried(fake: FakeEngineHandle) -> None:
     with (
         ConnectionDropper(port_of(fake), drop=2) as front,
-        serving_ponder(ponder_settings(front.base_url)) as (url, _),
+        # A set bound: no capacity probe at start, so the dropper sees only engine calls.
+        serving_ponder(ponder_settings(front.base_url, max_sequences=4096)) as (url, _),
     ):
         response = await post(url, chat(scaffold="gsr(n=2)"))
     assert response.status_code == 200, response.text
@@ -84,7 +85,9 @@ async def test_connection_errors_are_retried(fake: FakeEngineHandle) -> None:
 async def test_a_dead_engine_is_a_clear_503(fake: FakeEngineHandle) -> None:
     with (
         ConnectionDropper(port_of(fake), drop=100) as front,
-        serving_ponder(ponder_settings(front.base_url, engine_max_retries=1)) as (url, _),
+        serving_ponder(
+            ponder_settings(front.base_url, engine_max_retries=1, max_sequences=4096)
+        ) as (url, _),
     ):
         response = await post(url, chat())
     error = assert_openai_error(response, 503)

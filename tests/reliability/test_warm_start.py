@@ -8,6 +8,7 @@ time is compared with the second one's only with a tolerance a loaded machine ke
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -31,8 +32,11 @@ async def test_the_first_voting_request_starts_nothing(fake: FakeEngineHandle) -
     with serving_ponder(ponder_settings(fake)) as (url, app):
         voter: AnswerChecker = app.state.serving.voter
         async with client(url) as c:
-            ready = await c.get("/ready")
-            assert ready.status_code == 200, ready.text
+            deadline = time.monotonic() + 120  # the pool warms in the background
+            while (ready := await c.get("/ready")).status_code != 200:
+                assert ready.json()["answer_pool"] == "starting", ready.text
+                assert time.monotonic() < deadline, ready.text
+                await asyncio.sleep(0.05)
             assert ready.json()["answer_pool"] == "warm"
             workers = voter.worker_pids()
             walls = []

@@ -28,6 +28,7 @@ def _compact_prompts() -> list[str]:
         "count": "3",
         "index": "1",
         "text": "936",
+        "history": "926",
     }
     return [template.render(**fields) for template in prompts.templates.values()]
 
