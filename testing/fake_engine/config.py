@@ -75,6 +75,8 @@ class FakeEngineConfig:
     process reward model's score of each step (its rows ``[1 - s, s]``)."""
     dialect: Literal["vllm", "sglang"] = "vllm"
     """Which server's response and error shapes to imitate (see the module docstring)."""
+    responses_api: bool = False
+    """Serve ``POST /v1/responses`` (else it is a 404, as on an engine without it)."""
     healthy: bool = True
     """``GET /health`` answers 200 when True, 503 when False."""
     stream_error: Failure | None = None
@@ -124,6 +126,8 @@ class FakeEngineState:
     aborted: list[str] = field(default_factory=list)
     """The ``rid`` of every ``POST /abort_request`` (SGLang mode)."""
     health_checks: int = 0
+    responses_refused: int = 0
+    """``POST /v1/responses`` answered 404 (``FakeEngineConfig.responses_api`` off)."""
     _seen_prompts: list[list[str]] = field(default_factory=list)
 
     def enter(self) -> None:

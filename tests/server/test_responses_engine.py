@@ -1,0 +1,121 @@
+"""``single`` on ``/v1/responses`` through an engine's own Responses API (the fake engine
+serving it, plain and streamed), and built on chat completions when the engine has none;
+driven by the openai SDK through ``ponder serve`` on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import openai
+import pytest
+
+from server.settings import Settings
+from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
+from testing.ponder import running_ponder
+from tests.server.conftest import STORE_IN_MEMORY
+
+MODEL = "fake-model"
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeEngineHandle]:
+    with running_fake_engine(FakeEngineConfig(responses_api=True, cached_tokens=1)) as handle:
+        yield handle
+
+
+@pytest.fixture(scope="module")
+def ponder(fake: FakeEngineHandle) -> Iterator[str]:
+    settings = Settings(
+        model=MODEL, engines=(fake.base_url,), aliases={"gsr2": "gsr(n=2)"}, **STORE_IN_MEMORY
+    )
+    with running_ponder(settings) as url:
+        yield url
+
+
+def oai(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+def test_single_passes_through_then_a_scaffold_then_single(
+    ponder: str, fake: FakeEngineHandle
+) -> None:
+    client = oai(ponder)
+    first = client.responses.create(model=MODEL, input="What is 2+3?", instructions="Be brief.")
+    sent = fake.state.requests[-1]
+    assert sent.path == "/v1/responses"
+    assert sent.body["store"] is False and "previous_response_id" not in sent.body
+    assert sent.body["input"] == [{"role": "user", "content": "What is 2+3?"}]
+    assert sent.body["instructions"] == "Be brief."
+    assert first.id.startswith("resp_") and "fake" not in first.id  # Ponder's own id
+    assert first.model == MODEL and [i.type for i in first.output] == ["message"]
+    usage = fake.state.reported_usage[-1]
+    assert first.usage is not None
+    assert (first.usage.input_tokens, first.usage.output_tokens) == (
+        usage["prompt_tokens"],
+        usage["completion_tokens"],
+    )
+    assert first.usage.input_tokens_details.cached_tokens == 1
+
+    # A scaffold turn after it: Ponder's run (chat completions) sees the engine's turn.
+    second = client.responses.create(
+        model=f"{MODEL}+gsr2", input="Times 2?", previous_response_id=first.id
+    )
+    chat = fake.state.requests[-1]
+    assert chat.path == "/v1/chat/completions"
+    assert [m["role"] for m in chat.body["messages"]] == ["user", "assistant", "user"]
+    assert chat.body["messages"][1]["content"] == first.output_text
+    assert [i.type for i in second.output] == ["reasoning", "message"]
+
+    # And single again: the engine gets the whole conversation as input items.
+    third = client.responses.create(model=MODEL, input="Minus 1?", previous_response_id=second.id)
+    sent = fake.state.requests[-1]
+    assert sent.path == "/v1/responses" and "previous_response_id" not in sent.body
+    assert [(i["role"], i["content"]) for i in sent.body["input"]] == [
+        ("user", "What is 2+3?"),
+        ("assistant", first.output_text),
+        ("user", "Times 2?"),
+        ("assistant", second.output_text),
+        ("user", "Minus 1?"),
+    ]
+    assert third.previous_response_id == second.id
+    assert client.responses.retrieve(third.id).output_text == third.output_text
+
+
+def test_single_streamed_through_the_engine(ponder: str, fake: FakeEngineHandle) -> None:
+    client = oai(ponder)
+    with client.responses.stream(model=MODEL, input="What is 4+4?") as stream:
+        types = [event.type for event in stream]
+        final = stream.get_final_response()
+    sent = fake.state.requests[-1]
+    assert sent.path == "/v1/responses" and sent.body["stream"] is True
+    assert types[0] == "response.created" and types[-1] == "response.completed"
+    assert "response.output_text.delta" in types
+    assert final.id.startswith("resp_") and "fake" not in final.id and final.model == MODEL
+    usage = fake.state.reported_usage[-1]
+    assert final.usage is not None and final.usage.output_tokens == usage["completion_tokens"]
+    stored = client.responses.retrieve(final.id)
+    assert stored.output_text == final.output_text and stored.id == final.id
+    follow = client.responses.create(model=MODEL, input="Again?", previous_response_id=final.id)
+    assert fake.state.requests[-1].body["input"][1] == {
+        "role": "assistant",
+        "content": final.output_text,
+    }
+    assert follow.previous_response_id == final.id
+
+
+def test_engine_without_responses_falls_back_to_chat_and_remembers() -> None:
+    with (
+        running_fake_engine() as fake,
+        running_ponder(Settings(model=MODEL, engines=(fake.base_url,), **STORE_IN_MEMORY)) as url,
+    ):
+        client = oai(url)
+        with client.responses.stream(model=MODEL, input="And 3+4?") as stream:
+            final = stream.get_final_response()
+        first = client.responses.create(model=MODEL, input="What is 2+3?")
+        assert fake.state.responses_refused == 1  # asked once, then remembered
+        assert [r.path for r in fake.state.requests] == ["/v1/chat/completions"] * 2
+        assert first.output_text and final.output_text
+        assert (
+            first.usage is not None
+            and first.usage.output_tokens == (fake.state.reported_usage[1]["completion_tokens"])
+        )
