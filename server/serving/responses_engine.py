@@ -3,7 +3,8 @@
 Ponder keeps the ids and the conversations: the engine gets ``store: false`` and the
 whole conversation as ``input`` (the stored turns of ``previous_response_id`` as items,
 then the request's), never a ``previous_response_id``; its response (or each event's)
-comes back with Ponder's ``resp_...`` id and the caller's model name, and is stored as
+comes back with Ponder's ``resp_...`` id, the caller's model name and Ponder's field
+(``ponder.engine_api: "responses"``), and is stored as
 a scaffold run's would be, so one conversation may go on through ``single`` and a
 scaffold in turn. The engine's output items (its ``reasoning``, ``message`` and
 ``function_call`` items) and usage pass through as they are.
@@ -26,6 +27,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from scaffolds.core import fastjson
+from scaffolds.spec.build import spec_string
 from server.http.responses_protocol import ResponsesRequest, input_messages
 from server.pool.engine_responses import EngineResponses
 from server.serving.planning import RunPlan
@@ -94,6 +96,8 @@ class EngineResponse:
         self.calls, self.store, self.req, self.history = calls, store, req, history
         self.id = response_id
         self.request_body = self._engine_body(plan)
+        self.ponder = {"scaffold": spec_string(plan.strategy), "cut_reason": None,
+                       "engine_api": "responses"}  # fmt: skip
         self._result: dict[str, Any] = {}
         self._events: AsyncGenerator[dict[str, Any], None] | None = None
         self._first: dict[str, Any] = {}
@@ -111,6 +115,8 @@ class EngineResponse:
         defaults = {"max_output_tokens": params.max_tokens, "temperature": params.temperature,
                     "top_p": params.top_p}  # fmt: skip
         body |= {k: v for k, v in defaults.items() if v is not None and k not in body}
+        if (cap := plan.budget.max_tokens) is not None:  # the server's budget cap
+            body["max_output_tokens"] = min(body.get("max_output_tokens", cap), cap)
         return body
 
     async def open(self) -> bool:
@@ -132,7 +138,7 @@ class EngineResponse:
 
     def _ours(self, response: dict[str, Any]) -> dict[str, Any]:
         req = self.req
-        fields = {"id": self.id, "model": req.model, "store": req.store,
+        fields = {"id": self.id, "model": req.model, "store": req.store, "ponder": self.ponder,
                   "previous_response_id": req.previous_response_id}  # fmt: skip
         out = response | fields
         if isinstance(out.get("usage"), dict):

@@ -48,6 +48,7 @@ def test_single_passes_through_then_a_scaffold_then_single(
     assert sent.body["instructions"] == "Be brief."
     assert first.id.startswith("resp_") and "fake" not in first.id  # Ponder's own id
     assert first.model == MODEL and [i.type for i in first.output] == ["message"]
+    assert first.model_extra and first.model_extra["ponder"]["engine_api"] == "responses"
     usage = fake.state.reported_usage[-1]
     assert first.usage is not None
     assert (first.usage.input_tokens, first.usage.output_tokens) == (
@@ -115,7 +116,19 @@ def test_engine_without_responses_falls_back_to_chat_and_remembers() -> None:
         assert fake.state.responses_refused == 1  # asked once, then remembered
         assert [r.path for r in fake.state.requests] == ["/v1/chat/completions"] * 2
         assert first.output_text and final.output_text
+        assert first.model_extra and "engine_api" not in first.model_extra["ponder"]
         assert (
             first.usage is not None
             and first.usage.output_tokens == (fake.state.reported_usage[1]["completion_tokens"])
         )
+
+
+def test_the_servers_token_cap_bounds_the_engine_call(fake: FakeEngineHandle) -> None:
+    settings = Settings(
+        model=MODEL, engines=(fake.base_url,), max_budget_tokens=3, **STORE_IN_MEMORY
+    )
+    with running_ponder(settings) as url:
+        response = oai(url).responses.create(model=MODEL, input="hi", max_output_tokens=50)
+    assert fake.state.requests[-1].body["max_output_tokens"] == 3
+    assert response.status == "incomplete" and response.usage is not None
+    assert response.usage.output_tokens == 3
