@@ -164,9 +164,13 @@ class EngineResponse:
         try:
             while event is not None:
                 if isinstance(event.get("response"), dict):
-                    final = event.get("type") in ("response.completed", "response.incomplete")
                     response = event["response"]
-                    body = await self._stored(response) if final else self._ours(response)
+                    if event.get("type") in ("response.completed", "response.incomplete"):
+                        body = await self._stored(response)
+                        # named by its status, as OpenAI does (vLLM says completed)
+                        event = event | {"type": f"response.{body.get('status', 'completed')}"}
+                    else:
+                        body = self._ours(response)
                     event = event | {"response": body}
                 head = b"event: " + str(event.get("type")).encode()
                 yield head + b"\ndata: " + fastjson.dumps(event) + b"\n\n"

@@ -128,4 +128,4 @@ def response_events(plan: Plan) -> Iterator[str]:
                  "part": empty | {"text": text}})  # fmt: skip
     yield event({"type": "response.output_item.done", "output_index": 0, "item": item})
     final["output"] = [item]
-    yield event({"type": f"response.{final['status']}", "response": final})
+    yield event({"type": "response.completed", "response": final})  # vLLM's, whatever the status

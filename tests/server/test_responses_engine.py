@@ -129,6 +129,10 @@ def test_the_servers_token_cap_bounds_the_engine_call(fake: FakeEngineHandle) ->
     )
     with running_ponder(settings) as url:
         response = oai(url).responses.create(model=MODEL, input="hi", max_output_tokens=50)
+        with oai(url).responses.stream(model=MODEL, input="hi") as stream:
+            last = [event for event in stream][-1]
+    # The engine (as vLLM) ends with response.completed; Ponder names it by its status.
+    assert last.type == "response.incomplete" and last.response.status == "incomplete"
     assert fake.state.requests[-1].body["max_output_tokens"] == 3
     assert response.status == "incomplete" and response.usage is not None
     assert response.usage.output_tokens == 3
