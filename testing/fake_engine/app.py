@@ -197,6 +197,13 @@ def create_app(config: FakeEngineConfig, state: FakeEngineState) -> FastAPI:
         )
         plan = make_plan(chat_body(body), True, config, state)
         plan.body = body
+        state.enter()
+        try:
+            if not await _sleep_unless_gone(request, sum(plan.step_delays), config, state):
+                state.cancelled += 1
+                return Response(status_code=499)
+        finally:
+            state.open_calls -= 1
         state.reported_usage.append(plan.usage())
         state.completed += 1
         if body.get("stream"):

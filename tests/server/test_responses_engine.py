@@ -4,6 +4,8 @@ driven by the openai SDK through ``ponder serve`` on loopback."""
 
 from __future__ import annotations
 
+import http.client
+import json
 from collections.abc import Iterator
 
 import openai
@@ -12,7 +14,7 @@ import pytest
 from server.settings import Settings
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from testing.ponder import running_ponder
-from tests.server.conftest import STORE_IN_MEMORY
+from tests.server.conftest import STORE_IN_MEMORY, wait_until
 
 MODEL = "fake-model"
 
@@ -136,3 +138,24 @@ def test_the_servers_token_cap_bounds_the_engine_call(fake: FakeEngineHandle) ->
     assert fake.state.requests[-1].body["max_output_tokens"] == 3
     assert response.status == "incomplete" and response.usage is not None
     assert response.usage.output_tokens == 3
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_leaves_cancels_the_engine_call(
+    ponder: str, fake: FakeEngineHandle, stream: bool
+) -> None:
+    cancelled, calls = fake.state.cancelled, fake.state.calls
+    fake.config.hold = True
+    host, port = ponder.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        body = {"model": MODEL, "input": "hi", "stream": stream}
+        connection.request("POST", "/v1/responses", json.dumps(body),
+                           {"Content-Type": "application/json"})  # fmt: skip
+        assert wait_until(lambda: fake.state.calls == calls + 1)
+        assert fake.state.requests[-1].path == "/v1/responses"
+        connection.close()  # the client leaves while the engine holds the call
+        assert wait_until(lambda: fake.state.cancelled == cancelled + 1, within=60)
+    finally:
+        connection.close()
+        fake.config.hold = False
