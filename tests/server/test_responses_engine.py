@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 from collections.abc import Iterator
 
+import httpx
 import openai
 import pytest
 
@@ -38,11 +40,28 @@ def oai(url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
 
 
+def metric(url: str, name: str, labels: str) -> float:
+    text = httpx.get(f"{url}/metrics").text
+    found = re.search(rf"^{name}{{{re.escape(labels)}}} (\S+)$", text, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
 def test_single_passes_through_then_a_scaffold_then_single(
     ponder: str, fake: FakeEngineHandle
 ) -> None:
     client = oai(ponder)
+    ok = f'model="{MODEL}",outcome="ok"'
+    calls, tokens = (
+        metric(ponder, "ponder_engine_calls_total", ok),
+        metric(ponder, "ponder_completion_tokens_total", f'model="{MODEL}"'),
+    )
     first = client.responses.create(model=MODEL, input="What is 2+3?", instructions="Be brief.")
+    # Metered as every engine call: one call, its tokens.
+    assert metric(ponder, "ponder_engine_calls_total", ok) == calls + 1
+    assert first.usage is not None
+    assert metric(ponder, "ponder_completion_tokens_total", f'model="{MODEL}"') == (
+        tokens + first.usage.output_tokens
+    )
     sent = fake.state.requests[-1]
     assert sent.path == "/v1/responses"
     assert sent.body["store"] is False and "previous_response_id" not in sent.body
