@@ -195,6 +195,10 @@ def create_app(config: FakeEngineConfig, state: FakeEngineState) -> FastAPI:
         state.requests.append(
             RecordedRequest(request.url.path, body, dict(request.headers), time.time())
         )
+        if config.failures:
+            failure = config.failures.pop(0)
+            state.failed += 1
+            return _error(failure.status, failure.message, config=config)
         plan = make_plan(chat_body(body), True, config, state)
         plan.body = body
         state.enter()

@@ -15,6 +15,7 @@ import pytest
 
 from server.settings import Settings
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
+from testing.fake_engine.config import Failure
 from testing.ponder import running_ponder
 from tests.server.conftest import STORE_IN_MEMORY, wait_until
 
@@ -30,7 +31,11 @@ def fake() -> Iterator[FakeEngineHandle]:
 @pytest.fixture(scope="module")
 def ponder(fake: FakeEngineHandle) -> Iterator[str]:
     settings = Settings(
-        model=MODEL, engines=(fake.base_url,), aliases={"gsr2": "gsr(n=2)"}, **STORE_IN_MEMORY
+        model=MODEL,
+        engines=(fake.base_url,),
+        aliases={"gsr2": "gsr(n=2)"},
+        engine_max_retries=0,
+        **STORE_IN_MEMORY,
     )
     with running_ponder(settings) as url:
         yield url
@@ -178,3 +183,23 @@ def test_a_client_that_leaves_cancels_the_engine_call(
     finally:
         connection.close()
         fake.config.hold = False
+
+
+def test_engine_errors_keep_their_status(ponder: str, fake: FakeEngineHandle) -> None:
+    client = oai(ponder)
+    for stream in (False, True):
+        fake.config.failures.append(Failure(status=503, message="engine down"))
+        with pytest.raises(openai.APIStatusError) as failed:
+            if stream:
+                with client.responses.stream(model=MODEL, input="hi"):
+                    pass  # refused before the stream began: an HTTP error status
+            else:
+                client.responses.create(model=MODEL, input="hi")
+        assert failed.value.status_code == 503, failed.value
+        assert fake.state.requests[-1].path == "/v1/responses"
+    fake.config.failures.append(Failure(status=400, message="prompt too long"))
+    with pytest.raises(openai.BadRequestError):
+        client.responses.create(model=MODEL, input="hi")
+    # A refusal is not a missing API: the next request still goes to the engine.
+    client.responses.create(model=MODEL, input="hi")
+    assert fake.state.requests[-1].path == "/v1/responses"
