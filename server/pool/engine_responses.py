@@ -12,6 +12,8 @@ built (:func:`engine_responses` is None then, as for an engine that is not HTTP)
 >>> engine_responses(MockEngine(lambda r: "4"), "auto") is None
 True
 >>> from scaffolds.engines.openai_http import OpenAIEngine
+>>> engine_responses(OpenAIEngine("http://e/v1", "m"), "off") is None
+True
 >>> calls = engine_responses(OpenAIEngine("http://e/v1", "m"), "auto")
 >>> calls.usable, calls.absent(EngineRejectedError("no route", status=404)), calls.usable
 (True, True, False)

@@ -17,7 +17,7 @@ from server.settings import Settings
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from testing.fake_engine.config import Failure
 from testing.ponder import running_ponder
-from tests.server.conftest import STORE_IN_MEMORY, wait_until
+from tests.server.conftest import STORE_IN_MEMORY, UNUSED, wait_until
 
 MODEL = "fake-model"
 
@@ -203,3 +203,18 @@ def test_engine_errors_keep_their_status(ponder: str, fake: FakeEngineHandle) ->
     # A refusal is not a missing API: the next request still goes to the engine.
     client.responses.create(model=MODEL, input="hi")
     assert fake.state.requests[-1].path == "/v1/responses"
+
+
+def test_a_dead_replica_fails_over_to_a_live_one(fake: FakeEngineHandle) -> None:
+    settings = Settings(
+        model=MODEL,
+        engines=(UNUSED, fake.base_url),
+        engine_max_retries=0,
+        engine_health_interval_s=0,
+        **STORE_IN_MEMORY,
+    )
+    calls = fake.state.calls
+    with running_ponder(settings) as url:
+        answers = [oai(url).responses.create(model=MODEL, input="hi") for _ in range(2)]
+    assert all(a.model_extra and a.model_extra["ponder"]["engine_api"] for a in answers)
+    assert fake.state.calls == calls + 2
