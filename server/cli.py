@@ -10,8 +10,8 @@ then the field's default decide it (pydantic-settings' precedence).
 >>> options = {o.field: o for o in setting_options()}
 >>> options["graceful_timeout_s"].flag, options["graceful_timeout_s"].env
 ('--graceful-timeout', 'PONDER_GRACEFUL_TIMEOUT_S')
->>> options["max_concurrent_runs"].help
-'Runs executing at once. [default: 16] [env: PONDER_MAX_CONCURRENT_RUNS]'
+>>> options["queue_size"].help
+'Requests that may wait for a run; more get 429. [default: 4096] [env: PONDER_QUEUE_SIZE]'
 
 Example::
 

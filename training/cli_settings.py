@@ -145,6 +145,30 @@ class VerifierCommand:
     adapter: Annotated[LoraSettings, Nested(prefix="lora_")] = field(default_factory=LoraSettings)
     resume: Annotated[bool, Flag("--resume", off="--restart")] = True
     """continue from the newest checkpoint"""
+    process: Annotated[bool, Flag("--process")] = False
+    """a process verifier: per-step labels by rollouts from each step (Math-Shepherd)"""
+    engine: str | None = None
+    """--process: the policy's engine for the rollouts (http(s)://HOST/v1 or local:DIR)"""
+    engine_model: str | None = None
+    """--process: the model name an HTTP engine serves"""
+    engine_api_key: Annotated[str | None, Flag(envvar="PONDER_ENGINE_API_KEY")] = None
+    """--process: the engine's API key"""
+    concurrency: Annotated[int, Flag(min=1)] = 512
+    """--process: rollout requests in flight at once"""
+    rollouts: Annotated[int, Flag(min=1)] = 8
+    """--process: completions from each step prefix (one request with n=N)"""
+    soft: Annotated[bool, Flag("--soft", off="--hard")] = False
+    """--process: a step's label is the fraction of rollouts that reach the answer
+    (else 1 when any does)"""
+    step: str = r"\n\n"
+    """--process: the step separator, backslash escapes read (beam's and
+    particle_filter's step)"""
+    rollout_max_tokens: Annotated[int | None, Flag(min=1)] = None
+    """--process: tokens per rollout (default: the engine's)"""
+    temperature: float | None = None
+    """--process: the rollouts' sampling temperature (default: the engine's)"""
+    chat: Annotated[bool, Flag("--chat", off="--text")] = True
+    """--process: rollouts continue a chat's assistant message (else a text prompt)"""
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from typing import Any
 
 from scaffolds.verifiers.generative import VERIFY_TEMPLATE
 
-__all__ = ["verifier_rows"]
+__all__ = ["balanced", "verifier_rows"]
 
 
 def verifier_rows(
@@ -64,8 +64,12 @@ def verifier_rows(
                 "scaffold": record.get("scaffold"),
             }
         )
-    if not balance:
-        return rows
+    return balanced(rows, seed=seed) if balance else rows
+
+
+def balanced(rows: list[dict[str, Any]], *, seed: int = 0) -> list[dict[str, Any]]:
+    """``rows`` with as many ``correct`` as not: the larger class cut down, seeded, the
+    order kept."""
     yes = [r for r in rows if r["correct"]]
     no = [r for r in rows if not r["correct"]]
     keep = min(len(yes), len(no))

@@ -11,7 +11,7 @@ From Python (a server must be running)::
     from scaffolds.evaluation.grading import MathGrader
     from scaffolds.evaluation.problems import load_problems
 
-    problems = load_problems("../shared/data/gsm8k_test.jsonl", limit=50).problems
+    problems = load_problems("gsm8k", limit=50).problems
     config = EvalConfig("http://127.0.0.1:8000/v1", "m", ["gsr(n=4)"], Path("runs/x"))
     outcome, report = asyncio.run(evaluate(config, problems, MathGrader()))
 """

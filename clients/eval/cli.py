@@ -2,12 +2,12 @@
 
 Mounted by ``clients/cli.py`` as ``ponder eval``; also runnable on its own::
 
-    ponder eval --base-url http://127.0.0.1:8000/v1 --model m \\
-        --dataset ../shared/data/gsm8k_test.jsonl --limit 100 \\
+    .venv/bin/ponder eval --base-url http://127.0.0.1:8000/v1 --model m \\
+        --dataset gsm8k --limit 100 \\
         --scaffold single --scaffold "gsr(n=4)" --samples 4 --out runs/gsm8k
-    ponder eval compare runs/a/results.jsonl runs/b/results.jsonl
-    ponder eval make-addition --count 200 --seed 0 --out addition.jsonl
-    ponder eval report runs/gsm8k
+    .venv/bin/ponder eval compare runs/a/results.jsonl runs/b/results.jsonl
+    .venv/bin/ponder eval make-addition --count 200 --seed 0 --out addition.jsonl
+    .venv/bin/ponder eval report runs/gsm8k
 
 Rerunning the same command resumes: finished samples are skipped, failed ones retried.
 """
@@ -83,7 +83,14 @@ def run(
         typer.Option("--scaffold", "-s", help="scaffold spec, repeatable; 'none' = plain"),
     ] = None,
     samples: Annotated[int, typer.Option(min=1, help="samples per problem")] = 1,
-    concurrency: Annotated[int, typer.Option(min=1, help="requests in flight")] = 8,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="requests in flight (default: what the server runs at once, Ponder's "
+            "max_concurrent_runs from /v1/models; else 256, vLLM's default batch)",
+        ),
+    ] = None,
     api_key: Annotated[str | None, typer.Option(envvar="OPENAI_API_KEY")] = None,
     out: Annotated[Path | None, typer.Option(help="output folder (rerun to resume)")] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="first N problems only")] = None,

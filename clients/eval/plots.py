@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,7 @@ def plot_accuracy_vs_tokens(report: Mapping[str, Any], path: Path) -> Path | Non
                 k, v = maj[-1]
                 ax.annotate(f"maj@{k}", (tokens * k, 100 * v), fontsize=7, color=color)
         ax.set_xscale("log")
+        _readable_log_ticks(ax)
         ax.set_xlabel(label)
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("accuracy (%)")
@@ -75,6 +77,15 @@ def plot_accuracy_vs_tokens(report: Mapping[str, Any], path: Path) -> Path | Non
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def _readable_log_ticks(ax: Any) -> None:
+    """At most a few labels on a log axis, at 1-2-5 steps, never the minor ticks' (which
+    matplotlib labels, overlapping, when the axis spans less than a decade)."""
+    ticker = importlib.import_module("matplotlib.ticker")
+    ax.xaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=8))
+    ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:,.0f}"))
+    ax.xaxis.set_minor_formatter(ticker.NullFormatter())
 
 
 def plot_rc_steps(report: Mapping[str, Any], path: Path) -> Path | None:

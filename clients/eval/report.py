@@ -309,7 +309,10 @@ _TERMINAL = [0, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12]  # the columns of _row that SHOR
 def _k_note(report: Mapping[str, Any]) -> str:
     ks = {_top(s["pass_at"])[0] for s in report["scaffolds"] if s["pass_at"]}
     k = f"k = {ks.pop()}" if len(ks) == 1 else "k = each scaffold's samples per problem"
-    return f"pass@k and maj@k at {k}; tokens, calls and latency per sample"
+    return (
+        f"pass@k and maj@k at {k}; tok in / tok out: prompt / completion tokens per "
+        "sample (as in the progress line); calls and latency per sample"
+    )
 
 
 def print_table(report: Mapping[str, Any], console: Console | None = None) -> None:

@@ -42,7 +42,16 @@ from scaffolds.evaluation.results import Record, ResultStore
 from scaffolds.spec.grammar import format_spec, parse_spec
 from scaffolds.spec.registry import default_registry
 
-__all__ = ["NO_SCAFFOLD", "EvalConfig", "reasoning_steps", "run_eval", "scored_steps", "spec_name"]
+__all__ = [
+    "DEFAULT_CONCURRENCY",
+    "NO_SCAFFOLD",
+    "EvalConfig",
+    "fitted_concurrency",
+    "reasoning_steps",
+    "run_eval",
+    "scored_steps",
+    "spec_name",
+]
 
 NO_SCAFFOLD = "none"
 """The spec that sends a plain OpenAI request (no ``scaffold``/``return_trace``)."""
@@ -57,7 +66,8 @@ class EvalConfig:
     scaffolds: list[str]
     out_dir: Path
     samples: int = 1
-    concurrency: int = 8
+    concurrency: int | None = None
+    """Requests in flight; None: what the server runs at once (:func:`fitted_concurrency`)."""
     api_key: str | None = None
     temperature: float | None = None
     max_tokens: int | None = None
@@ -167,19 +177,46 @@ def _message(data: Mapping[str, Any]) -> tuple[str, str | None, str | None]:
     return str(message.get("content") or ""), reasoning, first.get("finish_reason")
 
 
+DEFAULT_CONCURRENCY = 256
+"""Requests in flight when the server does not say what it runs at once: vLLM's default
+batch (``max_num_seqs``) on most GPUs."""
+
+
+async def fitted_concurrency(client: Any, model: str) -> int:
+    """The requests in flight that keep the server at ``client``'s base URL full: the
+    runs Ponder executes at once (``ponder.max_concurrent_runs`` of the model's
+    ``/v1/models`` card), else :data:`DEFAULT_CONCURRENCY`."""
+    base = model.partition("+")[0]
+    try:
+        page = await client.models.list()
+    except Exception:  # any server, any failure: the default
+        return DEFAULT_CONCURRENCY
+    for card in page.data:
+        ponder = card.model_dump(mode="json").get("ponder")
+        if card.id in (model, base) and isinstance(ponder, dict):
+            runs = ponder.get("max_concurrent_runs")
+            if isinstance(runs, int) and runs > 0:
+                return runs
+    return DEFAULT_CONCURRENCY
+
+
 class _Client:
     """Answers one job with one chat request; the loop grades and stores the record."""
 
     def __init__(self, config: EvalConfig) -> None:
-        from openai import AsyncOpenAI
+        import httpx2  # the openai SDK's HTTP client
+        from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
         self.config = config
         self.scored = {spec: scored_steps(spec) for spec in config.scaffolds}
+        # The connection pool never caps the concurrency (the SDK's default stops at 1,000).
+        unbounded = httpx2.Limits(max_connections=None, max_keepalive_connections=None)
         self.client = AsyncOpenAI(
             base_url=config.base_url,
             api_key=config.api_key or "EMPTY",
             max_retries=config.max_retries,
             timeout=config.timeout_s,
+            http_client=DefaultAsyncHttpxClient(limits=unbounded, timeout=config.timeout_s),
         )
 
     def body(self, spec: str, problem: ProblemRow, sample: int) -> dict[str, Any]:
@@ -266,19 +303,23 @@ async def run_eval(
         if wanted and not record.get("error") and int(record["sample"]) < config.samples:
             tallies[record["scaffold"]].add(record)
     already_done = sum(t.done for t in tallies.values())
+    console = console or Console(stderr=True)
     board = Board(
         tallies,
         len(problems) * config.samples,
-        console=console or Console(stderr=True),
+        console=console,
         enabled=progress,
     )
     client = _Client(config)
     try:
+        concurrency = config.concurrency or await fitted_concurrency(client.client, config.model)
+        if progress and config.concurrency is None:
+            console.print(f"concurrency {concurrency} (what {config.base_url} runs at once)")
         outcome = await run_jobs(
             work,
             client.request,
             grader=grader,
-            concurrency=config.concurrency,
+            concurrency=concurrency,
             store=store,
             board=board,
             on_job=None if on_record is None else lambda _job, record: on_record(record),

@@ -207,6 +207,8 @@ class StepCalls:
                     engine=engine, thinking=thinking,
                 )  # fmt: skip
             cut = clamped and any(c.truncated for c in completions)
+            if cut:  # the budget ended a sample: the run reports why
+                state.ledger.cut("tokens")
             answers = tuple(self.answer(c.text, thinking) for c in completions)
             return Step(step_id, completions, cut_short=cut, answers=answers)
         finally:

@@ -124,6 +124,22 @@ class Dialect:
         """``(at_root, path)`` of the health check: ``/health`` at the root by default."""
         return (True, "/health")
 
+    def capacity_route(self) -> tuple[bool, str] | None:
+        """``(at_root, path)`` of a route whose JSON says how many sequences the server
+        runs at once, or None. vLLM publishes its config at ``/server_info`` (only with
+        ``VLLM_SERVER_DEV_MODE=1``; elsewhere a 404, and the capacity stays unknown)."""
+        return (True, "/server_info?config_format=json")
+
+    def capacity_from(self, data: Any) -> int | None:
+        """The sequences at once in the capacity route's JSON (vLLM's ``max_num_seqs``).
+
+        >>> Dialect().capacity_from({"vllm_config": {"scheduler_config": {"max_num_seqs": 256}}})
+        256
+        """
+        config = data.get("vllm_config") if isinstance(data, dict) else None
+        scheduler = config.get("scheduler_config") if isinstance(config, dict) else None
+        return _positive(scheduler.get("max_num_seqs") if isinstance(scheduler, dict) else None)
+
     def request_id(self) -> str | None:
         """A fresh id to send as ``rid`` with each call (None: send none)."""
         return None
@@ -162,6 +178,9 @@ class OpenAIDialect(Dialect, name="openai"):
 
     def health_route(self) -> tuple[bool, str]:
         return (False, "/models")
+
+    def capacity_route(self) -> tuple[bool, str] | None:
+        return None
 
     def continuation_fields(self) -> dict[str, Any]:
         raise UnsupportedError(
@@ -213,6 +232,25 @@ class SGLangDialect(Dialect, name="sglang"):
 
     def request_id(self) -> str | None:
         return f"ponder-{uuid.uuid4().hex}"
+
+    def capacity_route(self) -> tuple[bool, str] | None:
+        return (True, "/get_server_info")
+
+    def capacity_from(self, data: Any) -> int | None:
+        """``max_running_requests`` of ``/get_server_info`` (its server arguments), else
+        of its first scheduler's ``internal_states``.
+
+        >>> SGLangDialect().capacity_from({"max_running_requests": None,
+        ...                                "internal_states": [{"max_running_requests": 48}]})
+        48
+        """
+        if not isinstance(data, dict):
+            return None
+        found = _positive(data.get("max_running_requests"))
+        states = data.get("internal_states")
+        if found is None and isinstance(states, list) and states and isinstance(states[0], dict):
+            found = _positive(states[0].get("max_running_requests"))
+        return found
 
     def prompt_lists(self) -> bool:
         # Not tried against a running SGLang (it cannot run here), and a list's calls
@@ -366,3 +404,8 @@ __all__ = [
     "get_dialect",
     "reported_error",
 ]
+
+
+def _positive(value: Any) -> int | None:
+    """``value`` when it is a positive integer, else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

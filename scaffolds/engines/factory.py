@@ -88,7 +88,7 @@ def _http(url: str, options: EngineOptions) -> Engine:
 def _local(path: str, options: EngineOptions) -> Engine:
     from scaffolds.engines.local import LocalEngine
 
-    engine = LocalEngine(path, threads=options.threads)
+    engine = LocalEngine(path, threads=options.threads, max_model_len=options.max_model_len)
     if options.load:
         engine.load()
     return engine

@@ -125,10 +125,14 @@ class FastResponse:
 
 
 class AiohttpTransport:
-    """Sends engine calls over one aiohttp session (made on first use, in its loop)."""
+    """Sends engine calls over one aiohttp session (made on first use, in its loop).
+
+    ``max_connections`` of 0 (the default) puts no cap on the pool: a call never waits
+    for a connection, so the pool is never what limits an engine's batch (the caller
+    bounds its calls; ``ponder serve`` does by sequences in flight)."""
 
     def __init__(
-        self, *, connect_timeout: float, read_timeout: float, max_connections: int = 1024
+        self, *, connect_timeout: float, read_timeout: float, max_connections: int = 0
     ) -> None:
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout

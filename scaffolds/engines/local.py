@@ -18,34 +18,11 @@ rather than oversubscribe the CPUs, and synchronous code can drive the engine wi
 at its next token (a stopping criterion watches a per-call flag), so a cancelled call
 frees the worker quickly and never corrupts later calls.
 
-Semantics follow vLLM's OpenAI server where they can:
+Semantics follow vLLM's OpenAI server where they can; the rules are listed in
+:mod:`scaffolds.engines.local_generate`.
 
-- chat prompts are rendered with the tokenizer's chat template (with the generation
-  prompt); plain prompts are tokenized as they are, with the tokenizer's special tokens
-  when ``add_special_tokens`` (the default for a directory, like vLLM; not for
-  ``from_model``, like TRL) -- see :func:`encode_prompt`;
-- ``temperature`` 0 is greedy (one row generated, copied n times); otherwise sampling
-  with ``top_p`` (default 1.0) and no top-k; ``temperature`` None means 1.0;
-- ``finish_reason`` is ``"stop"`` at an end-of-sequence token or a stop string (the
-  text is cut before the stop string, the token that completed it is counted), and
-  ``"length"`` at ``max_tokens`` (unset: ``default_max_tokens``, capped by the context);
-- ``logprobs=True`` returns the prompt's and the sampled token ids and the sampled
-  tokens' log-probabilities: under the model's raw distribution with ``logprobs="raw"``
-  (before temperature and top-p, vLLM's default), under the distribution actually
-  sampled from with ``logprobs="sampling"`` (after temperature, top-p/top-k and the
-  ``generation_kwargs`` processors: what a policy-gradient loss needs);
-  ``top_logprobs=k`` returns each position's k most likely tokens' logprobs, under the
-  same distribution;
-- ``continue_final`` continues a chat's last (assistant) message, rendered with the
-  chat template's ``continue_final_message`` and no generation prompt;
-- ``seed`` makes sampling reproducible (torch's global RNG is forked for the call, so
-  a seeded call leaves it as it was); unseeded calls draw from torch's global RNG;
-- ``extra`` understands ``ignore_eos``, ``top_k`` and ``min_tokens``; other keys are
-  ignored. ``generation_kwargs`` (e.g. ``top_k``, ``min_p``, ``repetition_penalty``) go
-  to every ``generate``; the request's own settings win over them.
-
-``stream`` is :func:`~scaffolds.engines.protocol.stream_from_generate`: one delta per sample once
-the whole call is done, not token by token.
+``stream`` is token by token: a :class:`~scaffolds.engines.local_stream.RowStreamer` in
+``generate`` passes on each sample's settled text as it grows.
 
 torch and transformers are imported lazily, on the worker thread, when the model is
 first needed (``pip install torch transformers``).
@@ -54,20 +31,13 @@ first needed (``pip install torch transformers``).
 >>> engine.model_dir.name, engine.max_batch, engine.logprobs, engine.loaded
 ('ponder-addition', 16, 'raw', False)
 
-Typical use::
+Typical use (``from_model`` drives a live policy the trainer keeps owning)::
 
     engine = LocalEngine("scaffolds/models/ponder-addition")
     result = await engine.generate(
         GenerateRequest(chat("347+589="), SamplingParams(n=8, temperature=1.0, max_tokens=8))
     )
-    answers = [c.text for c in result.completions]
-    await engine.aclose()
-
-    # in training, on the policy being trained (still owned by the trainer):
     engine = LocalEngine.from_model(model, tokenizer, generation_kwargs={"top_k": 0})
-    result = asyncio.run(engine.generate(GenerateRequest("12+34=", SamplingParams(
-        n=4, max_tokens=8, logprobs=True))))
-    result.prompt_token_ids, result.completions[0].token_ids, result.completions[0].logprobs
 """
 
 from __future__ import annotations
@@ -75,27 +45,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
 from scaffolds.core.errors import EngineError, InvalidRequestError, PonderError
+from scaffolds.engines.context_fit import no_room
 from scaffolds.engines.local_generate import (
     Cancelled,
     Sample,
+    StreamerOf,
     completion_of,
     device_of,
     encode_prompt,
     generate_rows,
     module,
 )
+from scaffolds.engines.local_stream import Emit, RowStreamer, bridge
 from scaffolds.engines.protocol import (
+    EngineDelta,
     GenerateRequest,
     GenerateResult,
     StreamItem,
     Usage,
-    stream_from_generate,
 )
 
 __all__ = ["LocalEngine", "LogprobMode", "encode_prompt"]
@@ -116,11 +89,14 @@ class LocalEngine:
     logprobs (``"raw"`` or ``"sampling"``, see the module docs); ``default_max_tokens``
     bounds a request without ``max_tokens``; ``generation_kwargs`` go to every
     ``generate`` (an ``eos_token_id`` there replaces the model's); ``chat_template_kwargs``
-    to the chat template; ``add_special_tokens`` applies to plain-text prompts.
+    to the chat template; ``add_special_tokens`` applies to plain-text prompts;
+    ``max_model_len`` narrows the model's context.
     """
 
     model_dir: Path | None
     """The directory loaded from (None for :meth:`from_model`)."""
+    max_model_len: int | None = None
+    """The context served, at most the model's own (None: the model's own)."""
 
     def __init__(
         self,
@@ -134,18 +110,17 @@ class LocalEngine:
         generation_kwargs: Mapping[str, Any] | None = None,
         chat_template_kwargs: Mapping[str, Any] | None = None,
         add_special_tokens: bool = True,
+        max_model_len: int | None = None,
     ) -> None:
         self.model_dir = Path(model_dir)
         self.device = device
         self._configure(
-            threads,
-            max_batch,
-            logprobs,
-            default_max_tokens,
-            generation_kwargs,
-            chat_template_kwargs,
-            add_special_tokens,
-        )
+            threads, max_batch, logprobs, default_max_tokens, generation_kwargs,
+            chat_template_kwargs, add_special_tokens,
+        )  # fmt: skip
+        if max_model_len is not None and max_model_len < 1:
+            raise ValueError(f"max_model_len must be >= 1 (got {max_model_len})")
+        self.max_model_len = max_model_len
 
     @classmethod
     def from_model(
@@ -168,14 +143,9 @@ class LocalEngine:
         engine.model_dir = None
         engine.device = str(device_of(model))
         engine._configure(
-            threads,
-            max_batch,
-            logprobs,
-            default_max_tokens,
-            generation_kwargs,
-            chat_template_kwargs,
-            add_special_tokens,
-        )
+            threads, max_batch, logprobs, default_max_tokens, generation_kwargs,
+            chat_template_kwargs, add_special_tokens,
+        )  # fmt: skip
         engine._model, engine._tokenizer = model, tokenizer
         return engine
 
@@ -221,14 +191,16 @@ class LocalEngine:
         return self._model is not None
 
     # -- the Engine protocol ---------------------------------------------------------
-    async def generate(self, request: GenerateRequest) -> GenerateResult:
+    async def generate(self, request: GenerateRequest, emit: Emit | None = None) -> GenerateResult:
+        """The call's result; ``emit(index, text)`` (on the worker thread) hears each
+        sample's text as it grows."""
         if self._closed:
             raise EngineError("LocalEngine is closed")
         cancel = threading.Event()
         self._active.add(cancel)
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._executor, self._run, request, cancel)
+            return await loop.run_in_executor(self._executor, self._run, request, cancel, emit)
         except asyncio.CancelledError:
             cancel.set()  # the worker notices at its next token and gives the thread back
             task = asyncio.current_task()
@@ -245,9 +217,22 @@ class LocalEngine:
         finally:
             self._active.discard(cancel)
 
-    def stream(self, request: GenerateRequest) -> AsyncIterator[StreamItem]:
-        """Not token-level: the whole call runs, then one delta per sample, then the result."""
-        return stream_from_generate(self, request)
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamItem]:
+        """Each sample's text as it is generated, then the result; leaving the stream
+        cancels the call."""
+        queue: asyncio.Queue[EngineDelta] = asyncio.Queue()
+        emit = bridge(asyncio.get_running_loop(), queue)
+        call = asyncio.ensure_future(self.generate(request, emit))
+        call.add_done_callback(lambda _: queue.put_nowait(EngineDelta(-1)))
+        try:
+            while (delta := await queue.get()).index >= 0:
+                yield delta
+            yield await call
+        finally:
+            if not call.done():
+                call.cancel()
+                with contextlib.suppress(asyncio.CancelledError, PonderError):
+                    await call
 
     async def health(self) -> bool:
         """True once the model is loaded (loading it now if needed)."""
@@ -302,7 +287,15 @@ class LocalEngine:
         self._tokenizer = tokenizer
         self._model = model
 
-    def _run(self, request: GenerateRequest, cancel: threading.Event) -> GenerateResult:
+    def _context(self) -> int | None:
+        """The model's context in tokens: ``max_model_len``, at most the model's own."""
+        own = getattr(self._model.config, "max_position_embeddings", None)
+        sizes = [int(size) for size in (own, self.max_model_len) if size is not None]
+        return min(sizes) if sizes else None
+
+    def _run(
+        self, request: GenerateRequest, cancel: threading.Event, emit: Emit | None
+    ) -> GenerateResult:
         if cancel.is_set():  # cancelled while it waited in the queue
             raise Cancelled()
         self.calls_started += 1
@@ -318,24 +311,13 @@ class LocalEngine:
         )
         if not prompt_ids:
             raise InvalidRequestError("the prompt is empty", param="prompt")
-        context = getattr(model.config, "max_position_embeddings", None)
         max_tokens = params.max_tokens or self.default_max_tokens
-        if context is not None:
-            room = int(context) - len(prompt_ids)
-            if room < 1:
-                raise InvalidRequestError(
-                    f"the prompt has {len(prompt_ids)} tokens; the model's context is {context}",
-                    param="prompt",
-                )
-            if params.max_tokens is None:
-                max_tokens = min(max_tokens, room)
-            elif max_tokens > room:
-                raise InvalidRequestError(
-                    f"prompt ({len(prompt_ids)} tokens) + max_tokens ({max_tokens}) exceeds "
-                    f"the model's context ({context})",
-                    param="max_tokens",
-                )
+        if (context := self._context()) is not None:
+            if (room := context - len(prompt_ids)) < 1:
+                return no_room(params.n)
+            max_tokens = min(max_tokens, room)
         samples: list[Sample] = []
+        streamers: list[RowStreamer] = []
         was_training = bool(model.training)
         with contextlib.ExitStack() as scope:
             if params.seed is not None:  # seed a fork: the global RNG is left as it was
@@ -351,24 +333,50 @@ class LocalEngine:
             scope.callback(model.train, was_training)
             model.eval()
             if params.temperature == 0.0:  # greedy: one row, copied n times
-                samples = self._generate(request, prompt_ids, 1, max_tokens, cancel) * params.n
+                make = self._streamer(request, emit, streamers, 0, params.n)
+                samples = self._generate(request, prompt_ids, 1, max_tokens, cancel, make)
+                samples *= params.n
             else:
-                remaining = params.n
-                while remaining:
-                    rows = min(remaining, self.max_batch)
-                    samples += self._generate(request, prompt_ids, rows, max_tokens, cancel)
-                    remaining -= rows
+                while (rows := min(params.n - len(samples), self.max_batch)) > 0:
+                    make = self._streamer(request, emit, streamers, len(samples), 1)
+                    samples += self._generate(request, prompt_ids, rows, max_tokens, cancel, make)
         if cancel.is_set():
             raise Cancelled()
         completions = tuple(
             completion_of(self._tokenizer, s, params.stop, params.logprobs) for s in samples
         )
+        for streamer in streamers:  # the rest of each sample's text, as the result has it
+            for row in range(len(streamer.tokens)):
+                streamer.flush(row, completions[streamer.offset + row * streamer.copies].text)
         usage = Usage(
             prompt_tokens=len(prompt_ids),
             completion_tokens=sum(c.completion_tokens for c in completions),
             calls=1,
         )
         return GenerateResult(completions, usage, prompt_token_ids=tuple(prompt_ids))
+
+    def _streamer(
+        self,
+        request: GenerateRequest,
+        emit: Emit | None,
+        streamers: list[RowStreamer],
+        offset: int,
+        copies: int,
+    ) -> StreamerOf | None:
+        """How one ``generate`` builds its streamer (kept in ``streamers``); None without
+        ``emit``."""
+        if emit is None:
+            return None
+
+        def build(rows: int, finished: Callable[[int], bool]) -> RowStreamer:
+            streamer = RowStreamer(
+                self._tokenizer, rows=rows, emit=emit, stop=request.params.stop,
+                finished=finished, offset=offset, copies=copies,
+            )  # fmt: skip
+            streamers.append(streamer)
+            return streamer
+
+        return build
 
     def _eos_ids(self, ignore_eos: bool) -> frozenset[int]:
         if ignore_eos:
@@ -387,12 +395,13 @@ class LocalEngine:
         rows: int,
         max_tokens: int,
         cancel: threading.Event,
+        streamer: StreamerOf | None,
     ) -> list[Sample]:
         eos_ids = self._eos_ids(bool(request.params.extra.get("ignore_eos")))
         samples, spent = generate_rows(
             self._model, self._tokenizer, request, prompt_ids, rows, max_tokens, cancel,
             eos_ids=eos_ids, generation_kwargs=self.generation_kwargs,
-            raw_logprobs=self.logprobs == "raw",
+            raw_logprobs=self.logprobs == "raw", streamer=streamer,
         )  # fmt: skip
         self.generated_tokens += spent
         return samples

@@ -2,6 +2,36 @@
 run on its worker thread: the prompt's token ids, the stopping criterion, the sampler's
 settings, and the samples with their logprobs.
 
+The engine's semantics follow vLLM's OpenAI server where they can:
+
+- chat prompts are rendered with the tokenizer's chat template (with the generation
+  prompt); plain prompts are tokenized as they are, with the tokenizer's special tokens
+  when ``add_special_tokens`` (the default for a directory, like vLLM; not for
+  ``from_model``, like TRL) -- see :func:`encode_prompt`;
+- ``temperature`` 0 is greedy (one row generated, copied n times); otherwise sampling
+  with ``top_p`` (default 1.0) and no top-k; ``temperature`` None means 1.0;
+- ``finish_reason`` is ``"stop"`` at an end-of-sequence token or a stop string (the
+  text is cut before the stop string, the token that completed it is counted), and
+  ``"length"`` at ``max_tokens`` (unset: ``default_max_tokens``);
+- ``max_tokens`` is lowered to what the context (``max_model_len``, else the model's
+  ``max_position_embeddings``) leaves after the prompt, and a prompt that leaves no
+  room is answered by :func:`~scaffolds.engines.context_fit.no_room`, as the HTTP engine
+  does: a scaffold's step limits fit any context;
+- ``logprobs=True`` returns the prompt's and the sampled token ids and the sampled
+  tokens' log-probabilities: under the model's raw distribution with ``logprobs="raw"``
+  (before temperature and top-p, vLLM's default), under the distribution actually
+  sampled from with ``logprobs="sampling"`` (after temperature, top-p/top-k and the
+  ``generation_kwargs`` processors: what a policy-gradient loss needs);
+  ``top_logprobs=k`` returns each position's k most likely tokens' logprobs, under the
+  same distribution;
+- ``continue_final`` continues a chat's last (assistant) message, rendered with the
+  chat template's ``continue_final_message`` and no generation prompt;
+- ``seed`` makes sampling reproducible (torch's global RNG is forked for the call, so
+  a seeded call leaves it as it was); unseeded calls draw from torch's global RNG;
+- ``extra`` understands ``ignore_eos``, ``top_k`` and ``min_tokens``; other keys are
+  ignored. ``generation_kwargs`` (e.g. ``top_k``, ``min_p``, ``repetition_penalty``) go
+  to every ``generate``; the request's own settings win over them.
+
 >>> import threading
 >>> watcher = StopWatcher(None, 3, 2, frozenset({0}), ["</s>", "\\n"], threading.Event())
 >>> watcher.window, watcher.finished_at  # a row's last 4 + 8 tokens are decoded a step
@@ -12,7 +42,7 @@ from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,12 +54,17 @@ __all__ = [
     "Cancelled",
     "Sample",
     "StopWatcher",
+    "StreamerOf",
     "completion_of",
     "device_of",
     "encode_prompt",
     "generate_rows",
     "module",
 ]
+
+StreamerOf = Callable[[int, Callable[[int], bool]], Any]
+"""Builds a ``generate`` streamer from the rows and ``finished(row)`` (a row that
+finished: its later tokens are padding)."""
 
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "typical_p")
 """Sampler settings dropped from ``generation_kwargs`` for greedy calls."""
@@ -154,10 +189,12 @@ def generate_rows(
     eos_ids: frozenset[int],
     generation_kwargs: Mapping[str, Any],
     raw_logprobs: bool,
+    streamer: StreamerOf | None = None,
 ) -> tuple[list[Sample], int]:
     """``rows`` samples of one prompt in one ``generate``, and the tokens generated
     (up to where each row finished). ``raw_logprobs``: logprobs before temperature
-    and top-p/top-k (else under the distribution sampled from)."""
+    and top-p/top-k (else under the distribution sampled from); ``streamer`` builds
+    the streamer that hears each step's tokens."""
     torch = module("torch")
     transformers = module("transformers")
     params, extra = request.params, request.params.extra
@@ -178,6 +215,8 @@ def generate_rows(
         output_logits=wants and raw_logprobs,
         output_scores=wants and not raw_logprobs,
     )
+    if streamer is not None:
+        kwargs["streamer"] = streamer(rows, lambda row: watcher.finished_at[row] is not None)
     if extra.get("min_tokens"):
         kwargs["min_new_tokens"] = int(extra["min_tokens"])
     if params.temperature == 0.0:

@@ -52,9 +52,13 @@ __all__ = ["Dialect", "OpenAIEngine"]
 
 
 POOL_SHARDS = 8
-"""HTTP connection pools per engine by default (1,024 connections in all, 256 kept alive):
-httpcore walks every connection of a pool on each request, so smaller pools cost less at
-high concurrency (benchmarks/pool_shards.py)."""
+"""HTTP connection pools per engine by default: httpcore walks every connection of a pool
+on each request, so smaller pools cost less at high concurrency (benchmarks/pool_shards.py).
+
+The pools hold as many connections as there are calls in flight, all kept alive: the
+connection pool is never what limits a GPU engine's batch. What bounds the calls is the
+caller (``ponder serve`` holds each model's engine calls to its sequences in flight,
+:mod:`server.pool.sequences`; every call carries at least one)."""
 
 
 class OpenAIEngine:
@@ -143,10 +147,7 @@ class OpenAIEngine:
         if self._client is not None:
             return self._client
         if not self._pool:
-            limits = httpx.Limits(
-                max_connections=max(1, 1024 // self.pool_shards),
-                max_keepalive_connections=max(1, 256 // self.pool_shards),
-            )
+            limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
             self._pool = [
                 httpx.AsyncClient(timeout=self._timeout, limits=limits)
                 for _ in range(self.pool_shards)
@@ -309,6 +310,24 @@ class OpenAIEngine:
         except httpx.HTTPError:
             return False
         return response.is_success
+
+    async def sequence_capacity(self) -> int | None:
+        """How many sequences the server runs at once, where its dialect's capacity route
+        says (SGLang's ``max_running_requests``, vLLM's ``max_num_seqs``); else None."""
+        route = self.dialect.capacity_route()
+        if route is None:
+            return None
+        at_root, path = route
+        try:
+            response = await self.client.get(
+                (self.root_url if at_root else self.base_url) + path,
+                headers=self.auth_headers(),
+                timeout=httpx.Timeout(self._timeout.connect or 5.0),
+            )
+            data = response.json() if response.is_success else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        return self.dialect.capacity_from(data)
 
     async def list_models(self) -> list[str]:
         """The model ids the server serves (``GET {base_url}/models``)."""

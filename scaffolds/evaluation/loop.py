@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -139,7 +140,7 @@ class Tally:
             self.errors += 1
             return
         self.done += 1
-        self.tokens += int((record.get("usage") or {}).get("total_tokens") or 0)
+        self.tokens += int((record.get("usage") or {}).get("completion_tokens") or 0)
         if record.get("correct") is not None:
             self.graded += 1
             self.correct += bool(record["correct"])
@@ -148,13 +149,19 @@ class Tally:
         acc = f"{self.correct / self.graded:.1%}" if self.graded else "-"
         tok = f"{self.tokens / self.done:,.0f}" if self.done else "-"
         err = f" err {self.errors}" if self.errors else ""
-        return f"acc {acc}  tok/sample {tok}{err}"
+        return f"acc {acc}  tok out {tok}/sample{err}"
 
 
 class Board:
-    """A progress bar per arm (done of ``total``, rate, eta, its :class:`Tally`).
+    """A progress bar per arm (done of ``total``, rate, eta, its :class:`Tally`, and the
+    generated tokens per second of this session's samples).
 
     ``enabled=False`` keeps the tallies and draws nothing.
+
+    >>> board = Board({"gsr": Tally()}, 4, enabled=False, clock=iter([0.0, 1.0, 2.0]).__next__)
+    >>> board.add("gsr", {"usage": {"total_tokens": 120, "completion_tokens": 100}})
+    >>> board.stats("gsr")
+    'acc -  tok/sample 120  50 gen tok/s'
     """
 
     def __init__(
@@ -164,6 +171,7 @@ class Board:
         *,
         console: Console | None = None,
         enabled: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         from rich.console import Console
         from rich.progress import (
@@ -176,6 +184,10 @@ class Board:
         )
 
         self.tallies = dict(tallies)
+        self.clock = clock
+        self.started = clock()
+        self.generated = dict.fromkeys(self.tallies, 0)
+        """Completion tokens of the samples that landed since the board was made."""
         self.bar = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -199,7 +211,15 @@ class Board:
         tally.add(record)
         if not record.get("error"):
             self.bar.advance(self.tasks[arm])
-        self.bar.update(self.tasks[arm], stats=tally.line())
+            usage = record.get("usage") or {}
+            self.generated[arm] += int(usage.get("completion_tokens") or 0)
+        self.bar.update(self.tasks[arm], stats=self.stats(arm))
+
+    def stats(self, arm: str) -> str:
+        """``arm``'s tally and its generated tokens per second so far in this session."""
+        elapsed = self.clock() - self.started
+        rate = self.generated[arm] / elapsed if elapsed > 0 else 0.0
+        return f"{self.tallies[arm].line()}  {rate:,.0f} gen tok/s"
 
     def __enter__(self) -> Board:
         self.bar.start()

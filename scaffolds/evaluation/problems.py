@@ -1,6 +1,8 @@
 """Problems to evaluate or train on: one type, :class:`ProblemRow`, and one loader,
-:func:`load_problems`, for JSONL files, OpenAI Batch API files and Hugging Face datasets
-(``ponder eval``, ``ponder train`` and the experiments all read problems through it).
+:func:`load_problems`, for JSONL files, OpenAI Batch API files, Hugging Face datasets and
+the benchmarks known by name (``gsm8k``, ``math500``, ``aime24``, ``aime25``: downloaded
+once, then cached, :mod:`scaffolds.evaluation.named_datasets`) -- ``ponder eval``,
+``ponder train`` and the experiments all read problems through it.
 
 A problem row is ``{"id", "problem", "answer", ...}``; other fields are carried through
 into the results as ``meta`` (a long ``solution`` is kept for judges but not copied).
@@ -29,6 +31,7 @@ from typing import Any
 
 from scaffolds.core.problem import Problem
 from scaffolds.engines.protocol import Message
+from scaffolds.evaluation.named_datasets import NAMED, named_dataset_file
 
 __all__ = ["BadLine", "Loaded", "ProblemRow", "load_problems", "parse_row"]
 
@@ -224,21 +227,26 @@ def load_problems(
     config: str | None = None,
     limit: int | None = None,
 ) -> Loaded:
-    """Load problems from a JSONL/Batch file, a dataset folder, or a hub dataset name.
+    """Load problems from a JSONL/Batch file, a dataset folder, a benchmark's name, or a
+    hub dataset name.
 
     ``limit`` keeps the first N good problems. A missing file with no ``/`` in its
-    name is an error; ``owner/name`` goes to the hub through ``datasets``.
+    name (and not a known benchmark) is an error; ``owner/name`` goes to the hub
+    through ``datasets``.
     """
     source = str(source)
     path = Path(source).expanduser()
     if path.is_file():
         loaded = _from_rows(_jsonl_rows(path), str(path))
+    elif source in NAMED:
+        loaded = _from_rows(_jsonl_rows(named_dataset_file(source)), source)
     elif path.is_dir() or "/" in source:
         if not path.is_dir() and path.suffix in (".jsonl", ".json"):
             raise ValueError(f"no such file: {source}")
         loaded = _from_rows(_hf_rows(source, split, config), source)
     else:
-        raise ValueError(f"no such file: {source}")
+        named = ", ".join(NAMED)
+        raise ValueError(f"no such file: {source} (or a benchmark by name: {named})")
     if limit is not None:
         loaded.problems = loaded.problems[:limit]
     return loaded

@@ -84,7 +84,9 @@ def _registry() -> Mapping[str, KnownModel]:
             name="ponder-addition",
             description="1M-parameter Qwen2 trained by this project on 3-digit addition",
             prompts="compact",
-            aliases={"maj8": "majority(k=8)", "gsr4": "gsr(n=4)", "best4": "best_of_n(n=4)"},
+            # no gsr4: the model was trained to answer, not to refine (0% under gsr in the
+            # eval), so Ponder does not advertise a scaffold it cannot run well
+            aliases={"maj8": "majority(k=8)", "best4": "best_of_n(n=4)"},
             shipped=SHIPPED / "ponder-addition",
             source="shipped in the ponder package",
             max_model_len=2048,

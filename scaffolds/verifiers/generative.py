@@ -40,6 +40,7 @@ from scaffolds.prompts import Template
 __all__ = [
     "VERIFY_TEMPLATE",
     "GenerativeVerifier",
+    "step_prefixes",
     "top_tokens",
     "verify_prompt",
     "yes_probability",
@@ -66,6 +67,18 @@ def verify_prompt(problem: str, solution: str, *, chat: bool = True) -> str | tu
     """
     text = VERIFY_TEMPLATE.render(problem=problem, solution=solution)
     return (Message("user", text),) if chat else text
+
+
+def step_prefixes(text: str, sep: str) -> list[str]:
+    r"""A partial solution's step prefixes: its steps (split at ``sep``, empty ones
+    dropped) up to and including each one, joined by ``sep``; the last is the whole text.
+    A process verifier answers its question about each prefix.
+
+    >>> step_prefixes("x\n\ny\n\n", "\n\n")
+    ['x', 'x\n\ny']
+    """
+    steps = [s for s in text.split(sep) if s.strip()] if sep else [text]
+    return [sep.join(steps[: i + 1]) for i in range(len(steps))] or [text]
 
 
 class GenerativeVerifier:

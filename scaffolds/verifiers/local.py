@@ -8,17 +8,25 @@ ONE forward pass over the whole batch of candidates (left-padded): at the last p
 ("yes", " yes", "Yes", " Yes", and the same for no). No token is generated, so it spends
 none of a run's generated-token budget; its prompt tokens and one call go in ``usage``.
 
+A process verifier (an adapter that ``ponder train verifier --process`` trained: its
+``ponder_training.json`` names the row kind ``verify_step``) is asked about each step
+prefix of a candidate when the run gives the step separator (``beam``,
+``particle_filter``): the candidate's per-step scores are those prefixes' scores, and its
+score the last one's (:func:`~scaffolds.verifiers.generative.step_prefixes`); all the
+prefixes of a batch go through the same forward passes.
+
 The model loads on first use, on one worker thread (torch and transformers are imported
 there), and batches run one at a time on that thread.
 
 >>> verifier = LocalVerifier("scaffolds/models/ponder-addition")
->>> verifier.name, verifier.requests(8), verifier.loaded
-('local:ponder-addition', 1, False)
+>>> verifier.name, verifier.requests(8), verifier.loaded, verifier.process
+('local:ponder-addition', 1, False, False)
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,9 +34,9 @@ from typing import Any
 
 from scaffolds.engines.local_generate import encode_prompt
 from scaffolds.engines.protocol import Usage, Verdicts
-from scaffolds.verifiers.generative import verify_prompt
+from scaffolds.verifiers.generative import step_prefixes, verify_prompt
 
-__all__ = ["LocalVerifier", "answer_token_ids"]
+__all__ = ["LocalVerifier", "answer_token_ids", "is_process_verifier"]
 
 SPELLINGS = {"yes": ("yes", " yes", "Yes", " Yes"), "no": ("no", " no", "No", " No")}
 
@@ -42,6 +50,7 @@ class LocalVerifier:
         self.model_dir = Path(model_dir)
         self.name = f"local:{self.model_dir.name}"
         self.max_batch = max_batch
+        self.process = is_process_verifier(self.model_dir)
         self._loaded: tuple[Any, Any, dict[str, list[int]]] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-verifier")
 
@@ -56,10 +65,25 @@ class LocalVerifier:
         self, problem: str, candidates: Sequence[str], *, step: str | None = None
     ) -> Verdicts:
         loop = asyncio.get_running_loop()
+        if not (self.process and step):
+            scores, prompt_tokens = await loop.run_in_executor(
+                self._executor, self._score, problem, list(candidates)
+            )
+            return Verdicts(tuple(scores), usage=Usage(prompt_tokens=prompt_tokens, calls=1))
+        prefixes = [step_prefixes(c, step) for c in candidates]
+        flat = [p for group in prefixes for p in group]
         scores, prompt_tokens = await loop.run_in_executor(
-            self._executor, self._score, problem, list(candidates)
+            self._executor, self._score, problem, flat
         )
-        return Verdicts(tuple(scores), usage=Usage(prompt_tokens=prompt_tokens, calls=1))
+        steps: list[tuple[float, ...]] = []
+        for group in prefixes:
+            steps.append(tuple(scores[: len(group)]))
+            scores = scores[len(group) :]
+        return Verdicts(
+            tuple(s[-1] for s in steps),
+            tuple(steps),
+            usage=Usage(prompt_tokens=prompt_tokens, calls=1),
+        )
 
     def _load(self) -> tuple[Any, Any, dict[str, list[int]]]:
         if self._loaded is None:
@@ -113,3 +137,13 @@ def answer_token_ids(tokenizer: Any) -> dict[str, list[int]]:
             raise ValueError(f"the tokenizer has no single token for {word!r}")
         out[word] = sorted(ids)
     return out
+
+
+def is_process_verifier(model_dir: str | Path) -> bool:
+    """Whether the model in ``model_dir`` was trained on per-step rows (``verify_step``)."""
+    meta = Path(model_dir) / "ponder_training.json"
+    try:
+        kinds = json.loads(meta.read_text()).get("kinds") or []
+    except (OSError, ValueError, AttributeError):
+        return False
+    return "verify_step" in kinds

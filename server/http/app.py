@@ -33,7 +33,7 @@ from server.http.api_router import api_router, ops_router
 from server.http.auth import APIKeyAuth, RequireAPIKey
 from server.http.errors import install_error_handlers
 from server.http.fast_path import CompletionRoutes
-from server.http.limits import BodySizeLimit
+from server.http.limits import BodySizeLimit, raise_open_file_limit
 from server.http.logs import RequestContext, configure_logging
 from server.http.metrics import MULTIPROC_ENV, Metrics
 from server.http.openapi import install_openapi
@@ -102,6 +102,7 @@ def serve(settings: Settings) -> None:
     """
     import uvicorn
 
+    raise_open_file_limit()  # sockets: clients plus every engine call in flight
     options: dict[str, Any] = {
         "host": settings.host,
         "port": settings.port,

@@ -2,7 +2,10 @@
 
 :class:`RunLimiter` lets ``max_running`` scaffold runs execute at once and up to
 ``queue_size`` more wait; past that a request is refused at once with 429 (and a
-``Retry-After``), so overload never turns into unbounded latency.
+``Retry-After``), so overload never turns into unbounded latency. It bounds Ponder's own
+memory (1024 runs and 4096 waiting by default, a harness's whole concurrency); what
+reaches an engine is bounded per model by sequences in flight
+(:mod:`server.pool.sequences`), the engine's own unit of cost.
 
 :class:`BodySizeLimit` is ASGI middleware that counts body bytes as they stream in
 (``Content-Length`` is only an early shortcut) and answers 413 past ``max_bytes``.
@@ -104,6 +107,29 @@ class RunLimiter:
             )
         self.admitted += 1
         return RunSlot(self)
+
+
+def raise_open_file_limit() -> int:
+    """Raise this process's soft limit on open files to its hard limit; the new soft limit.
+
+    Each client connection and each engine call in flight holds a socket: a thousand
+    concurrent runs fanning out to an engine need several thousand, past the common
+    default soft limit of 1,024 (vLLM raises its own the same way).
+
+    >>> raise_open_file_limit() >= 1
+    True
+    """
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError):
+            pass
+    return soft
 
 
 class BodySizeLimit:

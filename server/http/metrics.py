@@ -124,6 +124,21 @@ class Metrics:
             registry=r,
             multiprocess_mode="livesum",
         )
+        self.sequences_in_flight = Gauge(
+            "ponder_engine_sequences_in_flight",
+            "Sequences (samples) of the engine calls in flight, per model (at most its "
+            "--max-sequences).",
+            ["model"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.sequences_waiting = Gauge(
+            "ponder_engine_sequences_waiting",
+            "Sequences of engine calls waiting in Ponder for room under --max-sequences.",
+            ["model"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
         self.budget_cutoffs = Counter(
             "ponder_budget_cutoffs_total",
             "Runs the budget cut short, by scaffold and the limit that did it.",

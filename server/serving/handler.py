@@ -107,7 +107,14 @@ class Serving:
         return self.served.limits
 
     async def start(self) -> None:
-        """Start the engines' background work (replica health polls)."""
+        """Start what a request would otherwise start cold, before the server takes
+        requests: the answer pool, warm (workers up, math-verify imported; after a
+        recycle its replacement warms at once, and :meth:`readiness` waits for it), and
+        the engines' background work (replica health polls, the sequence bound they
+        report)."""
+        pool = await self.voter.warm_up()
+        if pool != "warm":
+            log.warning("the answer pool is %s: votes compare strings until it is up", pool)
         await self.served.start()
 
     async def aclose(self) -> None:
@@ -116,8 +123,14 @@ class Serving:
         self.voter.close()
 
     def model_cards(self) -> list[dict[str, Any]]:
-        """``/v1/models`` entries: each base model, then its aliases."""
-        return self.served.model_cards()
+        """``/v1/models`` entries: each base model, then its aliases, each with the runs
+        this server executes at once (``ponder.max_concurrent_runs``, over all workers:
+        the concurrency a client such as ``ponder eval`` needs to keep it full)."""
+        runs = self.settings.max_concurrent_runs * self.settings.workers
+        cards = self.served.model_cards()
+        for card in cards:
+            card["ponder"]["max_concurrent_runs"] = runs
+        return cards
 
     def resolve_model(self, model: str) -> tuple[ServedModel, Strategy]:
         """A model id (base, alias, or ``base+<spec>``) to its model and scaffold."""
@@ -128,8 +141,16 @@ class Serving:
         return plan_run(self.served, self.settings, endpoint, req)
 
     async def readiness(self) -> tuple[bool, dict[str, Any]]:
-        """Whether every model has a reachable engine, and the per-model detail."""
-        return await self.served.readiness()
+        """Whether every model has a reachable engine and the answer pool is warm (so no
+        request would start it cold), with the detail."""
+        ready, detail = await self.served.readiness()
+        pool = self.voter.state
+        if pool == "failed":
+            self.voter.start()  # replace it; ready once the new one is warm
+        detail["answer_pool"] = pool
+        if ready and pool in ("starting", "failed"):
+            ready, detail["status"] = False, "starting"
+        return ready, detail
 
     # -- handling ----------------------------------------------------------------------
     async def handle(

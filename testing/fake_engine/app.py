@@ -110,7 +110,8 @@ def create_app(config: FakeEngineConfig, state: FakeEngineState) -> FastAPI:
             return StreamingResponse(
                 stream_body(plan, config, state), media_type="text/event-stream"
             )
-        state.enter()
+        sequences = sum(len(p.samples) for p in plans)
+        state.enter(sequences)
         try:
             wait = math.inf if config.hang else max(sum(p.step_delays) for p in plans)
             if not await _sleep_unless_gone(request, wait, config, state):
@@ -124,7 +125,7 @@ def create_app(config: FakeEngineConfig, state: FakeEngineState) -> FastAPI:
             state.reported_usage.append(summed_usage(plans))
             return JSONResponse(list_body(plans, config))
         finally:
-            state.open_calls -= 1
+            state.leave(sequences)
 
     @app.post("/pooling")
     async def pooling(request: Request) -> Response:
@@ -159,6 +160,21 @@ def create_app(config: FakeEngineConfig, state: FakeEngineState) -> FastAPI:
     async def health() -> Response:
         state.health_checks += 1
         return Response(status_code=200 if config.healthy else 503)
+
+    @app.get("/get_server_info")
+    async def get_server_info() -> Response:
+        """SGLang's server info: its ``max_running_requests`` (404 in vLLM mode)."""
+        if config.dialect != "sglang" or config.max_running is None:
+            return _error(404, "Not Found", config=config)
+        return JSONResponse({"max_running_requests": config.max_running})
+
+    @app.get("/server_info")
+    async def server_info() -> Response:
+        """vLLM's config (a dev-mode route): ``max_num_seqs`` (404 unless set)."""
+        if config.dialect != "vllm" or config.max_running is None:
+            return _error(404, "Not Found", config=config)
+        scheduler = {"max_num_seqs": config.max_running}
+        return JSONResponse({"vllm_config": {"scheduler_config": scheduler}})
 
     @app.post("/abort_request")
     async def abort_request(request: Request) -> Response:

@@ -79,6 +79,10 @@ class FakeEngineConfig:
     """Serve ``POST /v1/responses`` (else it is a 404, as on an engine without it)."""
     healthy: bool = True
     """``GET /health`` answers 200 when True, 503 when False."""
+    max_running: int | None = None
+    """The sequences it says it runs at once: SGLang's ``GET /get_server_info``
+    ``max_running_requests``, or vLLM's ``GET /server_info`` ``max_num_seqs`` (as with
+    ``VLLM_SERVER_DEV_MODE=1``). None: those routes answer 404, as a plain vLLM does."""
     stream_error: Failure | None = None
     """Streams: send this error as an SSE chunk after the first chunk, then ``[DONE]``."""
     logprobs: bool = True
@@ -128,11 +132,20 @@ class FakeEngineState:
     health_checks: int = 0
     responses_refused: int = 0
     """``POST /v1/responses`` answered 404 (``FakeEngineConfig.responses_api`` off)."""
+    open_sequences: int = 0
+    """Samples of the open calls (each call's ``n``, times its prompts)."""
+    max_open_sequences: int = 0
     _seen_prompts: list[list[str]] = field(default_factory=list)
 
-    def enter(self) -> None:
+    def enter(self, sequences: int = 1) -> None:
         self.open_calls += 1
         self.max_open_calls = max(self.max_open_calls, self.open_calls)
+        self.open_sequences += sequences
+        self.max_open_sequences = max(self.max_open_sequences, self.open_sequences)
+
+    def leave(self, sequences: int = 1) -> None:
+        self.open_calls -= 1
+        self.open_sequences -= sequences
 
 
 @dataclass

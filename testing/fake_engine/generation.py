@@ -273,7 +273,8 @@ class _DropConnection(Exception):
 async def stream_body(
     plan: Plan, config: FakeEngineConfig, state: FakeEngineState
 ) -> AsyncIterator[str]:
-    state.enter()
+    sequences = len(plan.samples)
+    state.enter(sequences)
     outcome = "cancelled"
     obj = "chat.completion.chunk" if plan.chat else "text_completion"
     head = {"id": plan.id, "object": obj, "created": plan.created, "model": plan.body.get("model")}
@@ -338,7 +339,7 @@ async def stream_body(
         yield sse("[DONE]")
         outcome = "completed"
     finally:
-        state.open_calls -= 1
+        state.leave(sequences)
         setattr(state, outcome, getattr(state, outcome) + 1)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from scaffolds.core.errors import EngineError, InvalidRequestError
+from scaffolds.core.errors import EngineError
 from scaffolds.engines.protocol import Engine, GenerateRequest, Message, SamplingParams, chat
 
 pytest.importorskip("torch")
@@ -220,11 +220,73 @@ async def test_local_concurrent_calls_queue(tiny_engine: LocalEngine) -> None:
     assert [c.text for c in alone.completions] == [c.text for c in results[3].completions]
 
 
-async def test_local_rejects_prompts_over_the_context(tiny_engine: LocalEngine) -> None:
-    with pytest.raises(InvalidRequestError):
-        await tiny_engine.generate(GenerateRequest("1" * 300, _sampled()))
-    with pytest.raises(InvalidRequestError):
-        await tiny_engine.generate(GenerateRequest("1+1=", _sampled(max_tokens=300)))
+async def test_local_fits_max_tokens_into_the_context(tiny_model_dir: Path) -> None:
+    """max_model_len=40: "1+1=" (4 tokens) leaves 36, so max_tokens 300 runs as 36; a
+    prompt of 40 tokens leaves none: every sample empty, cut short, no generation."""
+    engine = LocalEngine(tiny_model_dir, threads=1, max_model_len=40)
+    try:
+        long = _sampled(n=2, max_tokens=300, extra={"ignore_eos": True})
+        fitted = await engine.generate(GenerateRequest("1+1=", long))
+        assert fitted.prompt_token_ids is not None and len(fitted.prompt_token_ids) == 4
+        assert [c.completion_tokens for c in fitted.completions] == [36, 36]
+        assert [c.finish_reason for c in fitted.completions] == ["length", "length"]
+        started = engine.calls_started
+        full = await engine.generate(GenerateRequest("1" * 40, long))
+        assert full.no_room and full.usage.calls == 0 and engine.generated_tokens == 72
+        assert [(c.text, c.finish_reason) for c in full.completions] == [("", "length")] * 2
+        assert engine.calls_started == started + 1
+    finally:
+        await engine.aclose()
+
+
+async def test_local_stream_is_token_by_token(tiny_engine: LocalEngine) -> None:
+    """A 64-token answer arrives in at least 16 chunks, and the chunks add up to it."""
+    from scaffolds.engines.protocol import EngineDelta, GenerateResult
+
+    params = _sampled(n=1, max_tokens=64, extra={"ignore_eos": True})
+    items = [item async for item in tiny_engine.stream(GenerateRequest("1+2=", params))]
+    result = items[-1]
+    assert isinstance(result, GenerateResult)
+    assert result.completions[0].completion_tokens == 64
+    chunks = [item.text for item in items[:-1] if isinstance(item, EngineDelta)]
+    assert len(chunks) >= 16 and all(chunks)
+    assert "".join(chunks) == result.completions[0].text
+
+
+async def test_local_stream_holds_back_a_stop_string_and_copies_greedy_rows(
+    tiny_engine: LocalEngine,
+) -> None:
+    """Greedy n=3 is one row streamed to all three samples; text past a stop string
+    never streams, and each sample's chunks add up to its final text."""
+    from scaffolds.engines.protocol import EngineDelta, GenerateResult
+
+    greedy = _sampled(max_tokens=24, temperature=0.0, extra={"ignore_eos": True})
+    probe = await tiny_engine.generate(GenerateRequest("5+5=", greedy))
+    text = probe.completions[0].text
+    stop = text[len(text) // 2 : len(text) // 2 + 2]
+    assert len(stop) == 2
+    params = _sampled(n=3, max_tokens=24, temperature=0.0, stop=(stop,), extra={"ignore_eos": True})
+    items = [item async for item in tiny_engine.stream(GenerateRequest("5+5=", params))]
+    result = items[-1]
+    assert isinstance(result, GenerateResult)
+    expected = text[: text.index(stop)]
+    for index in range(3):
+        pieces = [d.text for d in items[:-1] if isinstance(d, EngineDelta) and d.index == index]
+        assert "".join(pieces) == expected == result.completions[index].text
+
+
+async def test_local_leaving_a_stream_cancels_the_call(tiny_model_dir: Path) -> None:
+    engine = LocalEngine(tiny_model_dir, threads=1)
+    try:
+        params = _sampled(n=2, max_tokens=240, extra={"ignore_eos": True})
+        stream = engine.stream(GenerateRequest("1+2=", params))
+        async for _ in stream:
+            break
+        await stream.aclose()  # type: ignore[attr-defined]
+        after = await engine.generate(GenerateRequest("1+2=", _sampled(n=1, max_tokens=3)))
+        assert engine.generated_tokens - after.usage.completion_tokens < 2 * 240
+    finally:
+        await engine.aclose()
 
 
 async def test_local_health_and_close(tmp_path: Path, tiny_model_dir: Path) -> None:

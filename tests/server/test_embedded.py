@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import openai
+import pytest
 
 from scaffolds.models import get_model
 from server.pool.embedded import (
@@ -59,3 +60,25 @@ def test_the_real_model_is_served_with_its_model_cards_sampling(tmp_path: Path) 
     config = embedded_config(get_model("smollm2-135m-instruct"), tmp_path, "http://e/v1")
     assert (config.default_temperature, config.default_top_p) == (0.2, 0.9)
     assert config.engines == ("http://e/v1",) and config.prompts == "default"
+
+
+def test_the_startup_line_while_preparing_says_what_happens_not_what_to_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PONDER_HOME is empty, so SmolLM2 is not prepared: the line says it is being
+    prepared, never `run ponder models prepare` (which the server is doing itself)."""
+    from server.pool import embedded
+
+    monkeypatch.setenv("PONDER_HOME", str(tmp_path))
+    monkeypatch.setattr(embedded, "prepare_model", lambda model, say: tmp_path / model.name)
+    said: list[str] = []
+    assert embedded._real_model(said.append) is not None
+    assert said == [
+        "preparing 'smollm2-135m-instruct' once from its wheel (about 30 s, the first time only)"
+    ]
+
+
+def test_the_addition_model_advertises_no_scaffold_it_cannot_run() -> None:
+    assert dict(get_model(EMBEDDED_MODEL).aliases) == {
+        "maj8": "majority(k=8)", "best4": "best_of_n(n=4)"
+    }  # fmt: skip

@@ -100,10 +100,25 @@ async def test_alias_as_model_and_in_model_list(make_client: Any) -> None:
         one = await client.get("/v1/models/m+gsr2")
     ids = [m["id"] for m in models["data"]]
     assert ids == ["m", "m+gsr2"]
-    assert models["data"][1]["ponder"] == {"base_model": "m", "scaffold": "gsr(n=2)"}
+    assert models["data"][1]["ponder"] == {
+        "base_model": "m",
+        "scaffold": "gsr(n=2)",
+        "max_concurrent_runs": 1024,
+    }
     assert r.status_code == 200 and r.json()["model"] == "m+gsr2"
     assert len(engine.requests) == 2  # candidates in one request, then the refine
     assert one.json()["id"] == "m+gsr2"
+
+
+async def test_model_list_shows_each_alias_as_configured(make_client: Any) -> None:
+    """k=8 is majority's default and steps=2 is not: both stay as written, normalised."""
+    aliases = {"maj8": "majority(k=8)", "rc2": "rc( steps = 2 )", "g": '{"name": "gsr", "n": 4}'}
+    async with make_client(aliases=aliases) as (client, _):
+        models = (await client.get("/v1/models")).json()
+    shown = {m["id"]: m["ponder"]["scaffold"] for m in models["data"]}
+    assert shown == {
+        "m": "single", "m+maj8": "majority(k=8)", "m+rc2": "rc(steps=2)", "m+g": "gsr(n=4)"
+    }  # fmt: skip
 
 
 async def test_ad_hoc_spec_in_model_and_default_scaffold(make_client: Any) -> None:

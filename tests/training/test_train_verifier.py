@@ -79,3 +79,78 @@ async def test_a_verifier_trains_from_eval_results_and_serves_in_process(
     finally:
         await verifier.aclose()
     assert len(verdicts.scores) == 2 and all(0.0 < s < 1.0 for s in verdicts.scores)
+
+
+def test_a_process_verifier_trains_on_rollout_labels_and_scores_beam_steps(
+    base_dir: Path, tmp_path: Path
+) -> None:
+    """``--process`` end to end: rollouts through an in-process engine on the base model,
+    per-step rows, one TRL step, and the adapter giving per-step scores in ``beam``."""
+    import asyncio
+
+    from scaffolds.core.context import Problem
+    from scaffolds.core.run import run_scaffold
+    from scaffolds.core.trace import StepNote
+    from scaffolds.engines.mock import MockEngine
+    from scaffolds.engines.protocol import GenerateRequest, Message
+    from scaffolds.strategies import Beam
+    from scaffolds.verifiers import LocalVerifier
+
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text(json.dumps({"id": "p", "problem": "1+1=", "answer": "2"}) + "\n")
+    results = tmp_path / "results.jsonl"
+    records = [
+        {
+            "scaffold": "single",
+            "id": "p",
+            "sample": 0,
+            "response": "one and one\n\n\\boxed{2}",
+            "correct": True,
+        },
+        {
+            "scaffold": "single",
+            "id": "p",
+            "sample": 1,
+            "response": "one and two\n\n\\boxed{3}",
+            "correct": False,
+        },
+    ]
+    results.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "process-verifier"
+    args = ["verifier", "--model", str(base_dir), "--results", str(results)]
+    args += ["--problems", str(problems), "--out", str(out), "--process"]
+    args += ["--engine", f"local:{base_dir}", "--rollouts", "2", "--rollout-max-tokens", "3"]
+    args += ["--soft", "--no-balance", "--max-steps", "1", "--batch-size", "2"]
+    args += ["--threads", "1", "--no-progress", "--lr", "1e-3"]
+    result = CliRunner().invoke(train_app, args)
+    assert result.exit_code == 0, result.output
+    # one request (n=2) from each sample's first step; the second step is the sample itself
+    assert "2 rollout requests (n=2)" in result.output
+    final = out / "final"
+    meta = json.loads((final / "ponder_training.json").read_text())
+    assert meta["kinds"] == ["verify_step"] and meta["global_step"] == 1
+    verifier = LocalVerifier(final)
+    assert verifier.process
+
+    def grow(request: GenerateRequest) -> list[str]:
+        prompt = request.prompt
+        assert not isinstance(prompt, str)
+        partial = prompt[-1].content if prompt[-1].role == "assistant" else ""
+        return (["one and one", "one and two"] if not partial else ["\\boxed{2}", "\\boxed{3}"])[
+            : request.params.n
+        ]
+
+    problem = Problem.from_messages((Message("user", "1+1="),))
+    beam = Beam(width=1, expand=2, max_steps=2)
+    try:
+        run = asyncio.run(run_scaffold(beam, problem, MockEngine(grow), verifier=verifier))
+    finally:
+        asyncio.run(verifier.aclose())
+    scored = [e.values for e in run.events if isinstance(e, StepNote) and e.kind == "scores"]
+    # level 1: two one-step paths; level 2: the kept path's two two-step continuations
+    assert [[len(s) for s in v["steps"]] for v in scored] == [[1, 1], [2, 2]]
+    assert all(v["scores"] == [s[-1] for s in v["steps"]] for v in scored)
+    # the kept path's first step scores as it did alone (the same prefix asked again)
+    kept = max(scored[0]["scores"])
+    assert [s[0] for s in scored[1]["steps"]] == pytest.approx([kept, kept], abs=1e-3)
+    assert all(0.0 < x < 1.0 for v in scored for s in v["steps"] for x in s)

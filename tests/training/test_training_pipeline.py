@@ -101,6 +101,9 @@ def test_cli_data_on_a_local_model(tiny_model_dir: Path, tmp_path: Path) -> None
     result = runner.invoke(train_app, [*base, *opts, "--limit", "2"])
     assert result.exit_code == 0, result.output
     assert "2/2 problems traced" in result.output
+    sft_rows = read_rows(run_dir / "data" / "sft.jsonl")
+    said = "no SFT rows: a row is kept only when" in " ".join(result.output.split())
+    assert said == (not sft_rows)
     records = list(read_records(run_dir / "traces.jsonl"))
     assert [r.id for r in records] == ["q0", "q1"]
     prompts = [e.prompt for e in records[0].events if getattr(e, "type", "") == "step_started"]
@@ -121,6 +124,16 @@ def test_cli_data_on_a_missing_local_model_fails_up_front(tmp_path: Path) -> Non
     result = runner.invoke(train_app, [*args, "--no-progress"])
     assert result.exit_code == 2 and "cannot load" in result.output
     assert not (tmp_path / "run" / "traces.jsonl").exists()
+
+
+def test_cli_sft_on_a_file_with_no_rows_says_so_in_one_line(tmp_path: Path) -> None:
+    empty = tmp_path / "sft.jsonl"
+    empty.write_text("")
+    args = ["sft", "--model", "unused", "--data", str(empty), "--out", str(tmp_path / "out")]
+    result = runner.invoke(train_app, [*args, "--no-progress"])
+    assert result.exit_code == 2
+    assert f"{empty} has no rows to train on" in " ".join(result.output.split())
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) <= 3
 
 
 def test_cli_sft_resumes_from_its_checkpoint(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -268,6 +268,15 @@ async def test_token_budget_clamps_calls_and_forces_an_answer() -> None:
     assert result.cut_reason == "tokens"
 
 
+async def test_a_budget_cut_sample_that_needs_no_forced_answer_still_reports_tokens() -> None:
+    """The budget ends the only call (200 of 500 tokens, held back 48: 152 granted) after
+    an answer was written, so no forced answer is asked; the run is still cut by tokens."""
+    engine = MockEngine(Script(solve="\\boxed{42} " + " ".join(["more"] * 500)))
+    result = await run_scaffold(Single(), PROBLEM, engine, budget=Budget(max_tokens=200))
+    assert [r.params.max_tokens for r in engine.requests] == [152]
+    assert result.solutions[0].cut_short and result.cut_reason == "tokens"
+
+
 async def test_exhausted_budget_before_any_answer_gives_an_empty_cut_choice() -> None:
     script = Script(abstraction="note")
     _, result = await run(Abstraction(m=2, n=2), script, budget=Budget(max_calls=1))
