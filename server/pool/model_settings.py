@@ -141,6 +141,10 @@ class ModelOptions(BaseModel):
     dialect: Annotated[DialectName, Flag(metavar="NAME")] = "vllm"
     """How the engines differ from OpenAI's API: a registered dialect (vllm, sglang,
     openai)."""
+    responses_api: Literal["auto", "on", "off"] = "auto"
+    """Whether `single` on /v1/responses goes to the engine's own /v1/responses (Ponder
+    keeps the ids and the stored conversation): auto tries it and, answered 404 or 405,
+    builds such requests on chat completions from then on; off always does."""
     reward_url: Annotated[str | None, Flag(metavar="URL")] = None
     """A reward model's vLLM pooling endpoint (http://host:port/pooling): the model's
     verifier (best_of_n(judge="verifier"), majority(weight="verifier"), beam,

@@ -33,6 +33,7 @@ from scaffolds.strategies.base import Strategy
 from scaffolds.verifiers import GenerativeVerifier, LocalVerifier, PoolingVerifier
 from server.http.metrics import Metrics
 from server.http.protocol import model_card
+from server.pool.engine_responses import EngineResponses, engine_responses
 from server.pool.metered import (
     MeteredEngine,
     engine_aclose,
@@ -63,6 +64,8 @@ class ServedModel:
     place (None: the set named by ``config.prompts``, as it ships)."""
     prompt_files: tuple[PromptFile, ...] = ()
     """Its prompt files, loaded and checked (a request's spec is checked against them)."""
+    responses: EngineResponses | None = None
+    """Its engine's own ``/v1/responses`` (None: ``single`` is built on chat there too)."""
 
     def check_prompts(self, strategy: Strategy, where: str) -> None:
         """``strategy`` runs with this model's prompt set and files; else a 400 naming
@@ -149,8 +152,9 @@ class ServedModels:
                 check_scaffold_templates(files, strategy, f"aliases.{alias}")
             engine = MeteredEngine(inner, metrics, config.name, max_sequences=config.max_sequences)
             models[config.name] = ServedModel(
-                config, engine, default, aliases, prompts=prompts, prompt_files=files
-            )
+                config, engine, default, aliases, prompts=prompts, prompt_files=files,
+                responses=engine_responses(engine, config.responses_api),
+            )  # fmt: skip
         helpers = {
             name: HelperModel(m.engine, m.config.thinking_config()) for name, m in models.items()
         }

@@ -52,7 +52,7 @@ from server.serving.responses import (
     response_extra,
 )
 from server.serving.streaming import ChoiceRouter, SSEResponse, sse_event, stream_event_json
-from server.serving.wire import LiveRun, WireFormat
+from server.serving.wire import DirectCall, LiveRun, WireFormat
 from server.settings import Settings
 
 log = logging.getLogger("ponder.server")
@@ -190,6 +190,7 @@ class Serving:
                 await slot.acquire()
             else:
                 await self._until_disconnect(receive, slot.acquire())
+            direct = await self._direct(receive, plan, wire)
         except BaseException as exc:
             slot.release()
             self._observe(labels, _status_of(exc), started)
@@ -209,14 +210,21 @@ class Serving:
                 slot.release()
                 observe(499)  # counts a client that left before its stream began
 
-            sse = self._sse(plan, observe) if wire is None else self._wire_sse(plan, observe, wire)
+            sse = (
+                self._sse(plan, observe)
+                if wire is None
+                else self._wire_sse(plan, observe, wire, direct)
+            )
             return SSEResponse(sse, on_close=close)
         try:
-            runs = await self._until_disconnect(receive, self._run_all(plan))
-            if wire is None:
-                response = response_body(plan, runs)
+            if direct is not None:
+                response = await self._until_disconnect(receive, direct.body())
             else:
-                response = await self._until_disconnect(receive, wire.body(plan, runs))
+                runs = await self._until_disconnect(receive, self._run_all(plan))
+                if wire is None:
+                    response = response_body(plan, runs)
+                else:
+                    response = await self._until_disconnect(receive, wire.body(plan, runs))
         except BaseException as exc:
             self._observe(labels, _status_of(exc), started)
             raise
@@ -224,6 +232,16 @@ class Serving:
             slot.release()
         self._observe(labels, 200, started)
         return FastJSONResponse(response)
+
+    async def _direct(
+        self, receive: Receive, plan: RunPlan, wire: WireFormat | None
+    ) -> DirectCall | None:
+        """The engine call that answers ``plan`` in ``wire``'s API without a run, opened
+        (None: the plan is run)."""
+        call = wire.direct(plan) if wire is not None else None
+        if call is None or not await self._until_disconnect(receive, call.open()):
+            return None
+        return call
 
     def _observe(self, labels: Mapping[str, str], status: int, started: float) -> None:
         self.metrics.requests.labels(**labels, status=str(status)).inc()
@@ -344,15 +362,22 @@ class Serving:
         yield sse_event("[DONE]")
 
     async def _wire_sse(
-        self, plan: RunPlan, observe: Callable[[int], None], wire: WireFormat
+        self,
+        plan: RunPlan,
+        observe: Callable[[int], None],
+        wire: WireFormat,
+        direct: DirectCall | None = None,
     ) -> AsyncIterator[bytes]:
-        """Another API's SSE body over the same live run, cancellation and status."""
+        """Another API's SSE body over the same live run (or the engine's own stream),
+        cancellation and status."""
         recorder = TraceRecorder(live=True)
         batches = recorder.subscribe_batches()
-        task = asyncio.ensure_future(self._run(plan, recorder))
+        task = asyncio.ensure_future(self._run(plan, recorder)) if direct is None else None
+        body = direct.stream() if direct is not None else None
         status = 499
         try:
-            async for out in wire.stream(plan, LiveRun(batches, task, recorder)):
+            live = body or wire.stream(plan, LiveRun(batches, task, recorder))  # type: ignore[arg-type]
+            async for out in live:
                 yield out
             status = 200
         except Exception as exc:
@@ -362,7 +387,9 @@ class Serving:
                 log.warning("stream failed: %s (%s)", error.message, type(exc).__name__)
             yield wire.stream_error(error)
         finally:
-            if not task.done():
+            if body is not None:
+                await body.aclose()  # type: ignore[attr-defined]
+            if task is not None and not task.done():
                 task.cancel()
                 await asyncio.wait({task})
             observe(status)

@@ -184,6 +184,10 @@ class MessagesFormat:
                  "usage": _usage(result), **response_extra(plan, result, run.recorder)}  # fmt: skip
         yield end + _sse(delta) + _sse({"type": "message_stop"})
 
+    def direct(self, plan: RunPlan) -> None:
+        """Messages are always answered by a run."""
+        return None
+
     def stream_error(self, error: APIError) -> bytes:
         return _sse({"type": "error", "error": {"type": error.type, "message": error.message}})
 

@@ -44,6 +44,7 @@ from server.http.responses_protocol import (
 from server.serving.planning import RunPlan
 from server.serving.response_store import ResponseStore, StoredResponse
 from server.serving.responses import finish_reasons, reasoning_tokens, response_body, response_extra
+from server.serving.responses_engine import EngineResponse
 from server.serving.streaming import ChoiceRouter, Piece, stream_event_json
 from server.serving.wire import LiveRun
 
@@ -339,6 +340,17 @@ class ResponsesFormat:
         usage = _usage(result, reasoning_tokens(result))
         body = await self._finish(plan, result, run.recorder, out, usage)
         yield self._sse({"type": f"response.{status}", "response": body})
+
+    def direct(self, plan: RunPlan) -> EngineResponse | None:
+        """The engine's own ``/v1/responses`` for a strategy that passes through, when the
+        model's engine has one and nothing asks for a run's own output (its trace or a
+        ``budget``)."""
+        calls, req = plan.served.responses, self.req
+        if calls is None or not calls.usable or not plan.strategy.passes_through:
+            return None
+        if req.budget is not None or req.return_trace or req.stream_trace:
+            return None
+        return EngineResponse(calls, self.store, req, self.history, plan, self.id)
 
     def stream_error(self, error: APIError) -> bytes:
         failed = self.response(

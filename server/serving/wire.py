@@ -17,7 +17,7 @@ from scaffolds.core.trace import TraceEvent, TraceRecorder
 from server.http.errors import APIError
 from server.serving.planning import RunPlan
 
-__all__ = ["LiveRun", "WireFormat"]
+__all__ = ["DirectCall", "LiveRun", "WireFormat"]
 
 
 class LiveRun:
@@ -33,6 +33,24 @@ class LiveRun:
         self.batches = batches
         self.result = result
         self.recorder = recorder
+
+
+class DirectCall(Protocol):
+    """A request an engine answers in the wire format's own API, with no scaffold run
+    (``single`` on an engine's own ``/v1/responses``)."""
+
+    async def open(self) -> bool:
+        """Start the engine call; False when the engine lacks the API (the request is
+        then run as any other)."""
+        ...
+
+    async def body(self) -> Any:
+        """The whole response (not streamed)."""
+        ...
+
+    def stream(self) -> AsyncIterator[bytes]:
+        """The SSE body (streamed)."""
+        ...
 
 
 class WireFormat(Protocol):
@@ -51,4 +69,8 @@ class WireFormat(Protocol):
 
     def stream_error(self, error: APIError) -> bytes:
         """The SSE event that ends a stream that failed."""
+        ...
+
+    def direct(self, plan: RunPlan) -> DirectCall | None:
+        """The engine call that answers ``plan`` without a run, if any."""
         ...

@@ -29,6 +29,7 @@ from testing.fake_engine.generation import (
     summed_usage,
     validate,
 )
+from testing.fake_engine.responses import chat_body, response_events, response_object
 from testing.threaded import serving_in_thread
 
 
@@ -198,6 +199,36 @@ def create_app(config: FakeEngineConfig, state: FakeEngineState) -> FastAPI:
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         return await generate(request, chat=True)
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Response:
+        """vLLM's Responses API (only with ``config.responses_api``)."""
+        if not config.responses_api:
+            state.responses_refused += 1
+            return _error(404, "Not Found", config=config)
+        body = await request.json()
+        state.calls += 1
+        state.requests.append(
+            RecordedRequest(request.url.path, body, dict(request.headers), time.time())
+        )
+        if config.failures:
+            failure = config.failures.pop(0)
+            state.failed += 1
+            return _error(failure.status, failure.message, config=config)
+        plan = make_plan(chat_body(body), True, config, state)
+        plan.body = body
+        state.enter()
+        try:
+            if not await _sleep_unless_gone(request, sum(plan.step_delays), config, state):
+                state.cancelled += 1
+                return Response(status_code=499)
+        finally:
+            state.open_calls -= 1
+        state.reported_usage.append(plan.usage())
+        state.completed += 1
+        if body.get("stream"):
+            return StreamingResponse(response_events(plan), media_type="text/event-stream")
+        return JSONResponse(response_object(plan))
 
     return app
 

