@@ -129,3 +129,12 @@ def healthcheck_exit_code(env: dict[str, str]) -> int:
     executable = shutil.which(argv[0], path=env["PATH"])
     assert executable
     return subprocess.run([executable, *argv[1:]], env=env, capture_output=True).returncode
+
+
+def wait_ready(base: str, timeout_s: float = 120.0) -> None:
+    """Wait until ``{base}/ready`` is 200 (its engines answer and the answer pool, which
+    warms in the background after start, is no longer warming)."""
+    deadline = time.monotonic() + timeout_s
+    while (ready := httpx.get(f"{base}/ready", timeout=10)).status_code != 200:
+        assert time.monotonic() < deadline, f"never ready: {ready.text}"
+        time.sleep(0.1)

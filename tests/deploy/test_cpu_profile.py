@@ -23,7 +23,12 @@ from tests.deploy.artifacts import (
     dashboard_queries,
     service_environment,
 )
-from tests.deploy.image_run import build_image_site, image_environment, running_image_command
+from tests.deploy.image_run import (
+    build_image_site,
+    image_environment,
+    running_image_command,
+    wait_ready,
+)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -43,7 +48,7 @@ def test_cpu_profile_serves_the_shipped_model(cpu_profile_engine: str, tmp_path:
     )
     with running_image_command(env, port, tmp_path, tmp_path / "ponder.log"):
         base = f"http://127.0.0.1:{port}"
-        assert httpx.get(f"{base}/ready", timeout=10).status_code == 200
+        wait_ready(base)
         alias = ponder["PONDER_ALIASES"].split(";")[0].split("=")[0]
         reply = httpx.post(
             f"{base}/v1/chat/completions",

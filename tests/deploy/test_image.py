@@ -37,6 +37,7 @@ from tests.deploy.image_run import (
     healthcheck_exit_code,
     image_environment,
     running_image_command,
+    wait_ready,
 )
 
 CLIENT_KEY = "sk-deploy-test"
@@ -70,7 +71,7 @@ def test_image_command_serves_a_fake_engine(image_site: Path, tmp_path: Path) ->
 
         with running_image_command(env, port, tmp_path, tmp_path / "ponder.log") as process:
             base = f"http://127.0.0.1:{port}"
-            assert httpx.get(f"{base}/ready", timeout=10).status_code == 200
+            wait_ready(base)
             body = {
                 "model": engine.config.model,
                 "messages": [{"role": "user", "content": "What is 2+2?"}],
