@@ -18,7 +18,8 @@ charged to the run's ledger.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 from scaffolds.core.errors import DeadlineExceededError, EngineError
 from scaffolds.core.ledger import Ledger
@@ -26,7 +27,7 @@ from scaffolds.core.trace import StepDelta, StepFinished, StepStarted, TraceReco
 from scaffolds.engines.protocol import Engine, EngineDelta, GenerateRequest, GenerateResult, Usage
 from scaffolds.evaluation.answers import extract_answer
 
-__all__ = ["traced_call"]
+__all__ = ["step_failures_traced", "traced_call"]
 
 
 async def traced_call(
@@ -45,14 +46,8 @@ async def traced_call(
     """
     step_id = started.step_id
     recorder.emit(started)
-    try:
+    with step_failures_traced(step_id, recorder, ledger):
         result = await _call(engine, request, step_id, recorder, ledger)
-    except BaseException as exc:
-        recorder.emit(StepFinished(step_id, (), (), (), Usage(), error=type(exc).__name__))
-        if isinstance(exc, TimeoutError):
-            ledger.cut("deadline")
-            raise DeadlineExceededError() from exc
-        raise
     ledger.charge(result.usage)
     completions = result.completions
     recorder.emit(
@@ -94,3 +89,28 @@ async def _call(
         if result is None:
             raise EngineError("the engine's stream ended without a result")
         return result
+
+
+@contextlib.contextmanager
+def step_failures_traced(step_id: str, recorder: TraceRecorder, ledger: Ledger) -> Iterator[None]:
+    """Around a step's call: a failure ends the step in the trace (``StepFinished`` with
+    the error's name) and propagates; the run's deadline (a ``TimeoutError``) cuts the
+    run and is raised as :class:`DeadlineExceededError`.
+
+    >>> from scaffolds.core.problem import Budget
+    >>> ledger, recorder = Ledger.start(Budget()), TraceRecorder()
+    >>> try:
+    ...     with step_failures_traced("run:1", recorder, ledger):
+    ...         raise TimeoutError
+    ... except DeadlineExceededError:
+    ...     [e.error for e in recorder.events], ledger.cut_reason
+    (['TimeoutError'], 'deadline')
+    """
+    try:
+        yield
+    except BaseException as exc:
+        recorder.emit(StepFinished(step_id, (), (), (), Usage(), error=type(exc).__name__))
+        if isinstance(exc, TimeoutError):
+            ledger.cut("deadline")
+            raise DeadlineExceededError() from exc
+        raise

@@ -6,6 +6,7 @@ reward model's per-step scores); the usage is charged to the run's ledger.
 
 >>> import asyncio
 >>> from scaffolds.core.problem import Budget
+>>> from scaffolds.engines.protocol import Usage
 >>> class Length:
 ...     name, generated_tokens = "length", 0
 ...     def requests(self, count): return 1
@@ -24,10 +25,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from scaffolds.core.errors import DeadlineExceededError, EngineError
+from scaffolds.core.errors import EngineError
 from scaffolds.core.ledger import Ledger
 from scaffolds.core.trace import StepFinished, StepNote, StepStarted, TraceRecorder
-from scaffolds.engines.protocol import Usage, Verdicts, Verifier
+from scaffolds.core.traced_call import step_failures_traced
+from scaffolds.engines.protocol import Verdicts, Verifier
 
 __all__ = ["score_text", "traced_verify"]
 
@@ -49,7 +51,7 @@ async def traced_verify(
     """
     step_id = started.step_id
     recorder.emit(started)
-    try:
+    with step_failures_traced(step_id, recorder, ledger):
         async with asyncio.timeout_at(ledger.loop_deadline()):
             verdicts = await verifier.verify(problem, candidates, step=step)
         if len(verdicts.scores) != len(candidates):
@@ -57,12 +59,6 @@ async def traced_verify(
                 f"verifier {verifier.name!r} gave {len(verdicts.scores)} scores for "
                 f"{len(candidates)} candidates"
             )
-    except BaseException as exc:
-        recorder.emit(StepFinished(step_id, (), (), (), Usage(), error=type(exc).__name__))
-        if isinstance(exc, TimeoutError):
-            ledger.cut("deadline")
-            raise DeadlineExceededError() from exc
-        raise
     ledger.charge(verdicts.usage)
     count = len(candidates)
     recorder.emit(
