@@ -1,0 +1,128 @@
+"""The verifier report: five selectors over the same candidates, beside issue 20's
+refine@k and rsa@k of the same model on the same problems and seeds.
+
+>>> entry = conditions([{"candidate_tokens": [3, 5], "prompt_tokens": 10,
+...                      "verify_prompt_tokens": 40, "single": True, "maj": False,
+...                      "wmaj": True, "bon": True, "pass": True}], 2)
+>>> entry["wmaj@2"]["correct"], entry["wmaj@2"]["completion"], entry["wmaj@2"]["prompt"]
+([1.0], [8.0], [50.0])
+>>> entry["single"]["completion"], entry["maj@2"]["prompt"]
+([3.0], [10.0])
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from experiments.smollm2_verifier.stages import read_rows
+from scaffolds.evaluation.problems import ProblemRow
+
+__all__ = ["conditions", "report"]
+
+MODEL = "gsr"
+"""The shipped policy's name in issue 20's reports (``smollm2-135m-gsr`` = run 2's gsr)."""
+
+
+def conditions(rows: Sequence[Mapping[str, Any]], k: int) -> dict[str, dict[str, list[float]]]:
+    """Per selector: correct (0/1), generated and prompt tokens (the verifier's prompt
+    tokens count for the selectors that read its scores), one entry per row."""
+    labels = {"single": "single", "maj": f"maj@{k}", "wmaj": f"wmaj@{k}", "bon": f"bon@{k}",
+              "pass": f"pass@{k}"}  # fmt: skip
+    out: dict[str, dict[str, list[float]]] = {}
+    for key, label in labels.items():
+        entry: dict[str, list[float]] = {"correct": [], "completion": [], "prompt": []}
+        for r in rows:
+            tokens = r["candidate_tokens"][:1] if key == "single" else r["candidate_tokens"]
+            verify = r["verify_prompt_tokens"] if key in ("wmaj", "bon") else 0
+            entry["correct"].append(1.0 if r[key] else 0.0)
+            entry["completion"].append(float(sum(tokens)))
+            entry["prompt"].append(float(r["prompt_tokens"] + verify))
+        out[label] = entry
+    return out
+
+
+def _issue20(
+    run2: Path | None, ids: Sequence[str], seeds: Sequence[int], k: int
+) -> dict[str, list[dict[str, list[float]]]]:
+    """refine@k (gsr rows) and rsa@k (rsa rows) of issue 20's run 2, per seed, where
+    every seed covers every problem."""
+    from experiments.smollm2_refine.evaluate import _conditions
+
+    out: dict[str, list[dict[str, list[float]]]] = {}
+    if run2 is None:
+        return out
+    for folder, label in (("eval", f"refine@{k}"), ("eval-rsa", f"rsa@{k}")):
+        paths = [run2 / folder / MODEL / f"seed-{s}.jsonl" for s in seeds]
+        if not all(p.exists() for p in paths):
+            continue
+        rows = [read_rows(p) for p in paths]
+        if all(i in r for r in rows for i in ids):
+            out[label] = [_conditions([r[i] for i in ids], k, label)[label] for r in rows]
+    return out
+
+
+def _search(run: Path, problems: Sequence[ProblemRow]) -> dict[str, Any]:
+    """The search stage's specs (one run per problem, seed 0) over the problems every
+    spec finished: accuracy, generated tokens and prompt tokens (the verifier's included)."""
+    from scaffolds.evaluation import stats
+
+    files = sorted((run / "search").glob("*.jsonl")) if (run / "search").is_dir() else []
+    by_spec = {}
+    for path in files:
+        rows = read_rows(path)
+        if rows:
+            by_spec[next(iter(rows.values()))["spec"]] = rows
+    ids = [p.id for p in problems if all(p.id in rows for rows in by_spec.values())]
+    out: dict[str, Any] = {}
+    for spec, rows in by_spec.items():
+        mine = [rows[i] for i in ids]
+        correct = [[1.0 if r["correct"] else 0.0 for r in mine]]
+        out[spec] = {
+            "correct": correct,
+            "summary": stats.summarize(correct),
+            "completion_tokens_mean": stats.mean([r["completion_tokens"] for r in mine]),
+            "prompt_tokens_mean": stats.mean(
+                [r["prompt_tokens"] + r["verify_prompt_tokens"] for r in mine]
+            ),
+        }
+    return out
+
+
+def report(
+    run: Path, problems: Sequence[ProblemRow], seeds: Sequence[int], k: int,
+    run2: Path | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """``RUN/report.{json,md}`` and ``RUN/accuracy_vs_tokens.png`` over the problems every
+    seed finished."""
+    from experiments.smollm2_refine.evaluate import _entries
+    from scaffolds.evaluation import stats
+
+    done = [read_rows(run / "eval" / f"seed-{s}.jsonl") for s in seeds]
+    ids = [p.id for p in problems if all(p.id in rows for rows in done)]
+    results: dict[str, Any] = {"problems": len(ids), "seeds": list(seeds), "models": {}}
+    if not ids:
+        (run / "report.md").write_text("no problem finished by every seed\n")
+        return results
+    per_seed = [conditions([rows[i] for i in ids], k) for rows in done]
+    for label, entries in _issue20(run2, ids, seeds, k).items():
+        for mine, theirs in zip(per_seed, entries, strict=True):
+            mine[label] = theirs
+    results["models"][MODEL] = _entries(per_seed)
+    search = _search(run, problems)
+    if search:
+        results["models"]["search"] = search
+    maj = f"{MODEL}/maj@{k}"
+    pairs = [(f"{MODEL}/{c}@{k}", maj) for c in ("wmaj", "bon", "pass", "refine", "rsa")]
+    pairs.append((f"{MODEL}/wmaj@{k}", f"{MODEL}/bon@{k}"))
+    pairs += [(f"search/{spec}", f"search/majority(k={k})") for spec in search]
+    stats.add_pairs(results, pairs)
+    (run / "report.json").write_text(json.dumps(results) + "\n")
+    (run / "report.md").write_text(stats.markdown(results))
+    markers = {"single": "o", f"maj@{k}": "^", f"wmaj@{k}": "s", f"bon@{k}": "D",
+               f"pass@{k}": "*", f"refine@{k}": "v", f"rsa@{k}": "P"}  # fmt: skip
+    title = f"smollm2-135m-gsr + trained verifier: {len(ids)} problems, seeds {list(seeds)}"
+    stats.plot(results, run / "accuracy_vs_tokens.png", title=title, markers=markers)
+    return results

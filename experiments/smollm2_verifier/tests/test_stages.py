@@ -1,0 +1,51 @@
+"""The eval and search stages on a scripted engine and verifier (no vLLM): the rows
+score the five selectors over the same candidates, the verifier's tokens are counted
+apart, and the report pairs them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from experiments.smollm2_verifier.report import report
+from experiments.smollm2_verifier.stages import Settings, eval_seed, search_rows
+from scaffolds.engines.mock import MockEngine
+from scaffolds.evaluation.problems import ProblemRow
+from testing.scripted_verifier import ScriptedVerifier
+
+# Two wrong "5" and one right "4" for 2+2: the vote says 5; a verifier that likes "= 4"
+# makes the weighted vote and best-of-n say 4.
+ENGINE = MockEngine(lambda req: ["2 + 2 = 5", "2 + 2 = 4", "2 + 2 = 5", "2 + 2 = 3"])
+VERIFIER = ScriptedVerifier(lambda text: 0.9 if text.endswith("= 4") else 0.2)
+PROBLEMS = [ProblemRow("a", "What is 2 + 2?", "4"), ProblemRow("b", "What is 1 + 3?", "4")]
+
+
+def test_eval_rows_and_report(tmp_path: Path) -> None:
+    settings = Settings(concurrency=2)
+    for seed in (0, 1):
+        asyncio.run(eval_seed(tmp_path, ENGINE, VERIFIER, PROBLEMS, seed, settings))
+    rows = [json.loads(x) for x in (tmp_path / "eval" / "seed-0.jsonl").read_text().splitlines()]
+    assert len(rows) == 2
+    row = rows[0]
+    assert row["answers"] == ["5", "4", "5", "3"]
+    assert row["scores"] == [0.2, 0.9, 0.2, 0.2]
+    assert (row["single"], row["maj"], row["wmaj"], row["bon"], row["pass"]) == (
+        False, False, True, True, True,
+    )  # fmt: skip
+    assert row["candidate_tokens"] == [5, 5, 5, 5]  # MockEngine counts words
+    assert row["verify_prompt_tokens"] == 20  # the scripted verifier: words of the candidates
+    # A rerun does nothing more: each problem once per seed.
+    asyncio.run(eval_seed(tmp_path, ENGINE, VERIFIER, PROBLEMS, 0, settings))
+    assert len((tmp_path / "eval" / "seed-0.jsonl").read_text().splitlines()) == 2
+
+    asyncio.run(search_rows(tmp_path, ENGINE, VERIFIER, PROBLEMS, "majority(k=4)", settings))
+    results = report(tmp_path, PROBLEMS, [0, 1], 4)
+    gsr = results["models"]["gsr"]
+    assert gsr["maj@4"]["summary"]["accuracy"] == 0.0
+    assert gsr["wmaj@4"]["summary"]["accuracy"] == 1.0
+    assert gsr["wmaj@4"]["completion_tokens_mean"] == 20.0
+    assert gsr["wmaj@4"]["prompt_tokens_mean"] == gsr["maj@4"]["prompt_tokens_mean"] + 20
+    assert results["paired"]["gsr/wmaj@4 - gsr/maj@4"]["diff"] == 1.0
+    assert results["models"]["search"]["majority(k=4)"]["summary"]["accuracy"] == 0.0
+    assert (tmp_path / "accuracy_vs_tokens.png").stat().st_size > 0
