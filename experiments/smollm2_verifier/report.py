@@ -44,13 +44,39 @@ def conditions(rows: Sequence[Mapping[str, Any]], k: int) -> dict[str, dict[str,
     return out
 
 
+def _final_entry(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
+    """A gsr or rsa row's own answer (``refine``): correct, and every token it spent."""
+    return {
+        "correct": [1.0 if r["refine"] else 0.0 for r in rows],
+        "completion": [float(sum(r["candidate_tokens"]) + r["refine_tokens"]) for r in rows],
+        "prompt": [float(r["prompt_tokens"]["candidates"] + r["prompt_tokens"]["refine"])
+                   for r in rows],
+    }  # fmt: skip
+
+
+def _entries(per_seed: Sequence[Mapping[str, Mapping[str, list[float]]]]) -> dict[str, Any]:
+    """Per condition: its 0/1 matrix (seed x problem), summary and mean tokens a problem."""
+    from scaffolds.evaluation import stats
+
+    def tokens(label: str, kind: str) -> float:
+        return stats.mean(stats.per_problem([c[label][kind] for c in per_seed]))
+
+    return {
+        label: {
+            "correct": [c[label]["correct"] for c in per_seed],
+            "summary": stats.summarize([c[label]["correct"] for c in per_seed]),
+            "completion_tokens_mean": tokens(label, "completion"),
+            "prompt_tokens_mean": tokens(label, "prompt"),
+        }
+        for label in per_seed[0]
+    }
+
+
 def _issue20(
     run2: Path | None, ids: Sequence[str], seeds: Sequence[int], k: int
 ) -> dict[str, list[dict[str, list[float]]]]:
     """refine@k (gsr rows) and rsa@k (rsa rows) of issue 20's run 2, per seed, where
     every seed covers every problem."""
-    from experiments.smollm2_refine.evaluate import _conditions
-
     out: dict[str, list[dict[str, list[float]]]] = {}
     if run2 is None:
         return out
@@ -60,7 +86,7 @@ def _issue20(
             continue
         rows = [read_rows(p) for p in paths]
         if all(i in r for r in rows for i in ids):
-            out[label] = [_conditions([r[i] for i in ids], k, label)[label] for r in rows]
+            out[label] = [_final_entry([r[i] for i in ids]) for r in rows]
     return out
 
 
@@ -97,7 +123,6 @@ def report(
 ) -> dict[str, Any]:  # fmt: skip
     """``RUN/report.{json,md}`` and ``RUN/accuracy_vs_tokens.png`` over the problems every
     seed finished."""
-    from experiments.smollm2_refine.evaluate import _entries
     from scaffolds.evaluation import stats
 
     done = [read_rows(run / "eval" / f"seed-{s}.jsonl") for s in seeds]

@@ -40,12 +40,26 @@ def test_eval_rows_and_report(tmp_path: Path) -> None:
     assert len((tmp_path / "eval" / "seed-0.jsonl").read_text().splitlines()) == 2
 
     asyncio.run(search_rows(tmp_path, ENGINE, VERIFIER, PROBLEMS, "majority(k=4)", settings))
-    results = report(tmp_path, PROBLEMS, [0, 1], 4)
+    run2 = tmp_path / "issue20"  # issue 20's gsr rows of the same problems and seeds
+    for seed in (0, 1):
+        rows20 = [{"id": p.id, "candidate_tokens": [5, 5, 5, 5], "refine_tokens": 7,
+                   "prompt_tokens": {"candidates": 4, "refine": 30}, "refine": p.id == "a"}
+                  for p in PROBLEMS]  # fmt: skip
+        (run2 / "eval" / "gsr").mkdir(parents=True, exist_ok=True)
+        (run2 / "eval" / "gsr" / f"seed-{seed}.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in rows20)
+        )
+    results = report(tmp_path, PROBLEMS, [0, 1], 4, run2)
     gsr = results["models"]["gsr"]
     assert gsr["maj@4"]["summary"]["accuracy"] == 0.0
     assert gsr["wmaj@4"]["summary"]["accuracy"] == 1.0
     assert gsr["wmaj@4"]["completion_tokens_mean"] == 20.0
     assert gsr["wmaj@4"]["prompt_tokens_mean"] == gsr["maj@4"]["prompt_tokens_mean"] + 20
     assert results["paired"]["gsr/wmaj@4 - gsr/maj@4"]["diff"] == 1.0
+    assert gsr["refine@4"]["summary"]["accuracy"] == 0.5
+    assert (gsr["refine@4"]["completion_tokens_mean"], gsr["refine@4"]["prompt_tokens_mean"]) == (
+        27.0, 34.0,
+    )  # fmt: skip
+    assert "gsr/rsa@4 - gsr/maj@4" not in results["paired"]  # no rsa rows given
     assert results["models"]["search"]["majority(k=4)"]["summary"]["accuracy"] == 0.0
     assert (tmp_path / "accuracy_vs_tokens.png").stat().st_size > 0
