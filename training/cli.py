@@ -218,13 +218,17 @@ def verifier(args: VerifierCommand) -> None:
             problems = {i: text for i, text in problems.items() if text not in held_out}
     except (OSError, ValueError) as exc:
         raise _fail(str(exc)) from None
-    records = read_results(args.results).records
+    loaded = read_results(args.results)
+    records = loaded.records
     if args.process:
         rows = _process_rows(args, records, set(problems))
     else:
         rows = verifier_rows(records, problems, balance=args.balance, seed=args.train.seed)
     if not rows:
-        raise _fail(f"no graded samples of known problems in {args.results}")
+        unread = (
+            f" ({len(loaded.bad)} lines unreadable: no scaffold/id/sample)" if loaded.bad else ""
+        )
+        raise _fail(f"no graded samples of known problems in {args.results}{unread}")
     right = sum(bool(r["correct"]) for r in rows)
     out.print(f"{len(rows)} rows: {right} right, {len(rows) - right} wrong")
     final = run_sft(

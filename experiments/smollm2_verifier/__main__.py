@@ -58,7 +58,8 @@ def _train(args: argparse.Namespace) -> None:
         "--results", str(args.run / "samples.jsonl"), "--problems", str(args.problems),
         "--held-out", str(args.held_out), "--out", str(args.run / "verifier"),
         "--lr", str(args.lr), "--epochs", str(args.epochs), "--batch-size", "16",
-        "--cpu", "--no-progress",
+        "--max-steps", str(args.max_steps), "--cpu", "--no-progress",
+        "--bf16" if args.bf16 else "--no-bf16",
     ]  # fmt: skip
     if args.threads:
         cmd += ["--threads", str(args.threads)]
@@ -138,6 +139,8 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--lr", type=float, default=2e-4)
         s.add_argument("--epochs", type=float, default=1.0)
         s.add_argument("--threads", type=int, default=None)
+        s.add_argument("--max-steps", type=int, default=-1, help="train: -1 = --epochs")
+        s.add_argument("--bf16", action="store_true", help="train: bf16 autocast (AVX512-BF16/AMX)")
     return p
 
 

@@ -159,9 +159,9 @@ async def sample(run: Path, problems: Sequence[ProblemRow], settings: Settings) 
             texts, answers, tokens, _ = _samples(result.events)
             gold = str(problem.answer)
             return [
-                {"id": problem.id, "response": t, "answer": a, "tokens": n,
-                 "correct": _right(a, gold)}
-                for t, a, n in zip(texts, answers, tokens, strict=True)
+                {"scaffold": f"majority(k={settings.k})", "id": problem.id, "sample": i,
+                 "response": t, "answer": a, "tokens": n, "correct": _right(a, gold)}
+                for i, (t, a, n) in enumerate(zip(texts, answers, tokens, strict=True))
             ]  # fmt: skip
 
         await _each(problems, path, settings, "sample", one)

@@ -87,7 +87,12 @@ def model_verifier(
     if name is None:
         return None
     if name.startswith("local:"):
-        return LocalVerifier(name.removeprefix("local:"))
+        try:
+            return LocalVerifier(name.removeprefix("local:"))
+        except NotFoundError as exc:  # neither a folder nor a known model
+            raise InvalidRequestError(
+                f"{name}: no such folder; {exc.message}", param=where
+            ) from None
     if name not in models:
         known = ", ".join(models)
         raise InvalidRequestError(f"no served model {name!r} (served: {known})", param=where)

@@ -131,3 +131,30 @@ async def test_the_local_verifier_scores_a_batch_in_one_forward_pass(smollm2_dir
     assert verdicts.usage.prompt_tokens > 2 * 20
     # Left padding leaves the shorter row's score as it is alone.
     assert alone.scores[0] == pytest.approx(verdicts.scores[1], abs=1e-4)
+
+
+async def test_the_local_verifier_takes_a_known_models_name(smollm2_dir: str) -> None:
+    """``local:NAME`` names a known model (prepared on first use); a name that is neither
+    a folder nor a known model is refused when the server reads its config."""
+    from scaffolds.core.errors import InvalidRequestError
+    from server.pool.model_settings import ModelConfig
+    from server.pool.served_models import model_verifier
+
+    config = ModelConfig(
+        name="m", engines=("http://127.0.0.1:9/v1",), verifier="local:smollm2-135m-instruct"
+    )
+    verifier = model_verifier(config, {}, "models.m.verifier")
+    assert isinstance(verifier, LocalVerifier)
+    try:
+        verdicts = await verifier.verify("What is 2 + 3?", ["5", "7"])
+    finally:
+        await verifier.aclose()
+    assert len(verdicts.scores) == 2 and verdicts.usage.calls == 1
+    unknown = config.model_copy(update={"verifier": "local:no-such-model"})
+    with pytest.raises(InvalidRequestError) as refused:
+        model_verifier(unknown, {}, "models.m.verifier")
+    assert refused.value.param == "models.m.verifier"
+    assert (
+        "no-such-model" in refused.value.message
+        and "smollm2-135m-instruct" in refused.value.message
+    )
