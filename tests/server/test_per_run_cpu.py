@@ -35,6 +35,7 @@ def test_serve_freezes_start_up_and_spaces_young_collections_before_it_serves(
 
     saved = gc.get_threshold()
     monkeypatch.setattr(uvicorn.Server, "run", run)
+    monkeypatch.setattr(app_module, "configure_logging", lambda *a, **k: None)  # the suite's
     try:
         app_module.serve(Settings(model="m", engines=(UNUSED,), port=1))
     finally:
