@@ -31,6 +31,7 @@ from scaffolds.processes.children import set_parent_death_signal
 from server.http.agent_routes import agent_router
 from server.http.api_router import api_router, ops_router
 from server.http.auth import APIKeyAuth, RequireAPIKey
+from server.http.collector import tune_collector
 from server.http.errors import install_error_handlers
 from server.http.fast_path import CompletionRoutes
 from server.http.limits import BodySizeLimit, raise_open_file_limit
@@ -118,6 +119,7 @@ def serve(settings: Settings) -> None:
         return
     app = create_app(settings)  # fails (naming the bad setting) before logging is touched
     configure_logging(settings.log_level, json_logs=settings.log_json)
+    tune_collector()  # start-up objects frozen, young collections spaced out
     uvicorn.Server(uvicorn.Config(app, **options)).run()
 
 
@@ -142,7 +144,9 @@ class WorkerApp:
             if os.getppid() != self.parent:
                 os.kill(os.getpid(), signal.SIGTERM)
             configure_logging(self.settings.log_level, json_logs=self.settings.log_json)
-        return create_app(self.settings)
+        app = create_app(self.settings)
+        tune_collector()
+        return app
 
 
 def serve_workers(settings: Settings, options: dict[str, Any]) -> None:

@@ -110,6 +110,10 @@ def spec_error(exc: SpecError, where: str) -> SpecError:
     return cls(exc.message, param=param)
 
 
+BUILT_SPECS = 1024
+"""Compact specs whose built strategy a :class:`ServedModels` keeps (the oldest go first)."""
+
+
 @dataclass(frozen=True)
 class ServedModels:
     """Every served model by name, with the scaffold registry and limits they use."""
@@ -117,6 +121,9 @@ class ServedModels:
     models: Mapping[str, ServedModel]
     registry: Registry
     limits: SpecLimits
+    built: dict[str, Strategy] = field(default_factory=dict, repr=False, compare=False)
+    """Strategies built from compact specs, by spec: a strategy holds no run's state (a
+    model's default serves every request), so a spec sent again is not parsed again."""
 
     @classmethod
     def build(
@@ -187,9 +194,21 @@ class ServedModels:
     def strategy(self, spec: str | Mapping[str, Any], where: str) -> Strategy:
         """``spec`` built with this registry and limits; errors rooted at ``where``."""
         try:
-            return build_strategy(spec, self.registry, self.limits)
+            return self._build(spec)
         except SpecError as exc:
             raise spec_error(exc, where) from None
+
+    def _build(self, spec: str | Mapping[str, Any]) -> Strategy:
+        """``spec`` built (a compact spec once, then from :attr:`built`); SpecError if bad."""
+        if not isinstance(spec, str):
+            return build_strategy(spec, self.registry, self.limits)
+        strategy = self.built.get(spec)
+        if strategy is None:
+            strategy = build_strategy(spec, self.registry, self.limits)
+            if len(self.built) >= BUILT_SPECS:
+                del self.built[next(iter(self.built))]
+            self.built[spec] = strategy
+        return strategy
 
     def model_cards(self) -> list[dict[str, Any]]:
         """``/v1/models`` entries: each base model, then its aliases."""
@@ -215,7 +234,7 @@ class ServedModels:
             if model in served_or_none.aliases:
                 return served_or_none, served_or_none.aliases[model]
             try:
-                return served_or_none, build_strategy(suffix, self.registry, self.limits)
+                return served_or_none, self._build(suffix)
             except SpecError as exc:
                 if "(" in suffix:
                     raise spec_error(exc, "model") from None

@@ -242,6 +242,8 @@ def _votes_tool_calls(strategy: Strategy) -> bool:
 
 
 def _is_off(name: str, value: Any) -> bool:
+    if value is None:  # the usual case, first
+        return True
     if isinstance(value, dict) and name == "response_format":
         return value.get("type") == "text"
     return any(value is off or (value == off and type(value) is type(off)) for off in _OFF)
