@@ -143,6 +143,7 @@ def _adapter_model(
         prepare=functools.partial(merge_lora, folder_of(base), folder),
         check_source=None,
         base=base.name,
+        verifies=str(info["verifies"]) if info.get("verifies") else None,
     )
 
 

@@ -56,6 +56,10 @@ class KnownModel:
     """The vLLM reasoning parser that separates its thinking (``--reasoning-parser``)."""
     base: str | None = None
     """For a base plus a LoRA adapter (:mod:`scaffolds.models.adapters`): the base's name."""
+    verifies: str | None = None
+    """For a verifier (a yes/no adapter from ``ponder train verifier``): the model whose
+    answers it judges. The embedded default serves it as that model's verifier
+    (``--verifier local:DIR``), not as a chat model."""
     fingerprint: str | None = None
     """What a prepared folder must have been made from (an adapter's hash): a folder
     prepared from something else is stale, and preparing makes it again."""

@@ -57,12 +57,16 @@ EMBEDDED_MODEL = "ponder-addition"
 REAL_MODEL = "smollm2-135m-instruct"
 SHIPPED_MODEL_DIR = model_path(EMBEDDED_MODEL)
 
-Served = tuple[KnownModel, Path, str | None]
-"""A model, its folder, and the URL of an engine serving it (None: run in process)."""
+Served = tuple[KnownModel, Path, str | None, str | None]
+"""A model, its folder, the URL of an engine serving it (None: run in process) and its
+verifier (``local:DIR``; None: none)."""
 
 
-def embedded_config(model: KnownModel, folder: Path, engine_url: str | None) -> ModelConfig:
-    """How the embedded default serves ``model``: its prompt set, aliases and limits."""
+def embedded_config(
+    model: KnownModel, folder: Path, engine_url: str | None, verifier: str | None = None
+) -> ModelConfig:
+    """How the embedded default serves ``model``: its prompt set, aliases, limits and the
+    verifier shipped for it."""
     return ModelConfig(
         name=model.name,
         engines=(engine_url or f"local:{folder}",),
@@ -75,6 +79,7 @@ def embedded_config(model: KnownModel, folder: Path, engine_url: str | None) -> 
         thinking=model.thinking_off is not None,
         thinking_off=thinking_off(model.thinking_off),
         answer_format="lenient",  # the shipped tiny models write bare answers, never boxed
+        verifier=verifier,
     )
 
 
@@ -84,7 +89,7 @@ def with_embedded_default(settings: Settings, served: Sequence[Served] | None = 
     if settings.served_models():
         return settings
     if served is None:
-        served = [(get_model(EMBEDDED_MODEL), SHIPPED_MODEL_DIR, None)]
+        served = [(get_model(EMBEDDED_MODEL), SHIPPED_MODEL_DIR, None, None)]
     return settings.model_copy(
         update={"models": tuple(embedded_config(*entry) for entry in served)}
     )
@@ -145,6 +150,10 @@ def embedded_default(
     if (wanted is None or REAL_MODEL in wanted) and (real := _real_model(say)) is not None:
         models.append(real)
     models += _adapted([model.name for model, _ in models], say)
+    # A verifier adapter (prepared now: no first request waits for its merge) is the
+    # verifier of the model it names, not a chat model of its own.
+    verifiers = {m.verifies: f"local:{folder}" for m, folder in models if m.verifies}
+    models = [entry for entry in models if not entry[0].verifies]
     models = [entry for entry in models if wanted is None or entry[0].name in wanted]
     with contextlib.ExitStack() as stack:
         stack.enter_context(_sigterm_unwinds())
@@ -166,7 +175,7 @@ def embedded_default(
                     say(f"vLLM did not start ({err}); serving {model.name!r} in process")
             else:
                 say(f"serving {model.name!r} in process (transformers)")
-            served.append((model, folder, url))
+            served.append((model, folder, url, verifiers.get(model.name)))
         yield with_embedded_default(settings, served)
 
 

@@ -176,3 +176,27 @@ def test_the_embedded_default_serves_an_adapter_beside_its_base(
     assert reply.choices[0].message.content is not None
     assert reply.usage is not None and reply.usage.completion_tokens >= 1
     assert prepare_model("addition-lora") == home / "addition-lora"
+
+
+def test_a_verifier_adapter_is_its_models_verifier_not_a_chat_model(
+    adapter: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An adapter whose ``ponder_adapter.json`` says ``verifies`` (as the shipped
+    ``smollm2-135m-verifier`` does) is prepared at start and named as that model's
+    verifier by the embedded default; it is not served as a model of its own."""
+    import shutil
+
+    from server.pool import embedded
+    from server.settings import Settings
+
+    folder = home / "adapters" / "addition-judge"
+    shutil.copytree(adapter, folder)
+    info = {"name": "addition-judge", "base": BASE, "verifies": BASE}
+    (folder / ADAPTER_INFO).write_text(json.dumps(info))
+    no_real_model: Callable[[Any], None] = lambda say: None  # noqa: E731 (not under test)
+    monkeypatch.setattr(embedded, "_real_model", no_real_model)
+    with embedded.embedded_default(Settings(embedded_engine="transformers"), print) as s:
+        served = s.served_models()
+    assert [m.name for m in served] == [BASE]
+    assert served[0].verifier == f"local:{home / 'addition-judge'}"
+    assert (home / "addition-judge" / "config.json").exists()  # merged before any request
