@@ -67,6 +67,34 @@ def _train(args: argparse.Namespace) -> None:
     raise SystemExit(subprocess.call(cmd))
 
 
+def _ship(args: argparse.Namespace) -> None:
+    """The trained adapter, its weights in float16 (half the size; merging computes in
+    float32), as ``scaffolds/models/adapters/smollm2-135m-verifier``: the verifier of
+    the shipped policy (``verifies``)."""
+    import json
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    source = args.run / "verifier" / "final"
+    target = Path("scaffolds/models/adapters/smollm2-135m-verifier")
+    target.mkdir(parents=True, exist_ok=True)
+    weights = load_file(source / "adapter_model.safetensors")
+    halved = {k: v.half() if v.dtype == torch.float32 else v for k, v in weights.items()}
+    save_file(halved, target / "adapter_model.safetensors", metadata={"format": "pt"})
+    shutil.copy(source / "adapter_config.json", target / "adapter_config.json")
+    info = {
+        "name": target.name,
+        "base": "smollm2-135m-instruct",
+        "prompts": "default",
+        "verifies": "smollm2-135m-gsr",
+        "description": "yes/no verifier of smollm2-135m-gsr's arithmetic (issue 41)",
+    }
+    (target / "ponder_adapter.json").write_text(json.dumps(info, indent=2) + "\n")
+    print(f"shipped {target}")
+
+
 def _eval(args: argparse.Namespace) -> None:
     from scaffolds.verifiers.local import LocalVerifier
 
@@ -116,6 +144,7 @@ def parser() -> argparse.ArgumentParser:
     stages = (
         ("sample", _sample, "k graded samples per training problem from the shipped policy"),
         ("train", _train, "ponder train verifier on those samples"),
+        ("ship", _ship, "the trained adapter as scaffolds/models/adapters/smollm2-135m-verifier"),
         ("eval", _eval, "majority(k, weight=verifier) per held-out problem and seed; report"),
         ("search", _search, "each --specs scaffold once per problem (beam, particle_filter)"),
         ("report", _report, "the report and plot from the eval rows"),
