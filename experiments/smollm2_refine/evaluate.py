@@ -252,24 +252,6 @@ def _conditions(
     return out
 
 
-def _entries(per_seed: Sequence[Mapping[str, Mapping[str, list[float]]]]) -> dict[str, Any]:
-    """Per condition: the 0/1 scores per seed, their summary, the mean tokens a problem."""
-    from scaffolds.evaluation import stats
-
-    def tokens(label: str, kind: str) -> float:
-        return stats.mean(stats.per_problem([c[label][kind] for c in per_seed]))
-
-    return {
-        label: {
-            "correct": [c[label]["correct"] for c in per_seed],
-            "summary": stats.summarize([c[label]["correct"] for c in per_seed]),
-            "completion_tokens_mean": tokens(label, "completion"),
-            "prompt_tokens_mean": tokens(label, "prompt"),
-        }
-        for label in per_seed[0]
-    }
-
-
 def report(
     exp: Experiment, problems: Sequence[ProblemRow], models: Sequence[str], seeds: Sequence[int],
     tag: str = "",
@@ -293,7 +275,7 @@ def report(
     final, maj = exp.final_label, f"maj@{n}"
     for model in models:
         per_seed = [_conditions([done[model, s][i] for i in ids], n, final) for s in seeds]
-        results["models"][model] = _entries(per_seed) if ids else {}
+        results["models"][model] = stats.condition_entries(per_seed) if ids else {}
     pairs: list[tuple[str, str]] = []
     if exp.evaluated != "gsr" and ids:  # and refine@n from gsr's rows, where there are some
         refine, gsr = f"refine@{n}", dataclasses.replace(exp, evaluated="gsr")
@@ -301,7 +283,7 @@ def report(
             rows = [_done(_eval_rows(gsr, model, s)) for s in seeds]
             if all(i in r for r in rows for i in ids):
                 per_seed = [_conditions([r[i] for i in ids], n, refine) for r in rows]
-                results["models"][model][refine] = _entries(per_seed)[refine]
+                results["models"][model][refine] = stats.condition_entries(per_seed)[refine]
                 pairs.append((f"{model}/{final}", f"{model}/{refine}"))
     pairs += [
         (f"gsr/{final}", f"base/{final}"),  # better at the scaffold than before training?

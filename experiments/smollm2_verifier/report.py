@@ -54,24 +54,6 @@ def _final_entry(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
     }  # fmt: skip
 
 
-def _entries(per_seed: Sequence[Mapping[str, Mapping[str, list[float]]]]) -> dict[str, Any]:
-    """Per condition: its 0/1 matrix (seed x problem), summary and mean tokens a problem."""
-    from scaffolds.evaluation import stats
-
-    def tokens(label: str, kind: str) -> float:
-        return stats.mean(stats.per_problem([c[label][kind] for c in per_seed]))
-
-    return {
-        label: {
-            "correct": [c[label]["correct"] for c in per_seed],
-            "summary": stats.summarize([c[label]["correct"] for c in per_seed]),
-            "completion_tokens_mean": tokens(label, "completion"),
-            "prompt_tokens_mean": tokens(label, "prompt"),
-        }
-        for label in per_seed[0]
-    }
-
-
 def _issue20(
     run2: Path | None, ids: Sequence[str], seeds: Sequence[int], k: int
 ) -> dict[str, list[dict[str, list[float]]]]:
@@ -135,7 +117,7 @@ def report(
     for label, entries in _issue20(run2, ids, seeds, k).items():
         for mine, theirs in zip(per_seed, entries, strict=True):
             mine[label] = theirs
-    results["models"][MODEL] = _entries(per_seed)
+    results["models"][MODEL] = stats.condition_entries(per_seed)
     search = _search(run, problems)
     if search:
         results["models"]["search"] = search

@@ -26,6 +26,7 @@ from typing import Any
 
 __all__ = [
     "add_pairs",
+    "condition_entries",
     "markdown",
     "mean",
     "mean_se",
@@ -87,6 +88,33 @@ def paired(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> dict[s
         raise ValueError(f"conditions cover different problems ({len(pa)} vs {len(pb)})")
     center, se, half = mean_se([x - y for x, y in zip(pa, pb, strict=True)])
     return {"diff": center, "se": se, "ci95": [center - half, center + half], "problems": len(pa)}
+
+
+def condition_entries(
+    per_seed: Sequence[Mapping[str, Mapping[str, Sequence[float]]]],
+) -> dict[str, Any]:
+    """A report's entries from ``per_seed[seed][condition]`` = ``{"correct", "completion",
+    "prompt"}`` lists (one value per problem): each condition's 0/1 matrix, its summary
+    and the mean generated and prompt tokens a problem.
+
+    >>> seed = {"maj": {"correct": [1.0, 0.0], "completion": [10.0, 30.0], "prompt": [5.0, 5.0]}}
+    >>> e = condition_entries([seed, seed])["maj"]
+    >>> e["summary"]["accuracy"], e["completion_tokens_mean"], e["prompt_tokens_mean"]
+    (0.5, 20.0, 5.0)
+    """
+
+    def tokens(label: str, kind: str) -> float:
+        return mean(per_problem([c[label][kind] for c in per_seed]))
+
+    return {
+        label: {
+            "correct": [list(c[label]["correct"]) for c in per_seed],
+            "summary": summarize([c[label]["correct"] for c in per_seed]),
+            "completion_tokens_mean": tokens(label, "completion"),
+            "prompt_tokens_mean": tokens(label, "prompt"),
+        }
+        for label in per_seed[0]
+    }
 
 
 def rows_of(results: Mapping[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
