@@ -15,7 +15,7 @@ True
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -114,6 +114,18 @@ class StepCalls:
         """How this run reads a sample's final answer (``boxed`` or ``lenient``)."""
         return self._state.answer_format
 
+    def _answer_reader(self, thinking: Thinking | None) -> Callable[[str], str | None]:
+        """:meth:`answer` with ``thinking``, each distinct text read once: a step's trace
+        event and its :class:`Step` share the reading (and equal samples share it)."""
+        memo: dict[str, str | None] = {}
+
+        def read(text: str) -> str | None:
+            if text not in memo:
+                memo[text] = self.answer(text, thinking)
+            return memo[text]
+
+        return read
+
     def answer(self, text: str, thinking: Thinking | None = None) -> str | None:
         """The final answer of a sample's ``text`` as the run reads answers (``boxed``:
         only the last ``\\boxed{}`` after the thinking of ``thinking``, default the run's
@@ -190,9 +202,10 @@ class StepCalls:
                 affinity_key=state.affinity_key,
                 continue_final=continue_final,
             )
+            read = self._answer_reader(thinking)
             result = await self._recorded_call(
                 request, step_id, kind=kind, label=label, final=final and self.final,
-                source=source, engine=engine,
+                source=source, engine=engine, answer_of=read,
             )  # fmt: skip
             if result.no_room:
                 state.ledger.cut("context")
@@ -209,7 +222,7 @@ class StepCalls:
             cut = clamped and any(c.truncated for c in completions)
             if cut:  # the budget ended a sample: the run reports why
                 state.ledger.cut("tokens")
-            answers = tuple(self.answer(c.text, thinking) for c in completions)
+            answers = tuple(read(c.text) for c in completions)
             return Step(step_id, completions, cut_short=cut, answers=answers)
         finally:
             state.ledger.release(n, grant)
@@ -291,9 +304,11 @@ class StepCalls:
         final: bool,
         source: StepPrompt,
         engine: Engine | None = None,
+        answer_of: Callable[[str], str | None] | None = None,
     ) -> GenerateResult:
         """Call the engine, recording the step's provenance (see
-        :mod:`scaffolds.core.traced_call`)."""
+        :mod:`scaffolds.core.traced_call`); ``answer_of`` reads the trace's answers
+        (default: :meth:`answer`)."""
         state = self._state
         started = StepStarted(
             step_id=step_id,
@@ -317,7 +332,7 @@ class StepCalls:
         )
         return await traced_call(
             engine or state.engine, request, started, recorder=state.recorder, ledger=state.ledger,
-            answer_of=self.answer,
+            answer_of=answer_of or self.answer,
         )  # fmt: skip
 
     async def _force_answers(
