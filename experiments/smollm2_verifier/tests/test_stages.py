@@ -63,3 +63,28 @@ def test_eval_rows_and_report(tmp_path: Path) -> None:
     assert "gsr/rsa@4 - gsr/maj@4" not in results["paired"]  # no rsa rows given
     assert results["models"]["search"]["majority(k=4)"]["summary"]["accuracy"] == 0.0
     assert (tmp_path / "accuracy_vs_tokens.png").stat().st_size > 0
+
+
+def test_candidates_then_the_scaffold_replayed_gives_the_live_rows(tmp_path: Path) -> None:
+    """Pass 1 stores the samples, pass 2 scores each distinct sample once and replays the
+    real scaffold: the rows equal those of the live run over the same samples."""
+    from experiments.smollm2_verifier.replay import candidates_seed, replay_seed, score_table
+
+    settings = Settings(concurrency=2)
+    live = tmp_path / "live"
+    asyncio.run(eval_seed(live, ENGINE, VERIFIER, PROBLEMS, 0, settings))
+    asked = len(VERIFIER.batches)
+    asyncio.run(candidates_seed(tmp_path, ENGINE, PROBLEMS, 0, settings))
+    table = asyncio.run(score_table(tmp_path, VERIFIER, PROBLEMS, [0], settings))
+    assert len(VERIFIER.batches) == asked + 2  # one call per problem
+    assert VERIFIER.batches[-1][1] == ["2 + 2 = 3", "2 + 2 = 4", "2 + 2 = 5"]  # distinct
+    asyncio.run(replay_seed(tmp_path, table, PROBLEMS, 0, settings))
+
+    def rows(run: Path) -> dict[str, dict[str, object]]:
+        lines = (run / "eval" / "seed-0.jsonl").read_text().splitlines()
+        return {r["id"]: r for r in map(json.loads, lines)}
+
+    replayed, original = rows(tmp_path), rows(live)
+    for key in ("answers", "scores", "single", "maj", "wmaj", "bon", "pass"):
+        assert [replayed[i][key] for i in "ab"] == [original[i][key] for i in "ab"], key
+    assert replayed["a"]["candidate_tokens"] == original["a"]["candidate_tokens"]
