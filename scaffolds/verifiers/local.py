@@ -104,7 +104,10 @@ class LocalVerifier:
 
                 folder = prepare_model(str(folder))
             tokenizer = AutoTokenizer.from_pretrained(folder)
-            model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=self.dtype)
+            if (folder / "adapter_config.json").exists():
+                model = _merged_adapter(folder, self.dtype)
+            else:
+                model = AutoModelForCausalLM.from_pretrained(folder, dtype=self.dtype)
             model.eval()
             self._loaded = (model, tokenizer, answer_token_ids(tokenizer))
         return self._loaded
@@ -135,6 +138,25 @@ class LocalVerifier:
 
     async def aclose(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _merged_adapter(folder: Path, dtype: str) -> Any:
+    """A LoRA adapter's folder loaded onto its base with the adapter merged into the
+    weights (in float32, then cast to ``dtype``; ``auto``: the base's saved dtype).
+    Unmerged, peft's float32 adapter layers on a bfloat16 base ran a CPU forward 25x
+    slower than the merged model."""
+    import torch
+    from peft.tuners.tuners_utils import BaseTunerLayer
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    for module in model.modules():
+        if isinstance(module, BaseTunerLayer):
+            module.merge()
+    if dtype == "auto":
+        base = json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"]
+        dtype = str(getattr(AutoConfig.from_pretrained(base), "dtype", None) or "float32")
+    return model.to(getattr(torch, dtype.removeprefix("torch.")))
 
 
 def answer_token_ids(tokenizer: Any) -> dict[str, list[int]]:
