@@ -223,7 +223,9 @@ def verifier(args: VerifierCommand) -> None:
     if args.process:
         rows = _process_rows(args, records, set(problems))
     else:
-        rows = verifier_rows(records, problems, balance=args.balance, seed=args.train.seed)
+        rows = verifier_rows(
+            records, problems, balance=args.balance, contrast=args.contrast, seed=args.train.seed
+        )
     if not rows:
         unread = (
             f" ({len(loaded.bad)} lines unreadable: no scaffold/id/sample)" if loaded.bad else ""

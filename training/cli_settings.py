@@ -142,6 +142,9 @@ class VerifierCommand:
     """tokens per row"""
     balance: Annotated[bool, Flag("--balance", off="--no-balance")] = True
     """as many right as wrong samples (the larger class cut, seeded)"""
+    contrast: Annotated[bool, Flag("--contrast")] = False
+    """only problems with both right and wrong samples, each balanced on its own (what
+    tells one problem's candidates apart)"""
     adapter: Annotated[LoraSettings, Nested(prefix="lora_")] = field(default_factory=LoraSettings)
     resume: Annotated[bool, Flag("--resume", off="--restart")] = True
     """continue from the newest checkpoint"""

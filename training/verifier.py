@@ -40,6 +40,7 @@ def verifier_rows(
     problems: Mapping[str, str],
     *,
     balance: bool = True,
+    contrast: bool = False,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """SFT rows (TRL's conversational prompt/completion) from graded records; records
@@ -64,7 +65,29 @@ def verifier_rows(
                 "scaffold": record.get("scaffold"),
             }
         )
+    if contrast:
+        return contrasted(rows, seed=seed)
     return balanced(rows, seed=seed) if balance else rows
+
+
+def contrasted(rows: list[dict[str, Any]], *, seed: int = 0) -> list[dict[str, Any]]:
+    """Only the problems with right and wrong samples, each balanced on its own: rows
+    that tell one problem's candidates apart, where a problem whose samples all agree
+    teaches only how hard the problem is (which a vote already knows).
+
+    >>> rows = [{"id": i, "correct": c} for i, c in
+    ...         [("a", True), ("a", False), ("a", False), ("b", True), ("b", True)]]
+    >>> [(r["id"], r["correct"]) for r in contrasted(rows)]
+    [('a', True), ('a', False)]
+    """
+    by_problem: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_problem.setdefault(str(row["id"]), []).append(row)
+    kept: set[int] = set()
+    for index, group in enumerate(by_problem.values()):
+        if any(r["correct"] for r in group) and not all(r["correct"] for r in group):
+            kept |= {id(r) for r in balanced(group, seed=seed + index)}
+    return [r for r in rows if id(r) in kept]
 
 
 def balanced(rows: list[dict[str, Any]], *, seed: int = 0) -> list[dict[str, Any]]:

@@ -60,7 +60,7 @@ def _train(args: argparse.Namespace) -> None:
         "--held-out", str(args.held_out), "--out", str(args.run / "verifier"),
         "--lr", str(args.lr), "--epochs", str(args.epochs), "--batch-size", "16",
         "--max-steps", str(args.max_steps), "--cpu", "--no-progress",
-        "--bf16" if args.bf16 else "--no-bf16",
+        "--bf16" if args.bf16 else "--no-bf16", *(["--contrast"] if args.contrast else []),
     ]  # fmt: skip
     if args.threads:
         cmd += ["--threads", str(args.threads)]
@@ -202,6 +202,7 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--threads", type=int, default=None)
         s.add_argument("--max-steps", type=int, default=-1, help="train: -1 = --epochs")
         s.add_argument("--bf16", action="store_true", help="train: bf16 autocast (AVX512-BF16/AMX)")
+        s.add_argument("--contrast", action="store_true", help="train: mixed problems only")
     return p
 
 
