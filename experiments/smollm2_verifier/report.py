@@ -72,6 +72,31 @@ def _issue20(
     return out
 
 
+def pairwise(rows: Sequence[Mapping[str, Any]], gold: Mapping[str, str]) -> dict[str, Any]:
+    """How well the scores tell one run's candidates apart: over every (right, wrong)
+    pair of candidates of the same run, the share where the right one scores higher
+    (0.5: no better than chance; ties count half), and how many runs and pairs.
+
+    >>> rows = [{"id": "a", "answers": ["4", "5", "3"], "scores": [0.9, 0.2, 0.9]}]
+    >>> pairwise(rows, {"a": "4"})
+    {'runs': 1, 'pairs': 2, 'right_higher': 0.75}
+    """
+    from experiments.smollm2_verifier.stages import _right
+
+    wins, pairs, runs = 0.0, 0, 0
+    for row in rows:
+        right = [_right(a, gold[row["id"]]) for a in row["answers"]]
+        good = [s for s, r in zip(row["scores"], right, strict=True) if r]
+        bad = [s for s, r in zip(row["scores"], right, strict=True) if not r]
+        if good and bad:
+            runs += 1
+            for g in good:
+                for b in bad:
+                    pairs += 1
+                    wins += 1.0 if g > b else 0.5 if g == b else 0.0
+    return {"runs": runs, "pairs": pairs, "right_higher": wins / pairs if pairs else None}
+
+
 def _search(run: Path, problems: Sequence[ProblemRow]) -> dict[str, Any]:
     """The search stage's specs (one run per problem, seed 0) over the problems every
     spec finished: accuracy, generated tokens and prompt tokens (the verifier's included)."""
@@ -126,8 +151,18 @@ def report(
     pairs.append((f"{MODEL}/wmaj@{k}", f"{MODEL}/bon@{k}"))
     pairs += [(f"search/{spec}", f"search/majority(k={k})") for spec in search]
     stats.add_pairs(results, pairs)
+    gold = {p.id: str(p.answer) for p in problems}
+    results["pairwise"] = pairwise([rows[i] for rows in done for i in ids], gold)
+    pair = results["pairwise"]
+    table = stats.markdown(results) + (
+        f"\nWithin a run, a right candidate outscores a wrong one in {pair['right_higher']:.3f}"
+        f" of {pair['pairs']} (right, wrong) pairs ({pair['runs']} runs with both; 0.5 ="
+        " chance, ties half).\n"
+        if pair["pairs"]
+        else ""
+    )
     (run / "report.json").write_text(json.dumps(results) + "\n")
-    (run / "report.md").write_text(stats.markdown(results))
+    (run / "report.md").write_text(table)
     markers = {"single": "o", f"maj@{k}": "^", f"wmaj@{k}": "s", f"bon@{k}": "D",
                f"pass@{k}": "*", f"refine@{k}": "v", f"rsa@{k}": "P"}  # fmt: skip
     title = f"smollm2-135m-gsr + trained verifier: {len(ids)} problems, seeds {list(seeds)}"
