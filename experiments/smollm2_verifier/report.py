@@ -149,7 +149,8 @@ def report(
     maj = f"{MODEL}/maj@{k}"
     pairs = [(f"{MODEL}/{c}@{k}", maj) for c in ("wmaj", "bon", "pass", "refine", "rsa")]
     pairs.append((f"{MODEL}/wmaj@{k}", f"{MODEL}/bon@{k}"))
-    pairs += [(f"search/{spec}", f"search/majority(k={k})") for spec in search]
+    vote = f"majority(k={k})"
+    pairs += [(f"search/{spec}", f"search/{vote}") for spec in search if spec != vote]
     stats.add_pairs(results, pairs)
     gold = {p.id: str(p.answer) for p in problems}
     results["pairwise"] = pairwise([rows[i] for rows in done for i in ids], gold)
