@@ -14,6 +14,7 @@ import contextlib
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -100,8 +101,11 @@ async def test_a_replica_killed_under_load_loses_no_request() -> None:
             await wait_up(b, port)
             load = asyncio.create_task(batch(url, 32, "first"))
             assert await eventually(lambda: a.state.open_calls >= 3, within=60)
-            await asyncio.sleep(0.2)  # b has calls half done too
-            busy = (await replica(url, b_url))["outstanding"]
+            busy = 0  # wait until b has calls in flight too (however slow the machine)
+            deadline = time.monotonic() + 60
+            while not busy and time.monotonic() < deadline and not load.done():
+                busy = (await replica(url, b_url))["outstanding"]
+                await asyncio.sleep(0.02)
             b.send_signal(signal.SIGKILL)
             statuses = await load
             assert busy > 0, "the killed replica had no call in flight"
