@@ -109,19 +109,17 @@ def _search(run: Path, problems: Sequence[ProblemRow]) -> dict[str, Any]:
         if rows:
             by_spec[next(iter(rows.values()))["spec"]] = rows
     ids = [p.id for p in problems if all(p.id in rows for rows in by_spec.values())]
-    out: dict[str, Any] = {}
-    for spec, rows in by_spec.items():
-        mine = [rows[i] for i in ids]
-        correct = [[1.0 if r["correct"] else 0.0 for r in mine]]
-        out[spec] = {
-            "correct": correct,
-            "summary": stats.summarize(correct),
-            "completion_tokens_mean": stats.mean([r["completion_tokens"] for r in mine]),
-            "prompt_tokens_mean": stats.mean(
-                [r["prompt_tokens"] + r["verify_prompt_tokens"] for r in mine]
-            ),
+    seed = {
+        spec: {
+            "correct": [1.0 if rows[i]["correct"] else 0.0 for i in ids],
+            "completion": [float(rows[i]["completion_tokens"]) for i in ids],
+            "prompt": [
+                float(rows[i]["prompt_tokens"] + rows[i]["verify_prompt_tokens"]) for i in ids
+            ],
         }
-    return out
+        for spec, rows in by_spec.items()
+    }
+    return stats.condition_entries([seed]) if seed else {}
 
 
 def report(
