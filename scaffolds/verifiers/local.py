@@ -2,24 +2,32 @@
 
 :class:`LocalVerifier` asks the same question as
 :class:`~scaffolds.verifiers.generative.GenerativeVerifier` (:data:`VERIFY_TEMPLATE`,
-rendered with the tokenizer's chat template when it has one) and reads the answer from
-ONE forward pass over the whole batch of candidates (left-padded): at the last position,
+rendered with the tokenizer's chat template when it has one) and reads the answer from a
+forward pass over a batch of candidates (left-padded, with position ids that start at 0
+at each row's first token, so that a row scores as it does alone): at the last position,
 ``p(yes) / (p(yes) + p(no))`` over the yes/no spellings that are one token each
 ("yes", " yes", "Yes", " Yes", and the same for no). No token is generated, so it spends
 none of a run's generated-token budget; its prompt tokens and one call go in ``usage``.
+
+Concurrent :meth:`~LocalVerifier.verify` calls (the runs of a server's requests, the
+problems of ``ponder eval``) share forward passes
+(:class:`~scaffolds.verifiers.batching.RowBatcher`): a call that finds the model idle
+runs at once; calls that arrive meanwhile go together in the next forward, up to
+``max_batch`` rows (sorted by length, to pad little). Each caller gets its own scores and
+its own ``usage`` (its rows' prompt tokens, one call).
 
 A process verifier (an adapter that ``ponder train verifier --process`` trained: its
 ``ponder_training.json`` names the row kind ``verify_step``) is asked about each step
 prefix of a candidate when the run gives the step separator (``beam``,
 ``particle_filter``): the candidate's per-step scores are those prefixes' scores, and its
 score the last one's (:func:`~scaffolds.verifiers.generative.step_prefixes`); all the
-prefixes of a batch go through the same forward passes.
+prefixes go through the same forward passes as any other rows.
 
 The model loads in the dtype its folder was saved in (``dtype="auto"``, as vLLM's
 ``--dtype auto``: a prepared SmolLM2 is bfloat16, which a CPU with AVX512-BF16 or AMX
 runs about 2.5x faster than float32; an adapter takes its base's), or ``dtype``.
 It loads on first use, on one worker thread (torch and transformers are imported
-there), and batches run one at a time on that thread.
+there), and the forward passes run one at a time on that thread.
 
 >>> verifier = LocalVerifier("scaffolds/models/ponder-addition")
 >>> verifier.name, verifier.requests(8), verifier.loaded, verifier.process
@@ -28,15 +36,16 @@ there), and batches run one at a time on that thread.
 
 from __future__ import annotations
 
-import asyncio
+import inspect
 import json
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from scaffolds.engines.local_generate import encode_prompt
 from scaffolds.engines.protocol import Usage, Verdicts
+from scaffolds.verifiers.batching import RowBatcher
 from scaffolds.verifiers.generative import step_prefixes, verify_prompt
 
 __all__ = ["LocalVerifier", "answer_token_ids", "is_process_verifier"]
@@ -60,8 +69,9 @@ class LocalVerifier:
         self.name = f"local:{self.model_dir.name}"
         self.max_batch = max_batch
         self.process = is_process_verifier(self.model_dir)
-        self._loaded: tuple[Any, Any, dict[str, list[int]]] | None = None
+        self._loaded: _Loaded | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-verifier")
+        self._batcher = RowBatcher(self._score_rows, self._executor, max_rows=max_batch)
 
     @property
     def loaded(self) -> bool:
@@ -73,17 +83,13 @@ class LocalVerifier:
     async def verify(
         self, problem: str, candidates: Sequence[str], *, step: str | None = None
     ) -> Verdicts:
-        loop = asyncio.get_running_loop()
         if not (self.process and step):
-            scores, prompt_tokens = await loop.run_in_executor(
-                self._executor, self._score, problem, list(candidates)
-            )
-            return Verdicts(tuple(scores), usage=Usage(prompt_tokens=prompt_tokens, calls=1))
+            rows = await self._batcher.run([(problem, c) for c in candidates])
+            usage = Usage(prompt_tokens=sum(tokens for _, tokens in rows), calls=1)
+            return Verdicts(tuple(score for score, _ in rows), usage=usage)
         prefixes = [step_prefixes(c, step) for c in candidates]
-        flat = [p for group in prefixes for p in group]
-        scores, prompt_tokens = await loop.run_in_executor(
-            self._executor, self._score, problem, flat
-        )
+        rows = await self._batcher.run([(problem, p) for group in prefixes for p in group])
+        scores = [score for score, _ in rows]
         steps: list[tuple[float, ...]] = []
         for group in prefixes:
             steps.append(tuple(scores[: len(group)]))
@@ -91,10 +97,10 @@ class LocalVerifier:
         return Verdicts(
             tuple(s[-1] for s in steps),
             tuple(steps),
-            usage=Usage(prompt_tokens=prompt_tokens, calls=1),
+            usage=Usage(prompt_tokens=sum(tokens for _, tokens in rows), calls=1),
         )
 
-    def _load(self) -> tuple[Any, Any, dict[str, list[int]]]:
+    def _load(self) -> _Loaded:
         if self._loaded is None:
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -109,35 +115,58 @@ class LocalVerifier:
             else:
                 model = AutoModelForCausalLM.from_pretrained(folder, dtype=self.dtype)
             model.eval()
-            self._loaded = (model, tokenizer, answer_token_ids(tokenizer))
+            takes = inspect.signature(model.forward).parameters
+            extra = {"logits_to_keep": 1} if "logits_to_keep" in takes else {}
+            self._loaded = _Loaded(
+                model, tokenizer, answer_token_ids(tokenizer), "position_ids" in takes, extra
+            )
         return self._loaded
 
-    def _score(self, problem: str, candidates: list[str]) -> tuple[list[float], int]:
+    def _score_rows(self, rows: list[tuple[str, str]]) -> list[tuple[float, int]]:
+        """Each (problem, candidate) row's score and prompt tokens, on the worker thread:
+        the rows sorted by length, ``max_batch`` per forward pass."""
         import torch
 
-        model, tokenizer, answers = self._load()
+        loaded = self._load()
+        tokenizer = loaded.tokenizer
         chat = bool(getattr(tokenizer, "chat_template", None))
         encoded = [
-            encode_prompt(tokenizer, verify_prompt(problem, c, chat=chat), add_special_tokens=True)
-            for c in candidates
+            encode_prompt(tokenizer, verify_prompt(p, c, chat=chat), add_special_tokens=True)
+            for p, c in rows
         ]
-        scores: list[float] = []
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+        scores = [0.0] * len(encoded)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        for start in range(0, len(encoded), self.max_batch):
-            rows = encoded[start : start + self.max_batch]
-            width = max(len(r) for r in rows)
-            ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
-            mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+        for start in range(0, len(order), self.max_batch):
+            chunk = order[start : start + self.max_batch]
+            width = max(len(encoded[i]) for i in chunk)
+            ids = torch.tensor([[pad] * (width - len(encoded[i])) + encoded[i] for i in chunk])
+            mask = torch.tensor([[0] * (width - len(encoded[i])) + [1] * len(encoded[i])
+                                 for i in chunk])  # fmt: skip
+            inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, **loaded.extra}
+            if loaded.position_ids:  # each row's positions start at its first real token
+                inputs["position_ids"] = (mask.cumsum(-1) - 1).clamp_min(0)
             with torch.inference_mode():
-                logits = model(input_ids=ids, attention_mask=mask).logits[:, -1, :]
+                logits = loaded.model(**inputs).logits[:, -1, :]
             probs = torch.softmax(logits.float(), dim=-1)
-            yes = probs[:, answers["yes"]].sum(dim=-1)
-            no = probs[:, answers["no"]].sum(dim=-1)
-            scores.extend(float(s) for s in (yes / (yes + no).clamp_min(1e-12)))
-        return scores, sum(len(r) for r in encoded)
+            yes = probs[:, loaded.answers["yes"]].sum(dim=-1)
+            no = probs[:, loaded.answers["no"]].sum(dim=-1)
+            for i, score in zip(chunk, (yes / (yes + no).clamp_min(1e-12)).tolist(), strict=True):
+                scores[i] = float(score)
+        return [(score, len(e)) for score, e in zip(scores, encoded, strict=True)]
 
     async def aclose(self) -> None:
+        """Fail the calls still waiting and let the worker thread go."""
+        await self._batcher.aclose()
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class _Loaded(NamedTuple):
+    model: Any
+    tokenizer: Any
+    answers: dict[str, list[int]]
+    position_ids: bool  # the model's forward takes explicit position ids
+    extra: dict[str, Any]  # ``logits_to_keep=1`` where the forward takes it
 
 
 def _merged_adapter(folder: Path, dtype: str) -> Any:
