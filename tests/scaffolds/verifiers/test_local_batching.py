@@ -44,7 +44,7 @@ class Blocking:
         return [r.upper() for r in rows]
 
     async def started(self) -> None:
-        await self.began.wait()
+        await asyncio.wait_for(self.began.wait(), WAIT_S)
 
 
 @pytest.fixture
