@@ -16,8 +16,9 @@ runs at once; calls that arrive meanwhile go together in the next forward, up to
 ``max_batch`` rows (sorted by length, to pad little). Each caller gets its own scores and
 its own ``usage`` (its rows' prompt tokens, one call). In float32 a row scores the same
 in any batch (to ~1e-5); in bfloat16 a left-padded row's score moves by rounding (up to
-~0.03 on SmolLM2-135M, about as far as bfloat16 is from float32), as it already did
-between the candidates of one call.
+0.06 on SmolLM2-135M in ``benchmarks/local_verifier.py``; bfloat16 alone is ~0.03 from
+float32), as it already did between the candidates of one call (``dtype="float32"`` for
+scores that do not depend on their batch, at about 2.5x the CPU time).
 
 A process verifier (an adapter that ``ponder train verifier --process`` trained: its
 ``ponder_training.json`` names the row kind ``verify_step``) is asked about each step
