@@ -12,7 +12,8 @@ The engine's semantics follow vLLM's OpenAI server where they can:
   with ``top_p`` (default 1.0) and no top-k; ``temperature`` None means 1.0;
 - ``finish_reason`` is ``"stop"`` at an end-of-sequence token or a stop string (the
   text is cut before the stop string, the token that completed it is counted), and
-  ``"length"`` at ``max_tokens`` (unset: ``default_max_tokens``);
+  ``"length"`` at ``max_tokens`` (unset: ``default_max_tokens``); ``stop_matched`` says
+  whether a stop string cut it (so a ``"stop"`` without one ended at end of sequence);
 - ``max_tokens`` is lowered to what the context (``max_model_len``, else the model's
   ``max_position_embeddings``) leaves after the prompt, and a prompt that leaves no
   room is answered by :func:`~scaffolds.engines.context_fit.no_room`, as the HTTP engine
@@ -278,6 +279,7 @@ def completion_of(
     return Completion(
         text=text,
         finish_reason="stop" if finished else "length",
+        stop_matched=bool(cuts),
         completion_tokens=len(sample.token_ids),
         token_ids=tuple(sample.token_ids) if logprobs else None,
         logprobs=tuple(sample.logprobs) if logprobs and sample.logprobs is not None else None,

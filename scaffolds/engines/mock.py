@@ -71,7 +71,9 @@ class MockEngine:
 
     ``delay`` (seconds) is awaited before each answer, so tests can observe calls that
     are in flight and cancelled. ``max_tokens`` truncates texts word-wise and reports
-    ``finish_reason="length"``, as a real engine would.
+    ``finish_reason="length"``, as a real engine would. A text's sample does not say
+    how it stopped (``stop_matched`` None, as a plain OpenAI server); a handler that
+    returns Completions scripts it (``stop_matched=False``: it ended at end of sequence).
     """
 
     def __init__(self, handler: Handler, *, delay: float = 0.0, logprobs: bool = True) -> None:

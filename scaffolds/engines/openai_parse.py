@@ -34,6 +34,7 @@ __all__ = [
     "own_fields",
     "parse_retry_after",
     "retry_status",
+    "stop_string_matched",
 ]
 
 _SNIPPET = 500
@@ -170,6 +171,8 @@ class Choice:
     text: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
     finish_reason: str | None = None
+    stop_matched: bool | None = None
+    """Whether a stop string ended the sample (:func:`stop_string_matched`)."""
     tokens: list[str] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     saw_logprobs: bool = False
@@ -201,6 +204,7 @@ class Choice:
         finish = choice.get("finish_reason")
         if isinstance(finish, str):
             self.finish_reason = finish
+            self.stop_matched = stop_string_matched(choice)
         ids = parser.int_list(choice["token_ids"], "token_ids") if "token_ids" in choice else None
         if ids is not None:
             self.token_ids = (self.token_ids or []) + ids
@@ -264,6 +268,7 @@ class Choice:
             token_ids=tuple(ids) if ids is not None else None,
             logprobs=tuple(self.logprobs) if self.saw_logprobs else None,
             top_logprobs=tuple(self.top) if self.saw_top else None,
+            stop_matched=self.stop_matched,
             # A whole response's fields; a stream's pieces went out with its deltas.
             extra=self.extras[0] if len(self.extras) == 1 else None,
         )
@@ -287,6 +292,27 @@ def own_fields(choice: dict[str, Any], part_key: str | None) -> dict[str, Any] |
         out = out or {}
         out[part_key or ""] = mine
     return out
+
+
+def stop_string_matched(choice: dict[str, Any]) -> bool | None:
+    """Whether a finished choice says one of the request's stop strings ended it: vLLM's
+    ``stop_reason`` or SGLang's ``matched_stop`` is that string (null, vLLM's word for
+    end of sequence, or a stop token id such as SGLang's EOS id: no); None when the
+    choice has neither field (a plain OpenAI server does not say).
+
+    >>> stop_string_matched({"finish_reason": "stop", "stop_reason": "\\n\\n"})
+    True
+    >>> stop_string_matched({"finish_reason": "stop", "stop_reason": None})
+    False
+    >>> stop_string_matched({"finish_reason": "stop", "matched_stop": 2})
+    False
+    >>> stop_string_matched({"finish_reason": "stop"}) is None
+    True
+    """
+    for key in ("stop_reason", "matched_stop"):
+        if key in choice:
+            return isinstance(choice[key], str)
+    return None
 
 
 def _own(fields: dict[str, Any], modeled: frozenset[str]) -> dict[str, Any] | None:

@@ -224,10 +224,28 @@ class Completion:
     extra: Mapping[str, Any] | None = field(default=None, compare=False)
     """(The wire form of the sample, left out of comparisons: a whole response and a
     stream of the same sample compare equal.)"""
+    stop_matched: bool | None = None
+    """Whether one of the request's stop strings ended the sample, by the engine's word:
+    vLLM's ``stop_reason``, SGLang's ``matched_stop`` (the string: yes; null or a stop
+    token id, such as another end-of-sequence token: no), the embedded engines' own
+    check. None where the engine does not say (a plain OpenAI server)."""
 
     @property
     def truncated(self) -> bool:
         return self.finish_reason == "length"
+
+    @property
+    def ended_at_eos(self) -> bool:
+        """Whether the sample ended at the model's end of sequence: finished (``"stop"``)
+        with no stop string matched. False when cut by length, stopped at a stop string,
+        or the engine does not say which (:attr:`stop_matched` None).
+
+        >>> Completion("12 * 4 = 48", "stop", stop_matched=False).ended_at_eos
+        True
+        >>> Completion("12 * 4 = 48", "stop").ended_at_eos  # the engine did not say
+        False
+        """
+        return self.finish_reason == "stop" and self.stop_matched is False
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,8 @@ Semantics match vLLM's OpenAI server, which this engine stands in for:
   prompt, so the model continues the last (assistant) message;
 - cancelling the awaiting task aborts the request inside vLLM (``AsyncLLM.generate``
   aborts when its generator is cancelled);
+- ``Completion.stop_matched`` is whether vLLM's ``stop_reason`` is a stop string (None
+  at end of sequence, a token id at another stop token: not a string);
 - ``extra`` keys that are vLLM ``SamplingParams`` fields (``top_k``, ``min_tokens``,
   ``ignore_eos``, ...) pass through; others are ignored.
 
@@ -128,6 +130,7 @@ class InProcessVLLMEngine:
         tops: list[list[tuple[float, ...]]] = [[] for _ in range(n)]
         top_n = request.params.top_logprobs or 0
         finish: list[str | None] = [None] * n
+        matched: list[bool | None] = [None] * n
         cached = 0
         try:
             async for output in self._llm.generate(
@@ -136,6 +139,8 @@ class InProcessVLLMEngine:
                 cached = max(cached, int(output.num_cached_tokens or 0))
                 for sample in output.outputs:
                     delta = _accumulate(sample, texts, token_ids, logprobs, finish, streaming)
+                    if sample.finish_reason is not None:  # its stop string, else None
+                        matched[sample.index] = isinstance(sample.stop_reason, str)
                     _accumulate_top(sample, tops, top_n, streaming)
                     if streaming and delta:
                         yield EngineDelta(sample.index, text=delta)
@@ -154,6 +159,7 @@ class InProcessVLLMEngine:
                     token_ids=tuple(token_ids[i]) if request.params.logprobs else None,
                     logprobs=tuple(logprobs[i]) if request.params.logprobs else None,
                     top_logprobs=tuple(tops[i]) if top_n else None,
+                    stop_matched=matched[i],
                 )
                 for i in range(n)
             ),

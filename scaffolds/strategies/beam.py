@@ -8,9 +8,13 @@ as its_hub reads a process reward model), and the ``width`` best paths are kept.
 kept path that is not finished is continued ``expand`` ways (one request of
 ``n=expand`` per path, all at once), scored, and the ``width`` best of the finished
 and new paths are kept, until every kept path is finished (it wrote a ``\boxed``
-answer or an empty step) or ``max_steps`` steps are written. The best-scored path
-wins (its_hub's BeamSearch; search-and-learn's beam search also starts from
-``width * expand`` paths).
+answer or an empty step, or its step ended at the model's end of sequence rather than
+at the separator) or ``max_steps`` steps are written. The best-scored path wins
+(its_hub's BeamSearch; search-and-learn's beam search also starts from ``width *
+expand`` paths and, unlike its_hub, ends a path whose step ended at end of sequence).
+Whether a step ended there is the engine's word (``Completion.ended_at_eos``: vLLM,
+SGLang and the embedded engines say; a plain OpenAI server does not, and its paths go
+on until a boxed answer, an empty step or ``max_steps``).
 
 Each step records the step and sample it continues (``parent_step``, ``sample``), and
 each verify step the paths it scored (``fields["paths"]``), so the trace is the search
@@ -91,7 +95,9 @@ async def extend(
     step_tokens: int | None,
     label: str,
 ) -> list[Path]:
-    """``n`` continuations of ``path`` by one step each, in one request."""
+    """``n`` continuations of ``path`` by one step each, in one request. A continuation
+    is finished when its step has a boxed answer, is empty, or ended at end of sequence
+    (not at the separator ``sep``, nor cut by length), or the path has ``max_steps``."""
     chat = not isinstance(ctx.problem_prompt(problem), str)
     state = {"steps": list(path.steps), "step": sep}
     step = await SEARCH_STEP.generate(
@@ -102,7 +108,12 @@ async def extend(
     for sample, completion in enumerate(step.completions):
         text = completion.text
         steps = (*path.steps, text)
-        done = extract_boxed(text) is not None or not text.strip() or len(steps) >= max_steps
+        done = (
+            extract_boxed(text) is not None
+            or not text.strip()
+            or completion.ended_at_eos
+            or len(steps) >= max_steps
+        )
         children.append(Path(steps, done, None, (step.step_id, sample)))
     return children
 

@@ -8,8 +8,10 @@ particle's log weight becomes the logit of its score (clipped to [1e-7, 1 - 1e-7
 finished particle keeps its last weight). Then ``n`` particles are drawn with
 replacement with probabilities ``softmax(log weights)`` (seeded by the run's seed, so a
 seeded run draws the same). A particle is finished when it wrote a ``\boxed`` answer or
-an empty step, or has ``max_steps`` steps; when all are, the heaviest particle wins
-(its_hub's ParticleFiltering: particle Gibbs with one iteration, argmax selection).
+an empty step, its step ended at the model's end of sequence rather than at the
+separator (where the engine says so: :func:`~scaffolds.strategies.beam.extend`), or it
+has ``max_steps`` steps; when all are, the heaviest particle wins (its_hub's
+ParticleFiltering: particle Gibbs with one iteration, argmax selection).
 
 The trace records each step's parent (``parent_step``, ``sample``), each verify step's
 particles (``fields["paths"]``) and, after each round, a ``resample`` note with the

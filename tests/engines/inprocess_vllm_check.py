@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from scaffolds import solve
@@ -36,6 +37,23 @@ async def _checks(model_dir: str) -> dict[str, Any]:
         report["logprob_counts"] = [len(c.logprobs or ()) for c in first.completions]
         report["completion_tokens"] = [c.completion_tokens for c in first.completions]
         report["finish_reasons"] = [c.finish_reason for c in first.completions]
+        report["ended_at_eos"] = [c.ended_at_eos for c in first.completions]
+        report["stop_matched"] = [c.stop_matched for c in first.completions]
+        stops = ("e", "a", " ")
+        with_stops = SamplingParams(
+            n=4, max_tokens=8, temperature=1.0, seed=5, stop=stops,
+            extra={"include_stop_str_in_output": True},
+        )  # fmt: skip
+        cut = await engine.generate(GenerateRequest(chat("Spell it"), with_stops))
+        report["stop_cases"] = [
+            [c.finish_reason, c.text.endswith(stops), c.stop_matched, c.ended_at_eos]
+            for c in cut.completions
+        ]
+        eos_id = json.loads((Path(model_dir) / "config.json").read_text())["eos_token_id"]
+        forced = SamplingParams(max_tokens=8, stop=stops, extra={"logit_bias": {eos_id: 100.0}})
+        [ended] = (await engine.generate(GenerateRequest(chat("Spell it"), forced))).completions
+        report["forced_eos"] = [ended.text, ended.finish_reason, ended.stop_matched]
+        report["forced_eos"].append(ended.ended_at_eos)
         report["prompt_ids"] = len(first.prompt_token_ids or ())
         report["seeded_repeat_equal"] = [c.token_ids for c in first.completions] == [
             c.token_ids for c in again.completions

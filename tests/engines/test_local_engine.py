@@ -125,6 +125,7 @@ async def test_local_max_tokens_finishes_with_length(tiny_engine: LocalEngine) -
         assert completion.finish_reason == "length"
         assert completion.truncated
         assert completion.completion_tokens == 9
+        assert completion.stop_matched is False and not completion.ended_at_eos
 
 
 async def test_local_stop_strings_cut_the_text(tiny_engine: LocalEngine) -> None:
@@ -137,6 +138,7 @@ async def test_local_stop_strings_cut_the_text(tiny_engine: LocalEngine) -> None
     ).completions[0]
     assert cut.text == free.text[: free.text.index(stop)]
     assert cut.finish_reason == "stop"
+    assert cut.stop_matched is True and not cut.ended_at_eos  # the stop string, not EOS
     assert cut.completion_tokens < free.completion_tokens
     assert cut.token_ids is not None and free.token_ids is not None
     assert cut.token_ids == free.token_ids[: len(cut.token_ids)]
@@ -314,6 +316,7 @@ async def test_shipped_model_adds_through_local_engine(shipped_model_dir: Path) 
         await engine.aclose()
     texts = [r.completions[0].text for r in results]
     assert all(r.completions[0].finish_reason == "stop" for r in results)
+    assert all(r.completions[0].ended_at_eos for r in results)  # no stop string: EOS
     correct = sum(text == p.answer for text, p in zip(texts, items, strict=True))
     assert correct / len(items) > 0.3, texts
 

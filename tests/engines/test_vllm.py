@@ -8,6 +8,8 @@ cancelling a call stops the generation inside vLLM is tested on the slower real 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from scaffolds import Budget, solve
@@ -15,7 +17,7 @@ from scaffolds.core.trace import StepFinished, StepStarted
 from scaffolds.engines import OpenAIEngine
 from scaffolds.engines.protocol import GenerateRequest, SamplingParams, chat
 from scaffolds.engines.vllm_server import VLLMServer
-from testing.vllm import assert_accounts_every_token
+from testing.vllm import CACHE, assert_accounts_every_token
 
 pytestmark = pytest.mark.vllm
 
@@ -76,6 +78,30 @@ async def test_stream_deltas_add_up_to_the_final_result(vllm_server: VLLMServer)
         texts[delta.index] += delta.text  # type: ignore[union-attr]
     assert texts == [c.text for c in final.completions]  # type: ignore[union-attr]
     assert final.usage.completion_tokens > 0  # type: ignore[union-attr]
+
+
+async def test_a_sample_says_whether_a_stop_string_or_end_of_sequence_ended_it(
+    vllm_server: VLLMServer,
+) -> None:
+    """vLLM's ``stop_reason``: the stop string (kept in the text here, so a sample that
+    ends with one stopped there), or null at end of sequence; EOS is forced by a bias."""
+    stops = ("e", "a", " ")
+    eos_id = json.loads((CACHE / "tiny-llama" / "config.json").read_text())["eos_token_id"]
+    kept = SamplingParams(
+        n=8, max_tokens=12, temperature=1.0, seed=3, stop=stops,
+        extra={"include_stop_str_in_output": True},
+    )  # fmt: skip
+    forced = SamplingParams(max_tokens=12, stop=stops, extra={"logit_bias": {str(eos_id): 100}})
+    async with _engine(vllm_server) as engine:
+        for prompt in (chat("Spell it"), "Spell it"):
+            result = await engine.generate(GenerateRequest(prompt, kept))
+            for c in result.completions:
+                at_stop = c.finish_reason == "stop" and c.text.endswith(stops)
+                assert c.stop_matched is at_stop
+                assert c.ended_at_eos is (c.finish_reason == "stop" and not at_stop)
+            [eos] = (await engine.generate(GenerateRequest(prompt, forced))).completions
+            assert (eos.text, eos.finish_reason, eos.stop_matched) == ("", "stop", False)
+            assert eos.ended_at_eos
 
 
 @pytest.mark.parametrize(

@@ -37,8 +37,22 @@ def test_n_samples_are_one_request_with_real_token_ids(report: dict[str, Any]) -
     assert report["token_counts"] == report["logprob_counts"] == counts
     assert all(0 < count <= 12 for count in counts)
     assert report["finish_reasons"] == ["length" if c == 12 else "stop" for c in counts]
+    # No stop strings: a sample that stopped ended at end of sequence (stop_reason None).
+    assert report["ended_at_eos"] == [f == "stop" for f in report["finish_reasons"]]
+    assert report["stop_matched"] == [False] * 3
     assert report["usage"]["completion_tokens"] == sum(counts)
     assert report["usage"]["prompt_tokens"] == report["prompt_ids"] > 0
+
+
+def test_a_sample_says_whether_a_stop_string_or_end_of_sequence_ended_it(
+    report: dict[str, Any],
+) -> None:
+    # The stop string is kept in the text, so a sample that ends with one stopped there.
+    for finish, ends_with_stop, matched, at_eos in report["stop_cases"]:
+        assert matched is (finish == "stop" and ends_with_stop)
+        assert at_eos is (finish == "stop" and not ends_with_stop)
+    # A bias on the EOS token ends the sample at once: stop_reason None.
+    assert report["forced_eos"] == ["", "stop", False, True]
 
 
 def test_seeded_calls_repeat_and_hit_the_prefix_cache(report: dict[str, Any]) -> None:
