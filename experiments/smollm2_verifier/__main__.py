@@ -90,7 +90,8 @@ def _ship(args: argparse.Namespace) -> None:
         "base": "smollm2-135m-instruct",
         "prompts": "default",
         "verifies": "smollm2-135m-gsr",
-        "description": "yes/no verifier of smollm2-135m-gsr's arithmetic (issue 41)",
+        "description": "yes/no verifier of smollm2-135m-gsr's arithmetic (issue 41; "
+        "it does not beat the plain vote: experiments/RESULTS.md)",
     }
     (target / "ponder_adapter.json").write_text(json.dumps(info, indent=2) + "\n")
     print(f"shipped {target}")

@@ -83,9 +83,31 @@ def _ask(url: str, model: str, question: str, max_tokens: int) -> str:
     return str(reply.json()["choices"][0]["message"]["content"])
 
 
+def _check_the_shipped_verifier(url: str) -> None:
+    """The shipped verifier adapter is the policy's verifier, not a chat model: a
+    verifier-judged best-of-2 on ``smollm2-135m-gsr`` scores both samples in process."""
+    models = {m["id"] for m in httpx.get(f"{url}/v1/models", timeout=60).json()["data"]}
+    assert "smollm2-135m-verifier" not in models
+    reply = httpx.post(
+        f"{url}/v1/chat/completions",
+        json={
+            "model": "smollm2-135m-gsr",
+            "messages": [{"role": "user", "content": f"What is 7 + 5? {AS_A_NUMBER}"}],
+            "max_tokens": 24, "temperature": 0.7, "seed": 0,
+            "scaffold": 'best_of_n(n=2, judge="verifier")', "return_trace": True,
+        },
+        timeout=600,
+    )  # fmt: skip
+    assert reply.status_code == 200, reply.text
+    [note] = [e for e in reply.json()["trace"] if e.get("kind") == "scores"]
+    scores = note["values"]["scores"]
+    assert len(scores) == 2 and all(0.0 <= s <= 1.0 for s in scores), scores
+
+
 def _serve_with_no_engine(args: list[str], within: float) -> tuple[str, str, str, str]:
     """Start ``ponder serve`` with no engine, ask the shipped model one greedy sum, the
-    real model one question and its shipped GSR-trained adapter one product, stop it;
+    real model one question and its shipped GSR-trained adapter one product (and one
+    best-of-2 that its shipped verifier judges), stop it;
     returns the three answers and the server's stderr."""
     port = free_port()
     proc = popen_owned(
@@ -108,6 +130,7 @@ def _serve_with_no_engine(args: list[str], within: float) -> tuple[str, str, str
         total = _ask(url, "ponder-addition", "100+200=", 8)
         sentence = _ask(url, "smollm2-135m-instruct", "What is the capital of France?", 24)
         product = _ask(url, "smollm2-135m-gsr", f"What is 12 * 3? {AS_A_NUMBER}", 24)
+        _check_the_shipped_verifier(url)
     finally:
         proc.terminate()
         try:

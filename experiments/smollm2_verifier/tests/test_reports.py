@@ -1,4 +1,4 @@
-"""The committed verifier report is rebuilt from the committed rows, byte for byte, by the
+"""Each committed verifier report is rebuilt from the committed rows, byte for byte, by the
 command experiments/README.md gives for it (its ``report.md`` and ``report.json``; the
 plot only as a PNG, its bytes depend on the matplotlib version)."""
 
@@ -12,20 +12,21 @@ import pytest
 from experiments.smollm2_verifier.__main__ import main
 
 HERE = Path(__file__).resolve().parents[1]
-RUN = HERE / "runs" / "v1"
 ISSUE20 = HERE.parent / "smollm2_refine" / "runs" / "smollm2-r2"
 
 
-def test_the_committed_report_is_rebuilt_from_its_rows(tmp_path: Path) -> None:
-    if not (RUN / "report.md").exists():
+@pytest.mark.parametrize("name", ["v1", "v2"])
+def test_the_committed_report_is_rebuilt_from_its_rows(tmp_path: Path, name: str) -> None:
+    committed = HERE / "runs" / name
+    if not (committed / "report.md").exists():
         pytest.skip("no committed verifier run")
-    run = tmp_path / "v1"
+    run = tmp_path / name
     run.mkdir()
-    for name in ("eval", "search"):
-        if (RUN / name).is_dir():
-            shutil.copytree(RUN / name, run / name)
-    shutil.copy(RUN / "eval.jsonl", run / "eval.jsonl")
+    for part in ("eval", "search"):
+        if (committed / part).is_dir():
+            shutil.copytree(committed / part, run / part)
+    shutil.copy(committed / "eval.jsonl", run / "eval.jsonl")
     main(["report", str(run), "--problems", str(run / "eval.jsonl"), "--issue20", str(ISSUE20)])
-    assert (run / "report.md").read_text() == (RUN / "report.md").read_text()
-    assert (run / "report.json").read_text() == (RUN / "report.json").read_text()
+    assert (run / "report.md").read_text() == (committed / "report.md").read_text()
+    assert (run / "report.json").read_text() == (committed / "report.json").read_text()
     assert (run / "accuracy_vs_tokens.png").read_bytes().startswith(b"\x89PNG")
