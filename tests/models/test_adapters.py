@@ -181,8 +181,8 @@ def test_the_embedded_default_serves_an_adapter_beside_its_base(
 def test_a_verifier_adapter_is_its_models_verifier_not_a_chat_model(
     adapter: Path, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An adapter whose ``ponder_adapter.json`` says ``verifies`` (what the verifier
-    experiment's ``ship`` stage writes) is prepared at start and named as that model's
+    """An adapter whose ``ponder_adapter.json`` says ``verifies`` (as the shipped
+    ``smollm2-135m-verifier`` does) is prepared at start and named as that model's
     verifier by the embedded default; it is not served as a model of its own."""
     import shutil
 
