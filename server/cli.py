@@ -84,21 +84,27 @@ def serve(**given: Any) -> None:
 
     from scaffolds.core.errors import PonderError
     from server.http.app import serve as run_server
+    from server.http.listener import bind_listener, listener_url
     from server.pool.embedded import embedded_default
     from server.settings import setting_errors
 
     overrides = {k: v for k, v in given.items() if v is not None and v != []}
+
+    def say(message: str) -> None:
+        typer.echo(f"ponder serve: {message}", err=True)
+
     try:
         settings = Settings(**overrides)
         embedded = not settings.served_models()
-        with embedded_default(
-            settings, say=lambda m: typer.echo(f"ponder serve: {m}", err=True)
-        ) as settings:
+        # The port first: taken, it fails now; held, no engine started below can take it.
+        sock = bind_listener(settings.host, settings.port)
+        say(f"{listener_url(sock)}/v1 is bound; it answers once up")
+        with sock, embedded_default(settings, say=say) as settings:
             if embedded:
                 for config in settings.served_models():
                     aliases = ", ".join(config.alias_specs())
-                    typer.echo(f"ponder serve: {config.name} aliases: {aliases}", err=True)
-            run_server(settings)
+                    say(f"{config.name} aliases: {aliases}")
+            run_server(settings, sock)
     except ValidationError as err:
         typer.echo(f"ponder serve: invalid settings:\n{setting_errors(err)}", err=True)
         raise typer.Exit(2) from None

@@ -68,7 +68,7 @@ class Settings(ModelOptions, BaseSettings):
     host: Annotated[str, Flag(metavar="HOST")] = "127.0.0.1"
     """Address to bind."""
     port: Annotated[int, Flag(metavar="PORT")] = Field(default=8000, ge=0, le=65535)
-    """Port to bind."""
+    """Port to bind (0: a free one, announced at start). Taken before any engine starts."""
     config: Annotated[Path | None, Flag(metavar="FILE")] = None
     """YAML or TOML file with any setting (snake_case keys) and a 'models' list (name,
     engines, engine_api_key, prompts, default_scaffold, aliases)."""

@@ -32,7 +32,6 @@ import httpx
 import psutil
 import pytest
 
-from scaffolds.engines.vllm_server import free_port
 from scaffolds.processes.children import popen_owned, stop_group
 from testing.vllm import vllm_python_or_skip
 from tests.server.conftest import parse_sse, wait_until
@@ -115,30 +114,34 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served(clone: tuple[Path, dict[str, str]]) -> Iterator[Served]:
-    """``make serve`` in the clone, as pasted (on a free port), until its models list."""
+    """``make serve`` in the clone, as pasted (on the free port it announces), until its
+    models list."""
     target, env = clone
     [first, *_] = _first_screens()
     assert [line.split("#")[0].strip() for line in first.strip().splitlines()] == [
         "make serve", "make test"
     ]  # fmt: skip
-    port = free_port()
     log_path = target / "serve.log"
     log = log_path.open("w")
     proc = popen_owned(
-        ["make", "serve", f"PORT={port}"], cwd=target, env=env, stdout=log,
-        stderr=subprocess.STDOUT,
+        ["make", "serve", "PORT=0"], cwd=target, env=env, stdout=log, stderr=subprocess.STDOUT
     )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
+    urls: list[str] = []
 
     def listed() -> bool:
+        if not urls:
+            bound = re.search(r"ponder serve: (http://\S+)/v1 is bound", log_path.read_text())
+            if bound is None:
+                return proc.poll() is not None
+            urls.append(bound.group(1))
         try:
-            return httpx.get(f"{url}/v1/models", timeout=5).status_code == 200
+            return httpx.get(f"{urls[0]}/v1/models", timeout=5).status_code == 200
         except httpx.HTTPError:
             return proc.poll() is not None
 
     try:
         assert wait_until(listed, within=900) and proc.poll() is None, log_path.read_text()
-        yield Served(url, target, proc, log_path)
+        yield Served(urls[0], target, proc, log_path)
     finally:
         stop_group(proc)
         log.close()

@@ -17,6 +17,7 @@ import logging
 import math
 import os
 import signal
+import socket
 import tempfile
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -35,6 +36,7 @@ from server.http.collector import tune_collector
 from server.http.errors import install_error_handlers
 from server.http.fast_path import CompletionRoutes
 from server.http.limits import BodySizeLimit, raise_open_file_limit
+from server.http.listener import bind_listener, listener_url
 from server.http.logs import RequestContext, configure_logging
 from server.http.metrics import MULTIPROC_ENV, Metrics
 from server.http.openapi import install_openapi
@@ -94,8 +96,11 @@ def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = Non
     return app
 
 
-def serve(settings: Settings) -> None:
+def serve(settings: Settings, sock: socket.socket | None = None) -> None:
     """Run the app under uvicorn until SIGINT/SIGTERM, in ``settings.workers`` processes.
+
+    ``sock`` is the listening socket when the caller bound it already
+    (:func:`~server.http.listener.bind_listener`); else it is bound here.
 
     On SIGTERM uvicorn stops accepting connections, lets in-flight requests finish for
     ``graceful_timeout_s``, then cancels them (which cancels their runs and engine calls).
@@ -114,13 +119,19 @@ def serve(settings: Settings) -> None:
     }
     if importlib.util.find_spec("httptools") is not None:
         options["http"] = ONE_WRITE  # a response's head and body in one socket write
+    if sock is None:
+        sock = bind_listener(settings.host, settings.port)
     if settings.workers > 1:
-        serve_workers(settings, options)
+        serve_workers(settings, options, sock)
         return
     app = create_app(settings)  # fails (naming the bad setting) before logging is touched
     configure_logging(settings.log_level, json_logs=settings.log_json)
     tune_collector()  # start-up objects frozen, young collections spaced out
-    uvicorn.Server(uvicorn.Config(app, **options)).run()
+    log.info("serving at %s/v1", listener_url(sock))
+    try:
+        uvicorn.Server(uvicorn.Config(app, **options)).run(sockets=[sock])
+    finally:
+        sock.close()
 
 
 @dataclass(frozen=True)
@@ -149,7 +160,7 @@ class WorkerApp:
         return app
 
 
-def serve_workers(settings: Settings, options: dict[str, Any]) -> None:
+def serve_workers(settings: Settings, options: dict[str, Any], sock: socket.socket) -> None:
     """``settings.workers`` uvicorn workers on one listening socket, with Prometheus in
     multiprocess mode: each worker writes its metrics to files in ``PROMETHEUS_MULTIPROC_DIR``
     (a temporary folder unless set), and any worker's ``/metrics`` sums them all."""
@@ -166,8 +177,7 @@ def serve_workers(settings: Settings, options: dict[str, Any]) -> None:
         configure_logging(settings.log_level, json_logs=settings.log_json)
         factory = WorkerApp(settings, parent=os.getpid())
         config = uvicorn.Config(factory, factory=True, workers=settings.workers, **options)
-        sock = config.bind_socket()
-        log.info("starting %d workers on %s:%d", settings.workers, settings.host, settings.port)
+        log.info("starting %d workers, serving at %s/v1", settings.workers, listener_url(sock))
         try:
             Multiprocess(config, sockets=[sock]).run()
         finally:

@@ -196,7 +196,7 @@ def test_sigterm_while_vllm_starts_stops_vllm_too() -> None:
 def test_serve_refuses_a_vllm_embedded_engine_without_its_venv(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         app,
-        ["serve", "--embedded-engine", "vllm"],
+        ["serve", "--embedded-engine", "vllm", "--port", "0"],
         env={"PONDER_VLLM_PYTHON": str(tmp_path / "no-python")},
     )
     assert result.exit_code == 1
@@ -288,7 +288,7 @@ def test_sigterm_cancels_runs_past_the_grace_period(fake: FakeEngineHandle) -> N
 
 
 def test_serve_with_the_embedded_engine_off_needs_an_engine() -> None:
-    result = CliRunner().invoke(app, ["serve", "--embedded-engine", "off"])
+    result = CliRunner().invoke(app, ["serve", "--embedded-engine", "off", "--port", "0"])
     assert result.exit_code == 1
     assert "no engine configured" in result.output and "embedded engine is off" in result.output
 
@@ -298,3 +298,42 @@ def test_flat_dialect_reaches_the_served_model() -> None:
 
     settings = Settings(model="m", engines=("http://e:1/v1",), dialect="sglang")
     assert settings.served_models()[0].dialect == "sglang"
+
+
+def test_a_taken_port_fails_at_once_before_any_engine_starts() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # No engine: the embedded default would load models for minutes if it got that far.
+        result = CliRunner().invoke(app, ["serve", "--host", "127.0.0.1", "--port", str(port)])
+    assert result.exit_code == 2, result.output
+    assert f"port: 127.0.0.1:{port} is in use" in result.output
+    assert "serves" not in result.output and "in process" not in result.output
+
+
+def test_port_0_serves_on_the_free_port_it_announces(fake: FakeEngineHandle) -> None:
+    proc = popen_owned(
+        [sys.executable, "-m", "clients.cli", "serve", "--engine", fake.base_url,
+         "--model", "fake-model", "--port", "0", "--engine-max-retries", "0"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        announced = None
+        while announced is None and (line := proc.stderr.readline()):
+            announced = re.search(r"ponder serve: (http://127\.0\.0\.1:(\d+))/v1 is bound", line)
+        assert announced, "no bound port announced"
+        url, port = announced.group(1), int(announced.group(2))
+        assert port > 0
+
+        def listed() -> bool:
+            try:
+                return httpx.get(f"{url}/v1/models", timeout=5).status_code == 200
+            except httpx.HTTPError:
+                return proc.poll() is not None
+
+        assert wait_until(listed, within=300) and proc.poll() is None
+        assert [m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]] == ["fake-model"]
+    finally:
+        stop_group(proc)

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from clients.cli import app
 from server.cli import setting_options
+from server.http import listener
 from server.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,9 +20,11 @@ URL = "http://engine:8000/v1"
 
 @pytest.fixture
 def served(monkeypatch: pytest.MonkeyPatch) -> list[Settings]:
-    """What ``ponder serve`` would serve, instead of serving it."""
+    """What ``ponder serve`` would serve, instead of serving it (on a port of its own)."""
     seen: list[Settings] = []
-    monkeypatch.setattr("server.http.app.serve", seen.append)
+    bind = listener.bind_listener
+    monkeypatch.setattr(listener, "bind_listener", lambda host, port: bind("127.0.0.1", 0))
+    monkeypatch.setattr("server.http.app.serve", lambda settings, sock: seen.append(settings))
     return seen
 
 

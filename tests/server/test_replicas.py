@@ -609,7 +609,7 @@ async def test_vllm_replica_killed_mid_run_loses_no_request() -> None:
                 body = {
                     "model": "tiny+gsr2",
                     "messages": [{"role": "user", "content": f"Problem {i}: what is {i}+{i}?"}],
-                    "max_tokens": 200,
+                    "max_tokens": 800,  # long enough for b to be mid-call when it dies
                     "ignore_eos": True,
                 }
                 return await client.post("/v1/chat/completions", json=body)
