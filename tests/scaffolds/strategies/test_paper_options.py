@@ -131,6 +131,20 @@ async def test_rc_without_a_reasoning_cap_leaves_each_chunk_to_the_context() -> 
     assert [r.params.max_tokens for r in engine.requests] == [100, 16, 100]
 
 
+async def test_a_requests_max_tokens_leaves_a_steps_own_limit_alone() -> None:
+    # An eval harness's max_tokens=5 limits the calls no step limits; rc's own do not shrink.
+    engine = MockEngine(lambda r: "x \\boxed{1}")
+    strategy = RC(steps=2, reasoning_tokens=64, summary_tokens=16)
+    await run_scaffold(strategy, PROBLEM, engine, params=SamplingParams(max_tokens=5))
+    assert [r.params.max_tokens for r in engine.requests] == [64, 16, 64]
+    await run_scaffold(
+        strategy, PROBLEM, engine, params=SamplingParams(max_tokens=5), budget=Budget(max_tokens=20)
+    )
+    # The run's budget does cap them: 20 in all (less what it keeps for a forced answer).
+    capped = [r.params.max_tokens or 0 for r in engine.requests[3:]]
+    assert all(0 < c <= 20 for c in capped), capped
+
+
 @pytest.mark.parametrize(("setting", "off_requests"), [("off", 1), ("same", 0)])
 async def test_rc_summarizer_thinking(setting: str, off_requests: int) -> None:
     model = ThinkingModel(lambda r: "I added and got \\boxed{42}.", think=5)
