@@ -57,6 +57,8 @@ class Sample:
     finish: str
     tool_call: dict[str, Any] | None = None
     """The sample's one tool call (OpenAI's shape); its arguments are its "tool" pieces."""
+    matched_stop: str | None = None
+    """The stop string that ended the sample; None when it ended at end of sequence or length."""
 
 
 @dataclass
@@ -147,16 +149,17 @@ def make_plan(
     samples = []
     for text in texts:
         finish = "stop"
-        cuts = [text.find(s) for s in stops if s and s in text]
-        text = text[: min(cuts)] if cuts else text
+        cuts = sorted((text.find(s), s) for s in stops if s and s in text)
+        matched = cuts[0][1] if cuts else None
+        text = text[: cuts[0][0]] if cuts else text
         pieces = [("reasoning", p) for p in split_tokens(config.reasoning or "")] if chat else []
         if pieces and config.dialect == "sglang" and body.get("separate_reasoning") is False:
             inline = f"<think>{config.reasoning}</think>"  # SGLang leaves it in the text
             pieces, text = [], inline + text
         pieces += [("content", p) for p in split_tokens(text)]
         if limit is not None and len(pieces) > limit:
-            pieces, finish = pieces[:limit], "length"
-        samples.append(Sample(pieces, finish))
+            pieces, finish, matched = pieces[:limit], "length", None
+        samples.append(Sample(pieces, finish, matched_stop=matched))
     called = config.tool_call(body) if chat and config.tool_call is not None else None
     if called is not None:
         arguments = str(called.get("arguments", "{}"))
@@ -184,6 +187,25 @@ def make_plan(
     )
 
 
+EOS_TOKEN_ID = 2
+"""What SGLang's ``matched_stop`` says for a sample that ended at end of sequence."""
+
+
+def stop_fields(sample: Sample, dialect: str) -> dict[str, Any]:
+    """How the engine says what stopped a sample: vLLM's ``stop_reason`` (the stop string,
+    else null), SGLang's ``matched_stop`` (the stop string, the EOS token id, else null).
+
+    >>> stop_fields(Sample([], "stop", matched_stop="\\n\\n"), "vllm")
+    {'stop_reason': '\\n\\n'}
+    >>> stop_fields(Sample([], "stop"), "sglang"), stop_fields(Sample([], "length"), "sglang")
+    ({'matched_stop': 2}, {'matched_stop': None})
+    """
+    if dialect == "sglang":
+        at_eos = sample.finish == "stop" and sample.matched_stop is None
+        return {"matched_stop": EOS_TOKEN_ID if at_eos else sample.matched_stop}
+    return {"stop_reason": sample.matched_stop}
+
+
 def full_body(plan: Plan, config: FakeEngineConfig) -> dict[str, Any]:
     choices = []
     for i, sample in enumerate(plan.samples):
@@ -193,6 +215,7 @@ def full_body(plan: Plan, config: FakeEngineConfig) -> dict[str, Any]:
         wanted = plan.logprobs_wanted() and config.logprobs
         logprobs = plan.logprobs(pieces) if wanted else None
         choice: dict[str, Any] = {"index": i, "finish_reason": sample.finish, "logprobs": logprobs}
+        choice |= stop_fields(sample, plan.dialect)
         if plan.chat:
             message: dict[str, Any] = {"role": "assistant", "content": content}
             if sample.tool_call is not None:
@@ -331,7 +354,10 @@ async def stream_body(
                     return
         empty: dict[str, Any] = {"delta": {}} if plan.chat else {"text": ""}
         yield chunk(
-            [{"index": i, **empty, "finish_reason": s.finish} for i, s in enumerate(plan.samples)]
+            [
+                {"index": i, **empty, "finish_reason": s.finish, **stop_fields(s, plan.dialect)}
+                for i, s in enumerate(plan.samples)
+            ]
         )
         if (plan.body.get("stream_options") or {}).get("include_usage"):
             state.reported_usage.append(plan.usage())

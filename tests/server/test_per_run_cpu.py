@@ -30,14 +30,14 @@ def test_serve_freezes_start_up_and_spaces_young_collections_before_it_serves(
 ) -> None:
     seen: dict[str, Any] = {}
 
-    def run(server: uvicorn.Server, *args: Any) -> None:  # instead of serving
+    def run(server: uvicorn.Server, *args: Any, **kwargs: Any) -> None:  # instead of serving
         seen["threshold"], seen["frozen"] = gc.get_threshold(), gc.get_freeze_count()
 
     saved = gc.get_threshold()
     monkeypatch.setattr(uvicorn.Server, "run", run)
     monkeypatch.setattr(app_module, "configure_logging", lambda *a, **k: None)  # the suite's
     try:
-        app_module.serve(Settings(model="m", engines=(UNUSED,), port=1))
+        app_module.serve(Settings(model="m", engines=(UNUSED,), port=0))
     finally:
         gc.unfreeze()
         gc.set_threshold(*saved)

@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
+from scaffolds.engines.openai_http import OpenAIEngine
 from scaffolds.engines.openai_parse import Choice, ResponseParser
-from scaffolds.engines.protocol import Completion
+from scaffolds.engines.protocol import Completion, GenerateRequest, GenerateResult, SamplingParams
+from testing.fake_engine import FakeEngineConfig, running_fake_engine
 
 
 def parsed(choices: list[dict[str, Any]], part_key: str | None = None) -> list[Completion]:
@@ -71,3 +73,28 @@ def test_a_stream_reads_the_stop_from_the_chunk_that_finishes() -> None:
     assert (answer.text, answer.stop_matched, answer.ended_at_eos) == ("12 * 4 = 48", False, True)
     assert (thought.text, thought.stop_matched) == ("Let me think", True)
     assert not thought.ended_at_eos
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "sglang"])
+@pytest.mark.parametrize("stream", [False, True])
+async def test_over_http_each_dialects_word_reaches_the_completion(
+    dialect: str, stream: bool
+) -> None:
+    """The fake engine answers as each server does: one sample runs into the separator,
+    one ends on its own, one is cut by ``max_tokens``."""
+    texts = ["Hmm.\n\nThen 48.", "48", "one two three four five six seven eight nine ten"]
+    config = FakeEngineConfig(model="m", dialect=dialect, respond=lambda body: texts)  # type: ignore[arg-type]
+    request = GenerateRequest(
+        "12 * 4 =", SamplingParams(n=3, temperature=0.7, max_tokens=4, stop=("\n\n",))
+    )
+    with running_fake_engine(config) as fake:
+        async with OpenAIEngine(fake.base_url, "m", dialect=dialect) as engine:  # type: ignore[arg-type]
+            if stream:
+                *_, result = [item async for item in engine.stream(request)]
+                assert isinstance(result, GenerateResult)
+            else:
+                result = await engine.generate(request)
+    separator, eos, cut = result.completions
+    assert (separator.finish_reason, separator.stop_matched) == ("stop", True)
+    assert (eos.finish_reason, eos.stop_matched, eos.ended_at_eos) == ("stop", False, True)
+    assert (cut.finish_reason, cut.ended_at_eos) == ("length", False)
