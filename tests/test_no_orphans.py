@@ -1,14 +1,16 @@
 """Every process the project starts is owned: stopped as a group, dead with its parent.
 
 Real processes throughout: a child that starts a grandchild, ``ponder serve`` and
-``ponder eval`` SIGKILLed while their math-verify pools are alive, and a nested pytest
-session whose test leaves a process behind (the session guard must fail it).
+``ponder eval`` SIGKILLed while their math-verify pools are alive, a pool started by PID 1
+(as in a container: its workers must stay), and a nested pytest session whose test leaves
+a process behind (the session guard must fail it).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -111,6 +113,53 @@ def test_a_guarded_child_that_ignores_sigterm_still_dies_with_its_owner(guarded:
         for pid in (child, grandchild):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("named", ["the parent", "another process"])
+def test_a_pool_worker_stays_only_while_the_parent_it_was_given_is_its_parent(named: str) -> None:
+    # A worker whose parent died before its initializer ran has been re-parented: it leaves.
+    parent = "os.getppid()" if named == "the parent" else "os.getpid()"
+    code = (
+        f"import os; from scaffolds.processes.children import watch_parent; watch_parent({parent})"
+    )
+    run = subprocess.run([sys.executable, "-c", f"{code}; print('stayed')"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    expected = (0, "stayed") if named == "the parent" else (1, "")
+    assert (run.returncode, run.stdout.strip()) == expected, run.stderr
+
+
+PID_1_POOL = textwrap.dedent(
+    """
+    import asyncio, os
+    from scaffolds.evaluation.answer_pool import AnswerChecker
+
+    async def main():
+        async with AnswerChecker(max_workers=2) as checker:
+            state = await checker.warm_up()
+            winner = await checker.vote(["7", "\\\\frac{1}{2}", "0.5"])
+            print(os.getpid(), state, winner, flush=True)
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_a_pool_started_by_pid_1_warms_and_votes_by_equivalence() -> None:
+    # As in a container without an init, where `ponder serve` is PID 1: its pool's workers
+    # see PID 1 as their parent, and must not take it for the init that adopts orphans.
+    # With the pool up, 1/2 and 0.5 outvote 7 (comparing strings, 7 would win the tie).
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("no unshare here to start a process as PID 1")
+    as_root = [] if os.geteuid() == 0 else ["--map-root-user"]
+    run = subprocess.run(
+        [unshare, *as_root, "--pid", "--kill-child", sys.executable, "-c", PID_1_POOL],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    if run.returncode != 0 and run.stderr.startswith("unshare:"):
+        pytest.skip(f"cannot start a process as PID 1 here: {run.stderr.strip()}")
+    assert run.stdout.split() == ["1", "warm", "1"], run.stderr
 
 
 def _pool_of(pid: int) -> list[int]:

@@ -39,10 +39,11 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def _start_worker(pids: SimpleQueue[int]) -> None:
-    """A pool worker's initializer: report this worker's pid, then watch the parent."""
+def _start_worker(pids: SimpleQueue[int], parent: int) -> None:
+    """A pool worker's initializer: report this worker's pid, then watch ``parent``, the
+    process that started the pool."""
     pids.put(os.getpid())
-    watch_parent()
+    watch_parent(parent)
 
 
 def _warm_up() -> int:
@@ -62,7 +63,7 @@ class _Pool:
             max_workers=max_workers,
             mp_context=context,
             initializer=_start_worker,
-            initargs=(self.pids,),
+            initargs=(self.pids, os.getpid()),
         )
         self.warm: list[Future[int]] = [self.executor.submit(_warm_up) for _ in range(max_workers)]
 

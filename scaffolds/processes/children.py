@@ -136,17 +136,21 @@ def _exit_when_orphaned(parent: int, interval_s: float) -> None:
     os._exit(1)
 
 
-def watch_parent(interval_s: float = 0.5) -> None:
-    """A pool worker's initializer: exit within ``interval_s`` of the process that
-    started it being gone, however it went (SIGKILL included); Ctrl-C is left to the
-    parent.
+def watch_parent(parent: int, interval_s: float = 0.5) -> None:
+    """A pool worker's initializer: exit within ``interval_s`` of ``parent`` (the pid of
+    the process that started the pool, passed in by it) being gone, however it went
+    (SIGKILL included); Ctrl-C is left to the parent.
+
+    The caller names the parent: a parent that is PID 1 does not mean the worker was
+    orphaned, since in a container without an init the server that starts the pool is
+    PID 1. An orphan's new parent (init, or the nearest subreaper) differs from
+    ``parent`` either way.
 
     A thread watching the parent's pid rather than a death signal: the signal follows
     the parent *thread* that started the worker, and a pool may be grown from a thread
     that ends long before the process does.
     """
-    parent = os.getppid()
-    if parent == 1:
+    if os.getppid() != parent:  # gone before this worker got here
         os._exit(1)
     # Ctrl-C at a terminal reaches the whole process group: the parent decides when its
     # pool stops, so a worker must not die mid-task of its own accord.

@@ -67,6 +67,12 @@ PONDER_SERVICE = "ponder-cpu"
 # The image's HEALTHCHECK every 2 s instead of 15 s (same command, timeout and retries),
 # so `healthy` comes soon.
 HEALTH_INTERVAL = ("--health-interval", "2s")
+# What compose.yaml runs Ponder with: a read-only root, /tmp the only place to write, no
+# capabilities, no privileges to gain (and, as there, no init: `ponder serve` is PID 1).
+COMPOSE_LIMITS = (
+    "--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL",
+    "--security-opt", "no-new-privileges:true",
+)  # fmt: skip
 
 
 def unavailable(message: str) -> None:
@@ -184,6 +190,19 @@ def answers_four(body: dict[str, Any]) -> list[str]:
     return ["2 and 2 make \\boxed{4}"] * int(body.get("n") or 1)
 
 
+HALVES = ("It is \\boxed{7}", "It is \\boxed{\\frac{1}{2}}", "It is \\boxed{0.5}")
+"""Three samples: 1/2 twice (written two ways) over 7 once. A vote that compares answers
+with math-verify picks the second; one that compares strings ties them, and picks the first."""
+
+
+def answers_four_or_halves(body: dict[str, Any]) -> list[str]:
+    """``answers_four``, or :data:`HALVES` (in turn) to a question about a half."""
+    n = int(body.get("n") or 1)
+    if "Half of 1?" in json.dumps(body):
+        return [HALVES[i % len(HALVES)] for i in range(n)]
+    return answers_four(body)
+
+
 def test_the_build_needs_no_registry_and_keeps_no_secret(
     docker: Docker, base_image: str, image: Build, secret: Path, record_property: Any
 ) -> None:
@@ -206,14 +225,13 @@ def test_the_build_needs_no_registry_and_keeps_no_secret(
 def test_container_serves_a_fake_engine(docker: Docker, image: Build) -> None:
     port = free_port()
     with (
-        running_fake_engine(FakeEngineConfig(respond=answers_four)) as engine,
+        running_fake_engine(FakeEngineConfig(respond=answers_four_or_halves)) as engine,
         running_container(
             docker,
             image.tag,
             env=ponder_env(engine.base_url, engine.config.model, port),
             port=port,
-            # What compose runs it with: a read-only root, /tmp the only place to write.
-            args=["--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL", *HEALTH_INTERVAL],
+            args=[*COMPOSE_LIMITS, *HEALTH_INTERVAL],
         ) as container,
     ):
         deadline = time.monotonic() + 120  # ready once the engine answers and the pool is warm
@@ -221,6 +239,10 @@ def test_container_serves_a_fake_engine(docker: Docker, image: Build) -> None:
             detail = f"{ready.text}\n{container_log(docker, container)}"
             assert time.monotonic() < deadline, detail
             time.sleep(0.2)
+        # The server is PID 1 here: its math-verify pool must warm all the same.
+        assert ready.json()["answer_pool"] == "warm", (
+            f"{ready.text}\n{container_log(docker, container)}"
+        )
         question = {"model": engine.config.model, "messages": [{"role": "user", "content": "2+2?"}]}
         refused = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=question)
         assert refused.status_code == 401
@@ -228,6 +250,11 @@ def test_container_serves_a_fake_engine(docker: Docker, image: Build) -> None:
         assert reply.status_code == 200, f"{reply.text}\n{container_log(docker, container)}"
         assert "4" in reply.json()["choices"][0]["message"]["content"]
         assert reply.json()["usage"]["engine_calls"] >= 2, "gsr(n=2) made one call"
+        # An equivalence vote: 1/2 twice over 7 once, which comparing strings would not see.
+        halves = {**question, "messages": [{"role": "user", "content": "Half of 1?"}]}
+        vote = chat(port, {**halves, "scaffold": "majority(k=3)"})
+        assert vote.status_code == 200, f"{vote.text}\n{container_log(docker, container)}"
+        assert vote.json()["choices"][0]["message"]["content"] == HALVES[1]
 
         ids = docker.run(
             "exec", container, "python", "-c", "import os; print(os.getuid(), os.getgid())"
