@@ -21,7 +21,7 @@ from testing.ponder import running_ponder
 from tests.server.conftest import STORE_IN_MEMORY, wait_until
 
 MODEL = "fake-model"
-DEADLINE_S = 1.0
+DEADLINE_S = 2.0
 """The server's cap in the deadline tests: the engine holds every call far past it."""
 
 
