@@ -96,14 +96,24 @@ def test_the_deadline_ends_an_engine_call_as_it_ends_a_run(
     assert [r.path for r in list(fake.state.requests)[calls:]] == ["/v1/responses"]
     # The engine call was cancelled at the deadline, not left to the engine's read timeout.
     assert wait_until(lambda: fake.state.cancelled == cancelled + 1, within=60)
-    # The same request run as a scaffold run (a budget makes it one) ends the same way.
-    budget = {"timeout_s": DEADLINE_S}
+    # The same request run as a scaffold run (a budget of calls makes it one) ends the same.
+    budget = {"timeout_s": DEADLINE_S, "max_calls": 1}
     run = outcome(capped, {"model": MODEL, "input": "hi", "stream": stream, "budget": budget})
     assert fake.state.requests[-1].path == "/v1/chat/completions"
     if stream:
         assert direct == run == (200, "response.failed", "failed", "deadline_exceeded")
     else:
         assert direct == run == (504, "error", "timeout_error", "deadline_exceeded")
+
+
+def test_a_requests_own_timeout_bounds_the_engine_call(
+    replicated: str, fakes: tuple[FakeEngineHandle, ...], held: None
+) -> None:
+    seen = [len(f.state.requests) for f in fakes]
+    body = {"model": MODEL, "input": "hi", "budget": {"timeout_s": DEADLINE_S}}
+    assert outcome(replicated, body) == (504, "error", "timeout_error", "deadline_exceeded")
+    sent = [r.path for f, n in zip(fakes, seen, strict=True) for r in list(f.state.requests)[n:]]
+    assert sent == ["/v1/responses"]  # the engine's own API, not a run on chat completions
 
 
 def test_engine_calls_are_counted_as_runs(replicated: str) -> None:
