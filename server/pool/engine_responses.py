@@ -1,7 +1,8 @@
 """A served model's engine's own ``/v1/responses``, through the same layers as its other
 calls: the replica choice, failover and breakers of
 :class:`~server.pool.replica_engine.ReplicaEngine`, and the metering of
-:class:`~server.pool.metered.MeteredEngine` (calls, latency, tokens).
+:class:`~server.pool.metered.MeteredEngine` (its sequence gate; calls, latency, tokens). A
+stream holds its replica lease and its sequence until its last event, as a chat stream does.
 
 :class:`EngineResponses` also remembers whether the engine has the API: with the model's
 ``responses_api`` ``"auto"``, the first call answered 404 or 405 marks it absent (every
@@ -21,12 +22,11 @@ True
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncGenerator
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import Any, cast
 
 from scaffolds.core.errors import EngineRejectedError
+from scaffolds.engines.openai_http import OpenAIEngine
 from scaffolds.engines.openai_responses import (
     TERMINAL_EVENTS,
     create_response,
@@ -101,62 +101,49 @@ class EngineResponses:
 
     async def create(self, body: dict[str, Any]) -> dict[str, Any]:
         """One response from the engine."""
-        started = time.perf_counter()
-        try:
-            result: dict[str, Any] = await self._routed(lambda leaf: create_response(leaf, body))
-        except BaseException as exc:
-            self._record(started, exc, None)
-            raise
-        self._record(started, None, result)
-        return result
 
-    async def stream(self, body: dict[str, Any]) -> AsyncGenerator[dict[str, Any], None]:
+        async def call() -> dict[str, Any]:
+            inner = _inner(self.engine)
+            if isinstance(inner, ReplicaEngine):
+                return await inner._routed(_ANY, lambda leaf: create_response(_http(leaf), body))
+            return await create_response(_http(inner), body)
+
+        if isinstance(self.engine, MeteredEngine):
+            return await self.engine.metered(call, 1, _result)
+        return await call()
+
+    def stream(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """The engine's events. The replica is chosen (and failed over) until the first
-        event arrives; a stream that has begun is never restarted."""
-        started = time.perf_counter()
-        final: dict[str, Any] | None = None
-        error: BaseException | None = asyncio.CancelledError()
-        events: AsyncGenerator[dict[str, Any], None] | None = None
-        try:
-            first, events = await self._routed(lambda leaf: _opened(stream_response(leaf, body)))
-            yield first
-            async for event in events:
-                if event.get("type") in TERMINAL_EVENTS:
-                    final = event.get("response")
-                yield event
-            error = None
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            if events is not None:
-                await events.aclose()
-            self._record(started, error, final)
+        event arrives; a stream that has begun is never restarted. Its replica lease and
+        its sequence in the gate are held until its last event, an error or the caller
+        closing it (as a chat stream's are)."""
 
-    async def _routed(self, call: Any) -> Any:
-        inner = self.engine.inner if isinstance(self.engine, MeteredEngine) else self.engine
-        if isinstance(inner, ReplicaEngine):
-            return await inner._routed(_ANY, call)
-        return await call(inner)
+        def events() -> AsyncIterator[dict[str, Any]]:
+            inner = _inner(self.engine)
+            if isinstance(inner, ReplicaEngine):
+                return inner.routed_stream(_ANY, lambda leaf: stream_response(_http(leaf), body))
+            return stream_response(_http(inner), body)
 
-    def _record(
-        self, started: float, error: BaseException | None, body: dict[str, Any] | None
-    ) -> None:
-        if not isinstance(self.engine, MeteredEngine):
-            return
-        outcome = "ok" if error is None else "error"
-        if isinstance(error, asyncio.CancelledError):
-            outcome = "cancelled"
-        result = GenerateResult((), responses_usage(body)) if body is not None else None
-        self.engine._record(started, outcome, result)
+        if isinstance(self.engine, MeteredEngine):
+            return self.engine.metered_stream(events, 1, _terminal_result)
+        return events()
 
 
-async def _opened(
-    events: AsyncGenerator[dict[str, Any], None],
-) -> tuple[dict[str, Any], AsyncGenerator[dict[str, Any], None]]:
-    """The first event of ``events`` and the rest (closed here when the first fails)."""
-    try:
-        return await anext(events), events
-    except BaseException:
-        await events.aclose()
-        raise
+def _inner(engine: Engine) -> Any:
+    return engine.inner if isinstance(engine, MeteredEngine) else engine
+
+
+def _http(leaf: Engine) -> OpenAIEngine:
+    """A replica's engine, an HTTP one (:func:`engine_responses` built only over those)."""
+    return cast(OpenAIEngine, leaf)
+
+
+def _result(body: dict[str, Any]) -> GenerateResult:
+    return GenerateResult((), responses_usage(body))
+
+
+def _terminal_result(event: dict[str, Any]) -> GenerateResult | None:
+    """The usage of a stream's terminal event (None for any other event)."""
+    if event.get("type") not in TERMINAL_EVENTS:
+        return None
+    return _result(event.get("response") or {})

@@ -138,7 +138,7 @@ class MeteredEngine:
         inner = batch_engine(self.inner)
         if inner is None:
             return await gather(*(self.generate(r) for r in requests))
-        results = await self._metered(
+        results = await self.metered(
             lambda: inner.generate_batch(requests),
             sum(r.params.n for r in requests),
             lambda results: GenerateResult((), sum((r.usage for r in results), Usage())),
@@ -146,11 +146,11 @@ class MeteredEngine:
         return results
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
-        return await self._metered(
+        return await self.metered(
             lambda: self.inner.generate(request), request.params.n, lambda result: result
         )
 
-    async def _metered(
+    async def metered(
         self,
         call: Callable[[], Awaitable[R]],
         sequences: int,
@@ -172,16 +172,32 @@ class MeteredEngine:
         self._record(started, "ok", usage_of(result))
         return result
 
-    async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamItem]:
+    def stream(self, request: GenerateRequest) -> AsyncIterator[StreamItem]:
+        return self.metered_stream(
+            lambda: self.inner.stream(request),
+            request.params.n,
+            lambda item: item if isinstance(item, GenerateResult) else None,
+        )
+
+    async def metered_stream(
+        self,
+        open_stream: Callable[[], AsyncIterator[R]],
+        sequences: int,
+        result_of: Callable[[R], GenerateResult | None],
+    ) -> AsyncIterator[R]:
+        """The items of one streamed engine call, opened once its ``sequences`` fit the
+        gate and holding them until its last item, an error or the consumer closing it;
+        recorded as :meth:`metered` does, with the usage of the item ``result_of`` says
+        is its result (an error when none came)."""
         result: GenerateResult | None = None
         outcome = "cancelled"
-        async with self.gate.hold(request.params.n):
+        async with self.gate.hold(sequences):
             started = time.perf_counter()
-            iterator = self.inner.stream(request)
+            iterator = open_stream()
             try:
                 async for item in iterator:
-                    if isinstance(item, GenerateResult):
-                        result = item
+                    if (found := result_of(item)) is not None:
+                        result = found
                     yield item
                 outcome = "ok" if result is not None else "error"
             except asyncio.CancelledError:

@@ -231,13 +231,22 @@ class ReplicaEngine:
             lease.finish("ok")
             return result
 
-    async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamItem]:
+    def stream(self, request: GenerateRequest) -> AsyncIterator[StreamItem]:
+        return self.routed_stream(request, lambda engine: engine.stream(request))
+
+    async def routed_stream(
+        self, request: GenerateRequest, open_stream: Callable[[Engine], AsyncIterator[T]]
+    ) -> AsyncIterator[T]:
+        """The items of ``open_stream`` on the replica picked for ``request``, failing
+        over until the first item (as the module says). The call's lease, which the
+        least-busy choice and the breaker count, is held until the last item, an error,
+        or the consumer closing the stream."""
         tried: frozenset[int] = frozenset()
         while True:
             lease = self.pick(request, tried).lease()
             tried |= {lease.replica.index}
             produced = False
-            iterator = lease.replica.engine.stream(request)
+            iterator = open_stream(lease.replica.engine)
             try:
                 # The wait for the first item runs in a task the health poll may cancel;
                 # once anything came back the call stays where it is.
@@ -341,7 +350,7 @@ class ReplicaEngine:
 _END: Any = object()
 
 
-async def _first(iterator: AsyncIterator[StreamItem]) -> Any:
+async def _first(iterator: AsyncIterator[Any]) -> Any:
     """The first item of ``iterator``, or ``_END`` when it is empty."""
     try:
         return await anext(iterator)

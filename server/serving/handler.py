@@ -30,7 +30,7 @@ from scaffolds.core.problem import Problem
 from scaffolds.core.run import RunResult, run_scaffold
 from scaffolds.core.trace import TraceEvent, TraceRecorder
 from scaffolds.engines.coalesce import Coalescer
-from scaffolds.engines.protocol import Engine, batch_engine
+from scaffolds.engines.protocol import Engine, Usage, batch_engine
 from scaffolds.evaluation.answer_pool import AnswerChecker
 from scaffolds.spec.build import SpecLimits
 from scaffolds.spec.registry import Registry
@@ -239,7 +239,13 @@ class Serving:
         """The engine call that answers ``plan`` in ``wire``'s API without a run, opened
         (None: the plan is run)."""
         call = wire.direct(plan) if wire is not None else None
-        if call is None or not await self._until_disconnect(receive, call.open()):
+        if call is None:
+            return None
+
+        def finished(usage: Usage) -> None:  # counted as its run would be
+            self._record_run(plan, usage, None)
+
+        if not await self._until_disconnect(receive, call.open(finished)):
             return None
         return call
 
@@ -307,18 +313,17 @@ class Serving:
             )
         finally:
             recorder.close()
-        model, scaffold = plan.served.config.name, plan.scaffold
-        if result.cut_reason:
-            self.metrics.budget_cutoffs.labels(
-                model=model, scaffold=scaffold, reason=result.cut_reason
-            ).inc()
-        tokens = self.metrics.run_tokens
-        tokens.labels(model=model, scaffold=scaffold, kind="prompt").inc(result.usage.prompt_tokens)
-        tokens.labels(model=model, scaffold=scaffold, kind="completion").inc(
-            result.usage.completion_tokens
-        )
-        self.metrics.run_engine_calls.labels(model=model, scaffold=scaffold).inc(result.usage.calls)
+        self._record_run(plan, result.usage, result.cut_reason)
         return result
+
+    def _record_run(self, plan: RunPlan, usage: Usage, cut_reason: str | None) -> None:
+        """The metrics of a finished run (or engine call that answered without one)."""
+        m, labels = self.metrics, {"model": plan.served.config.name, "scaffold": plan.scaffold}
+        if cut_reason:
+            m.budget_cutoffs.labels(**labels, reason=cut_reason).inc()
+        m.run_tokens.labels(**labels, kind="prompt").inc(usage.prompt_tokens)
+        m.run_tokens.labels(**labels, kind="completion").inc(usage.completion_tokens)
+        m.run_engine_calls.labels(**labels).inc(usage.calls)
 
     async def _sse(self, plan: RunPlan, observe: Callable[[int], None]) -> AsyncIterator[bytes]:
         """The SSE body: role chunks, reasoning/content deltas, finish, usage, [DONE].

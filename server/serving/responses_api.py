@@ -343,12 +343,15 @@ class ResponsesFormat:
 
     def direct(self, plan: RunPlan) -> EngineResponse | None:
         """The engine's own ``/v1/responses`` for a strategy that passes through, when the
-        model's engine has one and nothing asks for a run's own output (its trace or a
-        ``budget``)."""
-        calls, req = plan.served.responses, self.req
+        model's engine has one and nothing asks for a run's own output (its trace, or a
+        ``budget`` of tokens or calls; a ``budget.timeout_s`` bounds the engine call as
+        it bounds a run)."""
+        calls, req, budget = plan.served.responses, self.req, self.req.budget
         if calls is None or not calls.usable or not plan.strategy.passes_through:
             return None
-        if req.budget is not None or req.return_trace or req.stream_trace:
+        if budget is not None and (budget.max_tokens is not None or budget.max_calls is not None):
+            return None
+        if req.return_trace or req.stream_trace:
             return None
         return EngineResponse(calls, self.store, req, self.history, plan, self.id)
 

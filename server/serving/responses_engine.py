@@ -22,18 +22,23 @@ scaffold in turn. The engine's output items (its ``reasoning``, ``message`` and
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from scaffolds.core import fastjson
+from scaffolds.core.errors import DeadlineExceededError
+from scaffolds.engines.protocol import Usage
 from scaffolds.spec.build import spec_string
 from server.http.responses_protocol import ResponsesRequest, input_messages
-from server.pool.engine_responses import EngineResponses
+from server.pool.engine_responses import EngineResponses, responses_usage
 from server.serving.planning import RunPlan
 from server.serving.response_store import ResponseStore, StoredResponse
 
 __all__ = ["EngineResponse", "history_items", "output_messages"]
+
+T = TypeVar("T")
 
 PONDER_FIELDS = frozenset(
     {"model", "previous_response_id", "store", "stream", "input", "scaffold", "budget",
@@ -98,8 +103,11 @@ class EngineResponse:
         self.request_body = self._engine_body(plan)
         self.ponder = {"scaffold": spec_string(plan.strategy), "cut_reason": None,
                        "engine_api": "responses"}  # fmt: skip
+        self.timeout_s = plan.budget.timeout_s
+        self._finished: Callable[[Usage], None] | None = None
+        self._deadline: float | None = None
         self._result: dict[str, Any] = {}
-        self._events: AsyncGenerator[dict[str, Any], None] | None = None
+        self._events: AsyncIterator[dict[str, Any]] | None = None
         self._first: dict[str, Any] = {}
 
     def _engine_body(self, plan: RunPlan) -> dict[str, Any]:
@@ -119,22 +127,44 @@ class EngineResponse:
             body["max_output_tokens"] = min(body.get("max_output_tokens", cap), cap)
         return body
 
-    async def open(self) -> bool:
+    async def open(self, finished: Callable[[Usage], None] | None = None) -> bool:
         """Make the engine call (a stream: up to its first event); False when the engine
-        has no ``/v1/responses`` (remembered in auto), so the request is run instead."""
+        has no ``/v1/responses`` (remembered in auto), so the request is run instead.
+        ``finished`` gets the usage of the engine's response once it is complete or
+        incomplete (before it is returned or its terminal event sent).
+
+        The run's deadline (the plan's ``budget.timeout_s``, the server's
+        ``--max-budget-timeout`` at most) starts now and bounds the whole call, its
+        stream to the last event too: past it the call is cancelled and
+        :class:`DeadlineExceededError` raised (a 504, or a stream's failed event), as a
+        run of ``single`` ends when its deadline passes before its answer."""
+        self._finished = finished
+        if self.timeout_s is not None:
+            self._deadline = asyncio.get_running_loop().time() + self.timeout_s
         try:
             if self.req.stream:
                 self._events = self.calls.stream(self.request_body)
-                self._first = await anext(self._events)
+                self._first = await self._in_time(anext(self._events))
             else:
-                self._result = await self.calls.create(self.request_body)
+                self._result = await self._in_time(self.calls.create(self.request_body))
         except Exception as exc:
             if self._events is not None:
-                await self._events.aclose()
+                await _aclose(self._events)
             if self.calls.absent(exc):
                 return False
             raise
         return True
+
+    async def _in_time(self, work: Awaitable[T]) -> T:
+        """``work`` before the deadline (cancelled at it)."""
+        timeout = asyncio.timeout_at(self._deadline)
+        try:
+            async with timeout:
+                return await work
+        except TimeoutError:
+            if not timeout.expired():
+                raise
+            raise DeadlineExceededError("the deadline passed before any answer was ready") from None
 
     def _ours(self, response: dict[str, Any]) -> dict[str, Any]:
         req = self.req
@@ -147,7 +177,10 @@ class EngineResponse:
 
     async def _stored(self, response: dict[str, Any]) -> dict[str, Any]:
         body = self._ours(response)
-        if self.req.store and body.get("status") in ("completed", "incomplete"):
+        finished = body.get("status") in ("completed", "incomplete")
+        if finished and self._finished is not None:
+            self._finished(responses_usage(response))
+        if self.req.store and finished:
             conversation = self.history + input_messages(self.req.input)
             conversation += output_messages(body.get("output") or [])
             await self.store.put(StoredResponse(self.id, time.time(), body, conversation))
@@ -174,6 +207,12 @@ class EngineResponse:
                     event = event | {"response": body}
                 head = b"event: " + str(event.get("type")).encode()
                 yield head + b"\ndata: " + fastjson.dumps(event) + b"\n\n"
-                event = await anext(self._events, None)
+                event = await self._in_time(anext(self._events, None))
         finally:
-            await self._events.aclose()
+            await _aclose(self._events)
+
+
+async def _aclose(events: AsyncIterator[Any]) -> None:
+    close = getattr(events, "aclose", None)
+    if close is not None:
+        await close()

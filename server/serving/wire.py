@@ -9,11 +9,12 @@ batches in, its final result awaited at the end), and an error met once a stream
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 from scaffolds.core.run import RunResult
 from scaffolds.core.trace import TraceEvent, TraceRecorder
+from scaffolds.engines.protocol import Usage
 from server.http.errors import APIError
 from server.serving.planning import RunPlan
 
@@ -39,9 +40,11 @@ class DirectCall(Protocol):
     """A request an engine answers in the wire format's own API, with no scaffold run
     (``single`` on an engine's own ``/v1/responses``)."""
 
-    async def open(self) -> bool:
+    async def open(self, finished: Callable[[Usage], None]) -> bool:
         """Start the engine call; False when the engine lacks the API (the request is
-        then run as any other)."""
+        then run as any other). ``finished`` gets the call's usage once its answer is
+        complete (or incomplete), before the caller sees its end, as a run's metrics are
+        recorded when it finishes."""
         ...
 
     async def body(self) -> Any:

@@ -217,17 +217,18 @@ def create_app(config: FakeEngineConfig, state: FakeEngineState) -> FastAPI:
             return _error(failure.status, failure.message, config=config)
         plan = make_plan(chat_body(body), True, config, state)
         plan.body = body
+        if body.get("stream"):
+            events = response_events(plan, config, state)
+            return StreamingResponse(events, media_type="text/event-stream")
         state.enter()
         try:
             if not await _sleep_unless_gone(request, sum(plan.step_delays), config, state):
                 state.cancelled += 1
                 return Response(status_code=499)
         finally:
-            state.open_calls -= 1
+            state.leave()
         state.reported_usage.append(plan.usage())
         state.completed += 1
-        if body.get("stream"):
-            return StreamingResponse(response_events(plan), media_type="text/event-stream")
         return JSONResponse(response_object(plan))
 
     return app

@@ -306,7 +306,7 @@ async def stream_body(
         return sse({**head, "choices": choices, **extra})
 
     try:
-        await _while_held(config, state)  # a disconnect cancels this generator
+        await while_held(config, state)  # a disconnect cancels this generator
         if plan.chat:
             yield chunk(
                 [
@@ -369,7 +369,7 @@ async def stream_body(
         setattr(state, outcome, getattr(state, outcome) + 1)
 
 
-async def _while_held(config: FakeEngineConfig, state: FakeEngineState) -> None:
+async def while_held(config: FakeEngineConfig, state: FakeEngineState) -> None:
     """Return once ``config.hold`` is off (or the server stops)."""
     while True:
         if not config.hold or state.stopping:

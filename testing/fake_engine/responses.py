@@ -12,11 +12,13 @@ or a ``function_call``; usage in the Responses shape).
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
-from testing.fake_engine.generation import Plan
+from testing.fake_engine.config import FakeEngineConfig, FakeEngineState
+from testing.fake_engine.generation import Plan, while_held
 
 __all__ = ["chat_body", "response_events", "response_object"]
 
@@ -97,8 +99,13 @@ def response_object(plan: Plan, status: str | None = None, output: Any = None) -
     }  # fmt: skip
 
 
-def response_events(plan: Plan) -> Iterator[str]:
-    """The SSE of a plain message answer: created ... output_text.delta ... completed."""
+async def response_events(
+    plan: Plan, config: FakeEngineConfig, state: FakeEngineState
+) -> AsyncIterator[str]:
+    """The SSE of a plain message answer: created ... output_text.delta ... completed,
+    paced as vLLM sends them: ``response.created`` at once, then (after ``config.hold``)
+    each delta after its token's delay. Counted in ``state`` as an open call until it
+    ends (``completed``, or ``cancelled`` when the client leaves first)."""
     sequence = 0
 
     def event(data: dict[str, Any]) -> str:
@@ -107,25 +114,39 @@ def response_events(plan: Plan) -> Iterator[str]:
         sequence += 1
         return f"event: {data['type']}\ndata: {json.dumps(data)}\n\n"
 
-    started = response_object(plan, "in_progress", [])
-    yield event({"type": "response.created", "response": started})
-    yield event({"type": "response.in_progress", "response": started})
-    final = response_object(plan)
-    item = final["output"][-1]
-    base = {"output_index": 0, "item_id": item["id"]}
-    text = "".join(t for k, t in plan.samples[0].pieces if k == "content")
-    empty = {"type": "output_text", "text": "", "annotations": []}
-    yield event({"type": "response.output_item.added", "output_index": 0,
-                 "item": item | {"status": "in_progress", "content": []}})  # fmt: skip
-    yield event({"type": "response.content_part.added", **base, "content_index": 0, "part": empty})
-    for kind, piece in plan.samples[0].pieces:
-        if kind == "content":
-            yield event({"type": "response.output_text.delta", **base, "content_index": 0,
-                         "delta": piece, "logprobs": []})  # fmt: skip
-    yield event({"type": "response.output_text.done", **base, "content_index": 0, "text": text,
-                 "logprobs": []})  # fmt: skip
-    yield event({"type": "response.content_part.done", **base, "content_index": 0,
-                 "part": empty | {"text": text}})  # fmt: skip
-    yield event({"type": "response.output_item.done", "output_index": 0, "item": item})
-    final["output"] = [item]
-    yield event({"type": "response.completed", "response": final})  # vLLM's, whatever the status
+    state.enter()
+    outcome = "cancelled"
+    try:
+        started = response_object(plan, "in_progress", [])
+        yield event({"type": "response.created", "response": started})
+        yield event({"type": "response.in_progress", "response": started})
+        await while_held(config, state)  # a disconnect cancels this generator
+        final = response_object(plan)
+        item = final["output"][-1]
+        base = {"output_index": 0, "item_id": item["id"]}
+        text = "".join(t for k, t in plan.samples[0].pieces if k == "content")
+        empty = {"type": "output_text", "text": "", "annotations": []}
+        yield event({"type": "response.output_item.added", "output_index": 0,
+                     "item": item | {"status": "in_progress", "content": []}})  # fmt: skip
+        yield event(
+            {"type": "response.content_part.added", **base, "content_index": 0, "part": empty}
+        )
+        for (kind, piece), delay in zip(plan.samples[0].pieces, plan.step_delays, strict=False):
+            if delay:
+                await asyncio.sleep(delay)
+            if kind == "content":
+                yield event({"type": "response.output_text.delta", **base, "content_index": 0,
+                             "delta": piece, "logprobs": []})  # fmt: skip
+        yield event({"type": "response.output_text.done", **base, "content_index": 0,
+                     "text": text, "logprobs": []})  # fmt: skip
+        yield event({"type": "response.content_part.done", **base, "content_index": 0,
+                     "part": empty | {"text": text}})  # fmt: skip
+        yield event({"type": "response.output_item.done", "output_index": 0, "item": item})
+        final["output"] = [item]
+        state.reported_usage.append(plan.usage())
+        # vLLM's terminal event, whatever the status
+        yield event({"type": "response.completed", "response": final})
+        outcome = "completed"
+    finally:
+        state.leave()
+        setattr(state, outcome, getattr(state, outcome) + 1)

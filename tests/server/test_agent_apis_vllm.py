@@ -7,9 +7,13 @@ The model is tiny and random: these tests check structure and accounting, never 
 
 from __future__ import annotations
 
+import json
+import re
+import time
 from collections.abc import Iterator
 
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -43,9 +47,11 @@ def test_responses_through_vllm(
 ) -> None:
     client = openai.OpenAI(base_url=f"{ponder}/v1", api_key="unused", max_retries=0, timeout=600)
     before = vllm_server.metric("vllm:generation_tokens_total")
+    counted = run_tokens(ponder)
     plain = client.responses.create(model=model, input="What is 2+2?", max_output_tokens=8)
     generated = vllm_server.metric("vllm:generation_tokens_total") - before
     assert plain.usage is not None and plain.usage.output_tokens == generated
+    assert run_tokens(ponder) == counted + generated  # /metrics counts it, whichever path
     summaries = [len(i.summary) for i in plain.output if i.type == "reasoning"]
     assert summaries == ([reasoning] if reasoning else [])
     assert plain.output[-1].type == "message"
@@ -64,6 +70,52 @@ def test_responses_through_vllm(
     assert final.previous_response_id == plain.id and final.output[-1].type == "message"
     assert final.usage is not None and final.usage.output_tokens > 0
     assert client.responses.retrieve(final.id).output_text == final.output_text
+
+
+def run_tokens(ponder: str) -> float:
+    """Ponder's ``ponder_run_tokens_total`` of completions, over every scaffold."""
+    text = httpx.get(f"{ponder}/metrics").text
+    found = re.findall(r'^ponder_run_tokens_total{kind="completion",.*} (\S+)$', text, re.M)
+    return sum(map(float, found))
+
+
+LONG = 1800
+"""Tokens asked of a call the deadline ends: far more than a tiny model on a CPU writes
+within the deadline (its end of sequence made impossible)."""
+
+
+@pytest.fixture(scope="module")
+def capped(vllm_server: VLLMServer) -> Iterator[str]:
+    """Ponder in front of vLLM's own Responses API with a --max-budget-timeout of 0.5 s."""
+    settings = Settings(model="tiny", engines=(vllm_server.base_url,), responses_api="on",
+                        engine_model=vllm_server.model, max_budget_timeout_s=0.5,
+                        **STORE_IN_MEMORY)  # fmt: skip
+    with running_ponder(settings) as url:
+        yield url
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_deadline_cancels_vllms_responses_call(
+    vllm_server: VLLMServer, capped: str, stream: bool
+) -> None:
+    before = vllm_server.metric("vllm:generation_tokens_total")
+    body = {"model": "tiny", "input": "count", "max_output_tokens": LONG, "stream": stream,
+            "logit_bias": {"2": -100}}  # fmt: skip
+    with httpx.stream("POST", f"{capped}/v1/responses", json=body, timeout=600) as r:
+        lines = [line for line in r.iter_lines() if line.strip()]
+    # Past its deadline the call ends as a run of single does: a 504, or (once the stream
+    # began) its last event response.failed; either way deadline_exceeded.
+    if stream and r.status_code == 200:
+        response = json.loads(lines[-1].removeprefix("data:"))["response"]
+        assert (response["status"], response["error"]["code"]) == ("failed", "deadline_exceeded")
+    else:
+        error = json.loads("".join(lines))["error"]
+        assert (r.status_code, error["code"]) == (504, "deadline_exceeded")
+    deadline = time.monotonic() + 300  # a bound only: the loop ends once vLLM has aborted
+    while vllm_server.metric("vllm:num_requests_running") > 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert vllm_server.metric("vllm:num_requests_running") == 0
+    assert vllm_server.metric("vllm:generation_tokens_total") - before < LONG  # aborted
 
 
 @pytest.mark.parametrize(("model", "thinking"), [("tiny", 0), ("tiny+gsr2", 2)])
