@@ -4,6 +4,7 @@ is wrong; ``lenient``: also "final answer is X", ``#### X``, the last number).""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections import Counter
@@ -153,3 +154,26 @@ def test_eval_sends_the_format_and_grades_in_it(tmp_path: Path) -> None:
     assert boxed["single"]["maj_at"]["3"] == lenient["single"]["maj_at"]["3"] == 1.0
     assert boxed["majority(k=3)"]["accuracy"] == 0.0
     assert lenient["majority(k=3)"]["accuracy"] == 1.0
+
+
+async def test_compare_warns_when_the_runs_read_answers_differently(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from clients.eval.compare import compare_runs, print_comparison
+
+    async def by_text(answers: Any) -> list[list[int]]:
+        return [[i] for i, a in enumerate(answers) if a]
+
+    record = {"scaffold": "single", "id": "p", "sample": 0, "extracted": "1", "correct": True}
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text(json.dumps(record | {"answer_format": "boxed"}) + "\n")
+    b.write_text(json.dumps(record) + "\n")  # written before the field: lenient
+    result = await compare_runs(a, b, by_text)
+    assert result["answer_format"] == {"a": "boxed", "b": "lenient"}
+    out = io.StringIO()
+    print_comparison(result, Console(file=out, width=200))
+    assert "A was graded answer_format 'boxed', B 'lenient'" in out.getvalue()
+    same = await compare_runs(a, a, by_text)
+    out = io.StringIO()
+    print_comparison(same, Console(file=out, width=200))
+    assert "warning" not in out.getvalue()
