@@ -19,6 +19,7 @@ from clients.eval.runner import EvalConfig, reasoning_steps, run_eval
 from scaffolds.evaluation.grading import ExactGrader, MathGrader
 from scaffolds.evaluation.problems import ProblemRow
 from testing.fake_engine import FakeEngineConfig, running_fake_engine
+from testing.fake_engine.config import Responder
 from testing.fake_engine.tokens import prompt_text
 from tests.clients.evalkit import MODEL, read_jsonl, serve_ponder
 
@@ -70,7 +71,7 @@ async def test_a_grader_reading_another_format_is_refused(tmp_path: Path) -> Non
 _SUM = re.compile(r"(\d+)\+(\d+)")
 
 
-def _styles() -> Any:
+def _styles() -> Responder:
     """A responder: ``single``'s three samples of a problem are, in turn, its right answer
     boxed, stated as "the final answer is", and boxed only inside the thinking; a vote's
     three samples (one request of n=3) box a wrong answer once and state the right one
