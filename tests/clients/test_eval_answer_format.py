@@ -18,8 +18,7 @@ from clients.eval.cli import eval_app
 from clients.eval.runner import EvalConfig, reasoning_steps, run_eval
 from scaffolds.evaluation.grading import ExactGrader, MathGrader
 from scaffolds.evaluation.problems import ProblemRow
-from testing.fake_engine import FakeEngineConfig, running_fake_engine
-from testing.fake_engine.config import Responder
+from testing.fake_engine import FakeEngineConfig, Responder, running_fake_engine
 from testing.fake_engine.tokens import prompt_text
 from tests.clients.evalkit import MODEL, read_jsonl, serve_ponder
 
