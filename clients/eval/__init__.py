@@ -13,7 +13,8 @@ From Python (a server must be running)::
 
     problems = load_problems("gsm8k", limit=50).problems
     config = EvalConfig("http://127.0.0.1:8000/v1", "m", ["gsr(n=4)"], Path("runs/x"))
-    outcome, report = asyncio.run(evaluate(config, problems, MathGrader()))
+    grader = MathGrader(answer_format=config.answer_format)  # boxed, as the run reads
+    outcome, report = asyncio.run(evaluate(config, problems, grader))
 """
 
 from __future__ import annotations

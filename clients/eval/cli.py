@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 from rich.console import Console
 
 if TYPE_CHECKING:
+    from scaffolds.evaluation.answers import AnswerFormat
     from scaffolds.evaluation.grading import Grader
 
 __all__ = ["eval_app"]
@@ -42,6 +43,7 @@ def _fail(message: str) -> typer.Exit:
 def make_grader(
     kind: str,
     *,
+    answer_format: AnswerFormat = "lenient",
     workers: int = 2,
     timeout_s: float = 10.0,
     judge_url: str | None = None,
@@ -50,13 +52,14 @@ def make_grader(
     rubric: Path | None = None,
     pass_score: float = 7.0,
 ) -> Grader:
-    """A grader by name: ``math`` (math-verify), ``exact``, or ``judge`` (needs a URL)."""
+    """A grader by name: ``math`` (math-verify), ``exact``, or ``judge`` (needs a URL);
+    the first two read a response's final answer in ``answer_format``."""
     from scaffolds.evaluation.grading import DEFAULT_RUBRIC, ExactGrader, JudgeGrader, MathGrader
 
     if kind == "math":
-        return MathGrader(workers=workers, timeout_s=timeout_s)
+        return MathGrader(workers=workers, timeout_s=timeout_s, answer_format=answer_format)
     if kind == "exact":
-        return ExactGrader()
+        return ExactGrader(answer_format=answer_format)
     if kind == "judge":
         if not judge_url or not judge_model:
             raise _fail("--grader judge needs --judge-url and --judge-model")
@@ -105,6 +108,16 @@ def run(
     extra_body: Annotated[
         str | None, typer.Option(help='JSON merged into each request, e.g. {"budget": {...}}')
     ] = None,
+    answer_format: Annotated[
+        str,
+        typer.Option(
+            metavar="boxed|lenient",
+            help="how answers are read, by the server's votes (sent as the request's "
+            "answer_format) and by the grade: boxed (only the last \\boxed{} after the "
+            "thinking; none is wrong, as the papers' code grades) or lenient (also 'final "
+            "answer is X', '#### X', the last number)",
+        ),
+    ] = "boxed",
     grader: Annotated[str, typer.Option(help="math | exact | judge")] = "math",
     grade_workers: Annotated[int, typer.Option(min=1, help="math-verify processes")] = 2,
     grade_timeout: Annotated[float, typer.Option(help="seconds per grading item")] = 10.0,
@@ -122,6 +135,7 @@ def run(
         return
     from clients.eval.pipeline import evaluate
     from clients.eval.report import print_table
+    from clients.eval.resume import check_resume
     from clients.eval.runner import EvalConfig, check_specs, load_extra_body
     from clients.interrupt import INTERRUPTED_STATUS, Interrupted, run_interruptible
     from scaffolds.core.errors import SpecError
@@ -134,6 +148,9 @@ def run(
         err.print(ctx.get_help())
         raise _fail(f"missing {', '.join(missing)}")
     assert base_url and model and dataset and out
+    if answer_format not in ("boxed", "lenient"):
+        raise _fail(f"--answer-format must be boxed or lenient (got {answer_format!r})")
+    fmt = cast("AnswerFormat", answer_format)
     try:
         specs = check_specs(scaffold or ["single"])
         body = load_extra_body(extra_body)
@@ -144,25 +161,35 @@ def run(
         err.print(f"[yellow]skipped[/yellow] {dataset} {bad}")
     if not loaded.problems:
         raise _fail(f"no usable problems in {dataset}")
-    config = EvalConfig(
-        base_url=base_url,
-        model=model,
-        scaffolds=specs,
-        out_dir=out,
-        samples=samples,
-        concurrency=concurrency,
-        api_key=api_key,
-        temperature=temperature,
-        max_tokens=max_tokens,
-        seed=seed,
-        template=template,
-        trace=trace,
-        timeout_s=timeout,
-        max_retries=max_retries,
-        extra_body=body,
-    )
+    try:
+        config = EvalConfig(
+            base_url=base_url,
+            model=model,
+            scaffolds=specs,
+            out_dir=out,
+            samples=samples,
+            concurrency=concurrency,
+            api_key=api_key,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            seed=seed,
+            template=template,
+            trace=trace,
+            timeout_s=timeout,
+            max_retries=max_retries,
+            extra_body=body,
+            answer_format=fmt,
+        )
+    except ValueError as exc:  # an --extra-body answer_format that disagrees
+        raise _fail(str(exc)) from None
+    previous = read_results(config.results_path)
+    try:
+        check_resume(config.results_path, fmt, previous.records)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
     grade = make_grader(
         grader,
+        answer_format=fmt,
         workers=grade_workers,
         timeout_s=grade_timeout,
         judge_url=judge_url,
@@ -171,7 +198,6 @@ def run(
         rubric=rubric,
         pass_score=pass_score,
     )
-    previous = read_results(config.results_path)
     for bad in previous.bad:
         err.print(f"[yellow]dropped unreadable result[/yellow] {config.results_path} {bad}")
 

@@ -4,6 +4,7 @@ Scaffolds with the same spec are paired (if the runs share none and each holds e
 one, those two are paired). Each pair shows both summaries and a paired count over the
 problems both runs graded: where A's per-problem accuracy is higher, lower, or equal, and
 the mean change (:func:`scaffolds.evaluation.stats.paired`, as the experiments report it).
+Runs graded in different answer formats are compared, with a warning that says so.
 
 >>> head_to_head({"p": 1.0, "q": 0.0, "r": 0.5}, {"p": 0.5, "q": 0.0, "s": 1.0})
 {'common': 2, 'a_better': 1, 'b_better': 0, 'tied': 1, 'mean_delta': -0.25}
@@ -19,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from clients.eval.report import Cluster, saved_line, summarize_scaffold, tokens_saved
+from clients.eval.resume import run_formats
 from scaffolds.evaluation.results import Record, read_results
 from scaffolds.evaluation.stats import paired
 
@@ -62,8 +64,11 @@ def _pairs(a: Sequence[str], b: Sequence[str]) -> list[tuple[str | None, str | N
 
 
 async def compare_runs(a_path: Path, b_path: Path, cluster: Cluster) -> dict[str, Any]:
-    """Summaries of both runs, paired by scaffold."""
-    runs = [read_results(results_file(p)).by_scaffold() for p in (a_path, b_path)]
+    """Summaries of both runs, paired by scaffold, and the answer formats they were
+    graded in."""
+    loaded = [read_results(results_file(p)) for p in (a_path, b_path)]
+    runs = [results.by_scaffold() for results in loaded]
+    formats = {side: run_formats(r.records) for side, r in zip("ab", loaded, strict=True)}
     rows = []
     for spec_a, spec_b in _pairs(list(runs[0]), list(runs[1])):
         row: dict[str, Any] = {"a": None, "b": None, "paired": None}
@@ -78,7 +83,7 @@ async def compare_runs(a_path: Path, b_path: Path, cluster: Cluster) -> dict[str
             a, b = row["a"], row["b"]
             row["tokens_saved"] = tokens_saved(a, b) or tokens_saved(b, a)
         rows.append(row)
-    return {"a": str(a_path), "b": str(b_path), "pairs": rows}
+    return {"a": str(a_path), "b": str(b_path), "answer_format": formats, "pairs": rows}
 
 
 def _fmt(value: Any, kind: str) -> str:
@@ -133,6 +138,12 @@ def _values(s: Mapping[str, Any] | None) -> list[Any]:
 def print_comparison(result: Mapping[str, Any], console: Console | None = None) -> None:
     """One table per scaffold pair: metric, A, B, B - A."""
     console = console or Console()
+    formats = result.get("answer_format") or {}
+    if formats.get("a") != formats.get("b"):
+        console.print(
+            f"[yellow]warning[/yellow]: A was graded answer_format {formats.get('a')!r}, "
+            f"B {formats.get('b')!r}: their accuracies count answers differently"
+        )
     for row in result["pairs"]:
         a, b = row["a"], row["b"]
         title = f"{(a or {}).get('scaffold', '-')}  vs  {(b or {}).get('scaffold', '-')}"

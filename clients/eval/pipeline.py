@@ -19,6 +19,7 @@ from rich.console import Console
 
 from clients.eval.plots import write_plots
 from clients.eval.report import Cluster, markdown_report, summarize, write_json
+from clients.eval.resume import run_formats
 from clients.eval.runner import EvalConfig, run_eval
 from scaffolds.evaluation.answer_pool import AnswerChecker
 from scaffolds.evaluation.grading import Grader, MathGrader
@@ -67,9 +68,11 @@ async def write_reports(
             and (ids is None or r["id"] in ids)
             and int(r["sample"]) < config.samples
         ]
-    if info is None:  # rebuilding from the file alone: say what model it holds
+    if info is None:  # rebuilding from the file alone: say what model it holds, how graded
         models = sorted({str(r.get("model")) for r in records if r.get("model")})
         info = {"model": ", ".join(models), "grader": grader.name} if models else None
+        if info is not None:
+            info["answer_format"] = run_formats(records)
     async with clustering(grader) as cluster:
         report = await summarize(records, cluster, scaffolds=scaffolds, info=info)
     plots = write_plots(report, out_dir)
@@ -106,6 +109,7 @@ async def evaluate(
             "problems": len(problems),
             "samples": config.samples,
             "grader": grader.name,
+            "answer_format": config.answer_format,
         }
         report = await write_reports(
             config.out_dir, grader, config=config, problems=problems, info=info

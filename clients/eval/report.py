@@ -342,7 +342,7 @@ def print_table(report: Mapping[str, Any], console: Console | None = None) -> No
 def markdown_report(report: Mapping[str, Any], plots: Sequence[str] = ()) -> str:
     """The report as Markdown: the main table, pass@k/maj@k by k, RC steps, plots."""
     lines = ["# Ponder eval report", ""]
-    for name in ("model", "base_url", "dataset", "samples", "grader", "created"):
+    for name in ("model", "base_url", "dataset", "samples", "grader", "answer_format", "created"):
         if report.get(name) is not None:
             lines.append(f"- **{name}**: `{report[name]}`")
     lines += ["", _k_note(report).capitalize() + " (one scaffold run answering once).", ""]

@@ -12,6 +12,11 @@ Ponder's extensions are read when present and ignored when not: ``usage.engine_c
 ``usage.prompt_tokens_details.cached_tokens``, ``ponder.cut_reason`` and ``trace``.
 The scaffold spec ``none`` sends no Ponder field at all (for plain OpenAI endpoints).
 
+A run reads answers one way, its ``answer_format``: sent as the request's field, so the
+server's votes read them so, and used for each record's ``extracted`` answer, which the
+grader grades and maj@k clusters. Every record says its format; a results file is
+resumed only in the format it was graded in (:func:`clients.eval.resume.check_resume`).
+
 >>> def step(i, kind, answer, tokens):
 ...     return [{"type": "step_started", "step_id": i, "kind": kind},
 ...             {"type": "step_finished", "step_id": i, "answers": [answer],
@@ -33,8 +38,9 @@ from typing import Any
 
 from rich.console import Console
 
+from clients.eval.resume import check_resume
 from scaffolds.core.errors import PonderError, SpecError
-from scaffolds.evaluation.answers import extract_answer
+from scaffolds.evaluation.answers import ANSWER_FORMATS, AnswerFormat, final_answer
 from scaffolds.evaluation.grading import Grader
 from scaffolds.evaluation.loop import Board, Job, RunOutcome, Tally, make_jobs, run_jobs
 from scaffolds.evaluation.problems import ProblemRow
@@ -79,6 +85,20 @@ class EvalConfig:
     timeout_s: float = 1800.0
     max_retries: int = 3
     extra_body: dict[str, Any] = field(default_factory=dict)
+    answer_format: AnswerFormat = "boxed"
+    """How answers are read, by the server's votes (the request's ``answer_format``) and
+    the grade: ``boxed`` (only the last ``\\boxed{}`` after the thinking, as the papers'
+    code grades) or ``lenient`` (also "final answer is X", ``#### X``, the last number)."""
+
+    def __post_init__(self) -> None:
+        if self.answer_format not in ANSWER_FORMATS:
+            raise ValueError(f"answer_format must be boxed or lenient (got {self.answer_format!r})")
+        sent = self.extra_body.get("answer_format", self.answer_format)
+        if sent != self.answer_format:
+            raise ValueError(
+                f"the extra body's answer_format {sent!r} differs from the run's "
+                f"{self.answer_format!r}: set it with --answer-format instead"
+            )
 
     @property
     def results_path(self) -> Path:
@@ -131,11 +151,13 @@ def scored_steps(spec: str) -> tuple[str, ...]:
 
 
 def reasoning_steps(
-    trace: Sequence[Mapping[str, Any]], step_kinds: Sequence[str] = ("reasoning",)
+    trace: Sequence[Mapping[str, Any]],
+    step_kinds: Sequence[str] = ("reasoning",),
+    answer_format: AnswerFormat = "lenient",
 ) -> list[dict[str, Any]]:
-    """Per scored step (RC's reasoning chunks, ``step_kinds``): its answer, text and the
-    cumulative completion tokens of every step finished so far. Only choice 0 (or
-    untagged steps) count."""
+    """Per scored step (RC's reasoning chunks, ``step_kinds``): its answer (the trace's,
+    else its text read in ``answer_format``), text and the cumulative completion tokens
+    of every step finished so far. Only choice 0 (or untagged steps) count."""
     kinds: dict[str, str] = {}
     steps: list[dict[str, Any]] = []
     spent = 0
@@ -149,7 +171,7 @@ def reasoning_steps(
             if kinds[step_id] in step_kinds:
                 texts, answers = event.get("texts") or [""], event.get("answers") or []
                 text = str(texts[0] or "")
-                answer = answers[0] if answers else extract_answer(text)
+                answer = answers[0] if answers else final_answer(text, answer_format)
                 steps.append({"answer": answer, "text": text, "completion_tokens": spent})
     return steps
 
@@ -232,6 +254,7 @@ class _Client:
         body.update(cfg.extra_body)
         if spec != NO_SCAFFOLD:
             body["scaffold"] = spec
+            body["answer_format"] = cfg.answer_format
             if problem.answer is not None:  # never shown to the model (RSA's accuracy)
                 body["reference"] = str(problem.answer)
             if cfg.trace or self.scored[spec]:
@@ -243,6 +266,7 @@ class _Client:
         spec, problem, sample = job.arm, job.problem, job.sample
         record: Record = {"scaffold": spec, "id": problem.id, "sample": sample}
         record |= {"model": cfg.model, "reference": problem.answer}
+        record["answer_format"] = cfg.answer_format
         started = time.perf_counter()
         try:
             reply: Any = await self.client.chat.completions.create(
@@ -263,11 +287,12 @@ class _Client:
         record |= {"response": text, "reasoning": reasoning, "finish_reason": finish}
         record |= {"cut_short": finish == "length" or bool(cut_reason), "cut_reason": cut_reason}
         record["usage"] = _usage(data)
-        record["extracted"] = extract_answer(text) if text else None
+        record["extracted"] = final_answer(text, cfg.answer_format) if text else None
         trace = data.get("trace")
         if isinstance(trace, list):
             if self.scored[spec]:
-                record["steps"] = reasoning_steps(trace, self.scored[spec])  # graded by the loop
+                kinds = self.scored[spec]
+                record["steps"] = reasoning_steps(trace, kinds, cfg.answer_format)  # graded later
             if cfg.trace:
                 record["trace"] = trace
         if problem.meta:
@@ -290,11 +315,20 @@ async def run_eval(
 ) -> RunOutcome:
     """Do every pending sample, appending each record as it lands; returns the counts.
 
-    Cancel it (Ctrl-C) at any time: finished samples are already on disk.
+    Cancel it (Ctrl-C) at any time: finished samples are already on disk. The grader must
+    read answers in the run's ``answer_format`` (or none, as a judge), and a results file
+    graded in another format is not resumed
+    (:class:`~clients.eval.resume.ResumeConflictError`).
     """
+    if grader.answer_format not in (None, config.answer_format):
+        raise ValueError(
+            f"the {grader.name} grader reads answers {grader.answer_format!r}, the run "
+            f"{config.answer_format!r}: build it with answer_format={config.answer_format!r}"
+        )
     config.out_dir.mkdir(parents=True, exist_ok=True)
     store = ResultStore(config.results_path)
     loaded = store.compact()
+    check_resume(config.results_path, config.answer_format, loaded.records)
     work = make_jobs(config.scaffolds, problems, range(config.samples), loaded.done())
     ids = {p.id for p in problems}
     tallies = {spec: Tally() for spec in config.scaffolds}

@@ -1,11 +1,17 @@
 r"""Graders: was a response right? One grading for ``ponder eval``, training rewards and the
 experiments, so a reward and the eval metric cannot drift.
 
-- :class:`MathGrader` (default): the final answer (last ``\boxed{}``, "the answer is",
-  ``####``, last number) against the reference through math-verify, in a process pool
-  with a time limit per item (:class:`scaffolds.evaluation.answer_pool.AnswerChecker`).
+- :class:`MathGrader` (default): the final answer against the reference through
+  math-verify, in a process pool with a time limit per item
+  (:class:`scaffolds.evaluation.answer_pool.AnswerChecker`).
 - :class:`ExactGrader`: normalized string equality (for tasks math-verify would
   over-interpret, e.g. labels).
+
+Both read a response's final answer in their ``answer_format``
+(:data:`~scaffolds.evaluation.answers.AnswerFormat`): ``lenient`` (the default, as
+training rewards read: the last ``\boxed{}``, "the answer is", ``####``, the last
+number) or ``boxed`` (only the last ``\boxed{}`` after the thinking; none is no answer,
+as the papers' code grades).
 - :class:`JudgeGrader`: a judge model at an OpenAI-compatible URL scores the response
   0-7 against a rubric (as QED-Nano grades proofs); ``correct`` means the score reaches
   ``pass_score``. The judge's prompt (:func:`judge_prompt`: :data:`JUDGE_TEMPLATE` with
@@ -23,6 +29,9 @@ A grader answers ``Grade(correct=None)`` when there is nothing to grade against.
 ...     return out
 >>> asyncio.run(demo())
 [True, False]
+>>> strict = ExactGrader(answer_format="boxed")
+>>> asyncio.run(strict.grade(ProblemRow("p", "1+1=", "2"), "The final answer is 2.")).note
+'no answer'
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ from string import Template
 from typing import Any, Protocol
 
 from scaffolds.evaluation.answer_pool import AnswerChecker
-from scaffolds.evaluation.answers import extract_answer, normalize_answer
+from scaffolds.evaluation.answers import AnswerFormat, final_answer, normalize_answer
 from scaffolds.evaluation.problems import ProblemRow
 
 __all__ = [
@@ -64,6 +73,11 @@ class Grader(Protocol):
     per_step: bool
     """Cheap enough to grade every intermediate answer (RC's per-step curve)."""
 
+    @property
+    def answer_format(self) -> AnswerFormat | None:
+        """How it reads a response's final answer (None: it reads none, as a judge)."""
+        ...
+
     async def grade(self, problem: ProblemRow, text: str, answer: str | None = None) -> Grade:
         """Grade ``text`` (its extracted ``answer`` when the caller has one)."""
         ...
@@ -87,13 +101,21 @@ class MathGrader:
     name = "math"
     per_step = True
 
-    def __init__(self, *, workers: int = 2, timeout_s: float = 10.0, inline: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        workers: int = 2,
+        timeout_s: float = 10.0,
+        inline: bool = False,
+        answer_format: AnswerFormat = "lenient",
+    ) -> None:
         self.checker = AnswerChecker(max_workers=workers, timeout_s=timeout_s, inline=inline)
+        self.answer_format: AnswerFormat = answer_format
 
     async def grade(self, problem: ProblemRow, text: str, answer: str | None = None) -> Grade:
         if problem.answer is None:
             return Grade(None)
-        answer = answer if answer is not None else extract_answer(text)
+        answer = answer if answer is not None else final_answer(text, self.answer_format)
         if answer is None or not answer.strip():
             return Grade(False, note="no answer")
         return Grade(await self.checker.grade(problem.answer, _as_boxed(answer)))
@@ -120,10 +142,13 @@ class ExactGrader:
     name = "exact"
     per_step = True
 
+    def __init__(self, *, answer_format: AnswerFormat = "lenient") -> None:
+        self.answer_format: AnswerFormat = answer_format
+
     async def grade(self, problem: ProblemRow, text: str, answer: str | None = None) -> Grade:
         if problem.answer is None:
             return Grade(None)
-        answer = answer if answer is not None else extract_answer(text)
+        answer = answer if answer is not None else final_answer(text, self.answer_format)
         if answer is None:
             return Grade(False, note="no answer")
         gold = normalize_answer(problem.answer)
@@ -203,6 +228,7 @@ class JudgeGrader:
 
     name = "judge"
     per_step = False
+    answer_format: AnswerFormat | None = None  # it reads the whole response
 
     def __init__(
         self,

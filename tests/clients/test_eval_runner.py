@@ -35,7 +35,7 @@ def config(url: str, out: Path, scaffolds: list[str], **kw: Any) -> EvalConfig:
 
 
 def grader() -> MathGrader:
-    return MathGrader(inline=True)
+    return MathGrader(inline=True, answer_format="boxed")  # EvalConfig's default
 
 
 async def test_cancel_mid_run_then_resume_loses_nothing_and_duplicates_nothing(

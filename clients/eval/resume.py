@@ -1,0 +1,59 @@
+"""What a results file must agree with to be resumed: the answer format it was graded in.
+
+A run's records each say how their answers were read (``answer_format``); grading the
+rest of a file another way would mix two ways of counting in one accuracy, so
+:func:`check_resume` refuses it, naming the format to resume with. Records written
+before the field existed were all read leniently.
+
+>>> record_format({"answer_format": "boxed"}), record_format({"correct": True})
+('boxed', 'lenient')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from scaffolds.evaluation.results import Record
+
+__all__ = ["ResumeConflictError", "check_resume", "record_format", "run_formats"]
+
+
+class ResumeConflictError(ValueError):
+    """A results file resumed with another answer format than it was graded in."""
+
+
+def record_format(record: Record) -> str:
+    """The answer format ``record`` was graded in (``lenient`` when it does not say)."""
+    return str(record.get("answer_format") or "lenient")
+
+
+def run_formats(records: Sequence[Record]) -> str:
+    """The answer formats of a results file's finished records, for its report.
+
+    >>> run_formats([{"answer_format": "boxed"}, {"correct": False}, {"error": "timeout"}])
+    'boxed, lenient'
+    """
+    return ", ".join(sorted({record_format(r) for r in records if not r.get("error")}))
+
+
+def check_resume(path: Path, answer_format: str, records: Sequence[Record]) -> None:
+    """Raise :class:`ResumeConflictError` when a finished record of ``records`` (the
+    results file at ``path``) was graded in another format than ``answer_format``.
+
+    >>> check_resume(Path("run/results.jsonl"), "boxed", [{"answer_format": "boxed"}])
+    >>> try:
+    ...     check_resume(Path("run/results.jsonl"), "boxed", [{"correct": True}, {"error": "x"}])
+    ... except ResumeConflictError as err:
+    ...     print(*str(err).split(": "), sep="\\n")
+    run/results.jsonl was graded with answer_format 'lenient' (1 samples), not 'boxed'
+    resume it with --answer-format lenient, or write to a new --out
+    """
+    finished = [record_format(r) for r in records if not r.get("error")]
+    other = [fmt for fmt in finished if fmt != answer_format]
+    if other:
+        raise ResumeConflictError(
+            f"{path} was graded with answer_format {other[0]!r} ({len(other)} samples), "
+            f"not {answer_format!r}: resume it with --answer-format {other[0]}, "
+            "or write to a new --out"
+        )
