@@ -40,6 +40,19 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
+def _answer_format_of(base_url: str, model: str, api_key: str | None, body: dict[str, Any]) -> str:
+    """``--answer-format auto``: an ``--extra-body`` answer_format, else what the server's
+    ``/v1/models`` says the model's answers are read as, else boxed (said on stderr)."""
+    from clients.eval.resume import served_answer_format
+
+    if isinstance(body.get("answer_format"), str):
+        return str(body["answer_format"])
+    served = served_answer_format(base_url, model, api_key)
+    said = "as the server reads this model's" if served else "the server does not say how"
+    err.print(f"answers are read {served or 'boxed'} ({said}; --answer-format chooses)")
+    return served or "boxed"
+
+
 def make_grader(
     kind: str,
     *,
@@ -111,13 +124,14 @@ def run(
     answer_format: Annotated[
         str,
         typer.Option(
-            metavar="boxed|lenient",
+            metavar="auto|boxed|lenient",
             help="how answers are read, by the server's votes (sent as the request's "
             "answer_format) and by the grade: boxed (only the last \\boxed{} after the "
             "thinking; none is wrong, as the papers' code grades) or lenient (also 'final "
-            "answer is X', '#### X', the last number)",
+            "answer is X', '#### X', the last number); auto: what Ponder's /v1/models says "
+            "the model uses, else boxed",
         ),
-    ] = "boxed",
+    ] = "auto",
     grader: Annotated[str, typer.Option(help="math | exact | judge")] = "math",
     grade_workers: Annotated[int, typer.Option(min=1, help="math-verify processes")] = 2,
     grade_timeout: Annotated[float, typer.Option(help="seconds per grading item")] = 10.0,
@@ -148,15 +162,17 @@ def run(
         err.print(ctx.get_help())
         raise _fail(f"missing {', '.join(missing)}")
     assert base_url and model and dataset and out
-    if answer_format not in ("boxed", "lenient"):
-        raise _fail(f"--answer-format must be boxed or lenient (got {answer_format!r})")
-    fmt = cast("AnswerFormat", answer_format)
+    if answer_format not in ("auto", "boxed", "lenient"):
+        raise _fail(f"--answer-format must be auto, boxed or lenient (got {answer_format!r})")
     try:
         specs = check_specs(scaffold or ["single"])
         body = load_extra_body(extra_body)
         loaded = load_problems(dataset, split=split, limit=limit)
     except (SpecError, ValueError) as exc:
         raise _fail(str(exc)) from None
+    if answer_format == "auto":
+        answer_format = _answer_format_of(base_url, model, api_key, body)
+    fmt = cast("AnswerFormat", answer_format)
     for bad in loaded.bad:
         err.print(f"[yellow]skipped[/yellow] {dataset} {bad}")
     if not loaded.problems:

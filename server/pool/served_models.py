@@ -211,16 +211,19 @@ class ServedModels:
         return strategy
 
     def model_cards(self) -> list[dict[str, Any]]:
-        """``/v1/models`` entries: each base model, then its aliases."""
+        """``/v1/models`` entries: each base model, then its aliases, with the scaffold
+        each runs and how the model's answers are read when a request does not say
+        (``answer_format``: what ``ponder eval`` grades with by default)."""
         cards = []
         for name, served in self.models.items():
+            about = {"base_model": name, "answer_format": served.config.default_answer_format()}
             default = spec_string(served.default)
-            cards.append(model_card(name, ponder={"base_model": name, "scaffold": default}))
+            cards.append(model_card(name, ponder={**about, "scaffold": default}))
             written = served.config.alias_specs()
             for alias in served.aliases:
                 # as configured, normalised: majority(k=8) keeps its k, though 8 is the default
                 scaffold = format_spec(parse_spec(written[alias]))
-                cards.append(model_card(alias, ponder={"base_model": name, "scaffold": scaffold}))
+                cards.append(model_card(alias, ponder={**about, "scaffold": scaffold}))
         return cards
 
     def resolve(self, model: str) -> tuple[ServedModel, Strategy]:

@@ -104,8 +104,9 @@ def test_eval_sends_the_format_and_grades_in_it(tmp_path: Path) -> None:
         args += ["-s", "majority(k=3)", "--samples", "3", "--concurrency", "2"]
         args += ["--grade-workers", "1", "--no-progress"]
         runs = {"boxed": tmp_path / "boxed", "lenient": tmp_path / "lenient"}
-        default = cli.invoke(eval_app, [*args, "--out", str(runs["boxed"])])  # boxed
+        default = cli.invoke(eval_app, [*args, "--out", str(runs["boxed"])])  # the server's
         assert default.exit_code == 0, default.output
+        assert "answers are read boxed (as the server reads this model's" in default.output
         lenient = cli.invoke(eval_app, [*args, "--answer-format", "lenient",
                                         "--out", str(runs["lenient"])])  # fmt: skip
         assert lenient.exit_code == 0, lenient.output
@@ -117,8 +118,8 @@ def test_eval_sends_the_format_and_grades_in_it(tmp_path: Path) -> None:
         said = " ".join(switched.output.split())
         assert "graded with answer_format 'boxed' (12 samples), not 'lenient'" in said
         assert "resume it with --answer-format boxed" in said
-        both = cli.invoke(eval_app, [*args, "--extra-body", '{"answer_format": "lenient"}',
-                                     "--out", str(tmp_path / "x")])  # fmt: skip
+        clash = ["--extra-body", '{"answer_format": "lenient"}', "--answer-format", "boxed"]
+        both = cli.invoke(eval_app, [*args, *clash, "--out", str(tmp_path / "x")])
         assert both.exit_code == 2 and "--answer-format instead" in " ".join(both.output.split())
 
         before = len(engine.state.requests)  # straight to the engine: the bodies as sent
@@ -177,3 +178,29 @@ async def test_compare_warns_when_the_runs_read_answers_differently(tmp_path: Pa
     out = io.StringIO()
     print_comparison(same, Console(file=out, width=200))
     assert "warning" not in out.getvalue()
+
+
+def test_auto_reads_answers_as_the_served_model_does_else_boxed(tmp_path: Path) -> None:
+    data = tmp_path / "sums.jsonl"
+    data.write_text(json.dumps({"id": "p0", "problem": "123+456=", "answer": "579"}) + "\n")
+    cli = CliRunner()
+    with (
+        running_fake_engine(FakeEngineConfig(respond=_styles())) as engine,
+        serve_ponder(engine, answer_format="lenient") as url,
+    ):
+        args = ["--model", MODEL, "--dataset", str(data), "--samples", "3", "--no-progress"]
+        ponder = cli.invoke(eval_app, [*args, "--base-url", url, "--out", str(tmp_path / "p")])
+        direct = ["--base-url", engine.base_url, "-s", "none", "--grader", "exact"]
+        plain = cli.invoke(eval_app, [*args, *direct, "--out", str(tmp_path / "e")])
+        given = cli.invoke(eval_app, [*args, "--base-url", url, "--out", str(tmp_path / "g"),
+                                      "--extra-body", '{"answer_format": "boxed"}'])  # fmt: skip
+    assert ponder.exit_code == 0, ponder.output
+    assert "answers are read lenient (as the server reads this model's" in ponder.output
+    graded = read_jsonl(tmp_path / "p" / "results.jsonl")
+    # boxed, "the final answer is", boxed only in the thinking: lenient reads all three.
+    assert [r["answer_format"] for r in graded] == ["lenient"] * 3
+    assert sum(r["correct"] for r in graded) == 3
+    assert plain.exit_code == 0, plain.output
+    assert "answers are read boxed (the server does not say how" in plain.output
+    assert given.exit_code == 0, given.output  # the extra body's format is the run's
+    assert {r["answer_format"] for r in read_jsonl(tmp_path / "g" / "results.jsonl")} == {"boxed"}
