@@ -102,6 +102,7 @@ async def test_alias_as_model_and_in_model_list(make_client: Any) -> None:
     assert ids == ["m", "m+gsr2"]
     assert models["data"][1]["ponder"] == {
         "base_model": "m",
+        "answer_format": "boxed",
         "scaffold": "gsr(n=2)",
         "max_concurrent_runs": 1024,
     }
