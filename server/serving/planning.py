@@ -24,7 +24,8 @@ from typing import Any
 
 from scaffolds.core.context import Budget, Problem
 from scaffolds.core.errors import InvalidRequestError
-from scaffolds.engines.protocol import SamplingParams, messages_from_openai
+from scaffolds.engines.messages import messages_from_openai
+from scaffolds.engines.protocol import SamplingParams
 from scaffolds.evaluation.answers import AnswerFormat
 from scaffolds.spec.build import check_runs
 from scaffolds.strategies.base import Strategy

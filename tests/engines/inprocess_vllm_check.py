@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from scaffolds import solve
-from scaffolds.engines.protocol import GenerateRequest, GenerateResult, SamplingParams, chat
+from scaffolds.engines.messages import chat
+from scaffolds.engines.protocol import GenerateRequest, GenerateResult, SamplingParams
 from scaffolds.engines.vllm_inprocess import InProcessVLLMEngine
 
 

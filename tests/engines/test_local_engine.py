@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from scaffolds.core.errors import EngineError
-from scaffolds.engines.protocol import Engine, GenerateRequest, Message, SamplingParams, chat
+from scaffolds.engines.messages import chat
+from scaffolds.engines.protocol import Engine, GenerateRequest, Message, SamplingParams
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")

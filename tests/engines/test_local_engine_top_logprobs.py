@@ -11,7 +11,8 @@ import pytest
 from scaffolds import solve
 from scaffolds.core.trace import StepNote
 from scaffolds.engines.local import LocalEngine, encode_prompt
-from scaffolds.engines.protocol import GenerateRequest, Message, SamplingParams, chat
+from scaffolds.engines.messages import chat
+from scaffolds.engines.protocol import GenerateRequest, Message, SamplingParams
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")

@@ -15,7 +15,8 @@ import pytest
 from scaffolds import Budget, solve
 from scaffolds.core.trace import StepFinished, StepStarted
 from scaffolds.engines import OpenAIEngine
-from scaffolds.engines.protocol import GenerateRequest, SamplingParams, chat
+from scaffolds.engines.messages import chat
+from scaffolds.engines.protocol import GenerateRequest, SamplingParams
 from scaffolds.engines.vllm_server import VLLMServer
 from testing.vllm import CACHE, assert_accounts_every_token
 

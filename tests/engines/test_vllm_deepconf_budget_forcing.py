@@ -12,7 +12,8 @@ import pytest
 from scaffolds import Problem, solve
 from scaffolds.core.trace import StepFinished, StepNote, StepStarted
 from scaffolds.engines import OpenAIEngine
-from scaffolds.engines.protocol import GenerateRequest, SamplingParams, chat
+from scaffolds.engines.messages import chat
+from scaffolds.engines.protocol import GenerateRequest, SamplingParams
 from scaffolds.engines.vllm_server import VLLMServer
 from testing.vllm import assert_accounts_every_token
 

@@ -16,7 +16,8 @@ import pytest
 
 from scaffolds import solve
 from scaffolds.engines import OpenAIEngine
-from scaffolds.engines.protocol import GenerateRequest, SamplingParams, chat
+from scaffolds.engines.messages import chat
+from scaffolds.engines.protocol import GenerateRequest, SamplingParams
 from scaffolds.engines.vllm_server import VLLMServer, running_vllm
 from scaffolds.models import get_model
 from scaffolds.models.prepare import prepare_model

@@ -9,8 +9,9 @@ from typing import Any
 import httpx
 
 from scaffolds import solve
+from scaffolds.engines.messages import chat
 from scaffolds.engines.openai_http import OpenAIEngine
-from scaffolds.engines.protocol import GenerateRequest, SamplingParams, chat
+from scaffolds.engines.protocol import GenerateRequest, SamplingParams
 
 URL = "http://engine.test/v1"
 

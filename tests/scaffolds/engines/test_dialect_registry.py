@@ -17,8 +17,9 @@ from scaffolds.engines.dialects import (
     dialect_names,
     get_dialect,
 )
+from scaffolds.engines.messages import chat
 from scaffolds.engines.openai_http import OpenAIEngine
-from scaffolds.engines.protocol import GenerateRequest, chat
+from scaffolds.engines.protocol import GenerateRequest
 from server.pool.metered import model_engine
 from server.settings import Settings, setting_errors
 

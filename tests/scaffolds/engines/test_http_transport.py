@@ -17,8 +17,9 @@ import pytest
 
 from scaffolds.core.errors import EngineTimeoutError, EngineUnavailableError
 from scaffolds.engines.http_transport import aiohttp_available
+from scaffolds.engines.messages import chat
 from scaffolds.engines.openai_http import OpenAIEngine
-from scaffolds.engines.protocol import EngineDelta, GenerateRequest, GenerateResult, chat
+from scaffolds.engines.protocol import EngineDelta, GenerateRequest, GenerateResult
 
 pytestmark = pytest.mark.skipif(not aiohttp_available(), reason="aiohttp is not installed")
 

@@ -21,6 +21,7 @@ from scaffolds.core.errors import (
 )
 from scaffolds.engines import openai_http, openai_retry
 from scaffolds.engines.http_transport import aiohttp_available
+from scaffolds.engines.messages import chat
 from scaffolds.engines.openai_http import OpenAIEngine
 from scaffolds.engines.openai_parse import parse_retry_after as _parse_retry_after
 from scaffolds.engines.protocol import (
@@ -30,7 +31,6 @@ from scaffolds.engines.protocol import (
     GenerateResult,
     SamplingParams,
     StreamItem,
-    chat,
 )
 from testing.fake_engine import (
     FakeEngineConfig,
