@@ -22,7 +22,7 @@ def search(body: dict[str, Any]) -> list[str]:
         return ["yes" if "{42}" in last["content"] else "no"]
     if last["role"] == "assistant":
         return ["so \\boxed{42}", "so \\boxed{41}"][:n]
-    return ["six sevens", "seven sixes"][:n]
+    return ["six sevens\n\nso", "seven sixes\n\nso"][:n]  # the separator: the path goes on
 
 
 @pytest.fixture(scope="module")

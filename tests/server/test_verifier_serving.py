@@ -60,8 +60,8 @@ def test_a_streamed_beam_search_guided_by_a_process_reward_model() -> None:
         last = last_message(body)
         partial = last["content"] if last["role"] == "assistant" else ""
         n = int(body.get("n") or 1)
-        if not partial:
-            return ["six sevens", "guess"][:n]
+        if not partial:  # a first step that runs into the separator: the path goes on
+            return ["six sevens\n\nare", "guess\n\nis"][:n]
         return ["are \\boxed{42}", "are \\boxed{41}"][:n]
 
     def per_step(text: str) -> list[float]:
