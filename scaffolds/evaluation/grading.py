@@ -6,17 +6,17 @@ experiments, so a reward and the eval metric cannot drift.
   (:class:`scaffolds.evaluation.answer_pool.AnswerChecker`).
 - :class:`ExactGrader`: normalized string equality (for tasks math-verify would
   over-interpret, e.g. labels).
-
-Both read a response's final answer in their ``answer_format``
-(:data:`~scaffolds.evaluation.answers.AnswerFormat`): ``lenient`` (the default, as
-training rewards read: the last ``\boxed{}``, "the answer is", ``####``, the last
-number) or ``boxed`` (only the last ``\boxed{}`` after the thinking; none is no answer,
-as the papers' code grades).
 - :class:`JudgeGrader`: a judge model at an OpenAI-compatible URL scores the response
   0-7 against a rubric (as QED-Nano grades proofs); ``correct`` means the score reaches
   ``pass_score``. The judge's prompt (:func:`judge_prompt`: :data:`JUDGE_TEMPLATE` with
   :data:`DEFAULT_RUBRIC`) and the reading of its reply (:func:`parse_score`) are the ones
   the training rubric reward uses.
+
+The first two read a response's final answer in their ``answer_format``
+(:data:`~scaffolds.evaluation.answers.AnswerFormat`): ``lenient`` (the default, as
+training rewards read: the last ``\boxed{}``, "the answer is", ``####``, the last
+number) or ``boxed`` (only the last ``\boxed{}`` after the thinking; none is no answer,
+as the papers' code grades).
 
 A grader answers ``Grade(correct=None)`` when there is nothing to grade against.
 
