@@ -106,15 +106,15 @@ def serve(**given: Any) -> None:
                     say(f"{config.name} aliases: {aliases}")
             run_server(settings, sock)
     except ValidationError as err:
-        typer.echo(f"ponder serve: invalid settings:\n{setting_errors(err)}", err=True)
+        say(f"invalid settings:\n{setting_errors(err)}")
         raise typer.Exit(2) from None
     except RuntimeError as err:  # the embedded engine could not start
-        typer.echo(f"ponder serve: {err}", err=True)
+        say(str(err))
         raise typer.Exit(1) from None
     except (PonderError, ValueError) as err:
         param = getattr(err, "param", None)
         where = f"{param}: " if param else ""
-        typer.echo(f"ponder serve: {where}{err}", err=True)
+        say(f"{where}{err}")
         raise typer.Exit(2) from None
 
 
