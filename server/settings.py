@@ -155,6 +155,9 @@ class Settings(ModelOptions, BaseSettings):
         default=5.0, ge=0
     )
     """Seconds between active health checks of each replica (0: off)."""
+    engine_health_failures: int = Field(default=3, ge=1)
+    """Active health checks failed in a row that take a replica out of rotation (one slow
+    answer from a busy engine is not an outage; a dead one also fails its calls)."""
     engine_load_factor: float = Field(default=1.5, ge=1.0)
     """How much busier than the mean a problem's preferred replica may be before its
     calls go to the least busy one."""

@@ -76,6 +76,7 @@ def model_engine(config: ModelConfig, settings: Settings) -> Engine:
         failure_threshold=settings.engine_breaker_threshold,
         cooldown_s=settings.engine_breaker_cooldown_s,
         health_interval_s=settings.engine_health_interval_s,
+        health_failures=settings.engine_health_failures,
         load_factor=settings.engine_load_factor,
     )
 

@@ -45,7 +45,10 @@ class Replica:
     breaker: CircuitBreaker
     outstanding: int = 0
     healthy: bool = True
-    """The last active health check passed (True until one fails)."""
+    """In rotation as far as the active health check goes (True until enough checks in a
+    row fail)."""
+    failed_checks: int = 0
+    """Active health checks failed in a row."""
     calls: int = 0
     leases: set[Lease] = field(default_factory=set, repr=False)
     """The calls in flight on this replica."""
@@ -68,6 +71,7 @@ class Replica:
             "replica": self.name,
             "up": self.up,
             "healthy": self.healthy,
+            "failed_health_checks": self.failed_checks,
             "breaker": self.breaker.state,
             "outstanding": self.outstanding,
             "consecutive_failures": self.breaker.failures,

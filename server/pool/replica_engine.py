@@ -17,10 +17,13 @@
   ``cooldown_s`` the breaker is half-open: one probe call goes through, and its outcome
   closes the breaker or opens it again. A refusal (4xx) proves the replica is alive.
 * **Active health.** :meth:`ReplicaEngine.start` runs a background task that asks every
-  replica's ``health()`` each ``health_interval_s`` seconds: a failed check takes the
-  replica out of rotation and moves the calls still waiting on it for a first answer to
-  another replica (an engine that died behind an open socket never fails them itself);
-  a passing check brings it back (and lets an open breaker try a probe at once).
+  replica's ``health()`` each ``health_interval_s`` seconds. ``health_failures`` failed
+  checks in a row (one slow answer from a busy engine is not an outage) take the replica
+  out of rotation and move the calls still waiting on it for a first answer to another
+  replica that is up (an engine that died behind an open socket never fails them
+  itself); with no other replica up they stay where they are, since moving them could
+  only fail them. A passing check brings it back (and lets an open breaker try a probe
+  at once).
 * **Failover.** A call that fails on one replica before it produced anything is tried
   once more on another replica that is up. A stream that has already yielded is never
   restarted. When no replica is up the call fails at once with
@@ -76,7 +79,8 @@ class ReplicaEngine:
     """Routes calls over ``replicas`` of one model (see the module docstring).
 
     ``names`` label the replicas in logs, errors, ``/ready`` and metrics (default: each
-    engine's ``base_url``). ``health_interval_s`` of 0 disables the active check.
+    engine's ``base_url``). ``health_interval_s`` of 0 disables the active check;
+    ``health_failures`` is how many failed checks in a row take a replica out.
     ``clock`` is injectable for tests.
     """
 
@@ -88,6 +92,7 @@ class ReplicaEngine:
         failure_threshold: int = 3,
         cooldown_s: float = 10.0,
         health_interval_s: float = 5.0,
+        health_failures: int = 3,
         load_factor: float = 1.5,
         clock: Callable[[], float] = time.monotonic,
     ):
@@ -95,6 +100,8 @@ class ReplicaEngine:
             raise ValueError("ReplicaEngine needs at least one replica")
         if load_factor < 1.0:
             raise ValueError(f"load_factor must be >= 1 (got {load_factor})")
+        if health_failures < 1:
+            raise ValueError(f"health_failures must be >= 1 (got {health_failures})")
         if names is None:
             names = [
                 str(getattr(engine, "base_url", None) or f"replica-{i}")
@@ -116,6 +123,7 @@ class ReplicaEngine:
         self.failure_threshold = failure_threshold
         self.cooldown_s = cooldown_s
         self.health_interval_s = health_interval_s
+        self.health_failures = health_failures
         self.load_factor = load_factor
         self.clock = clock
         self._rotation = itertools.count()
@@ -279,21 +287,33 @@ class ReplicaEngine:
     async def check_health(self) -> None:
         """Ask every replica's ``health()`` once and mark each up or down (the poll).
 
-        A passing check on a replica whose breaker is open ends its cooldown, so the next
+        A replica goes down after ``health_failures`` failed checks in a row; its calls
+        still waiting for a first answer then move, where another replica is up. A
+        passing check brings it back and ends an open breaker's cooldown, so the next
         call probes it.
         """
         results = await asyncio.gather(*(engine_health(r.engine) for r in self.replicas))
         for replica, ok in zip(self.replicas, results, strict=True):
-            if ok and not replica.healthy:
-                log.info("replica %s: health check passed, back in rotation", replica.name)
-            elif not ok and replica.healthy:
-                log.warning("replica %s: health check failed, out of rotation", replica.name)
-            replica.healthy = ok
-            if not ok:  # calls still waiting on it for a first answer move elsewhere
-                for lease in list(replica.leases):
-                    lease.evict()
+            replica.failed_checks = 0 if ok else replica.failed_checks + 1
             if ok:
+                if not replica.healthy:
+                    log.info("replica %s: health check passed, back in rotation", replica.name)
+                replica.healthy = True
                 replica.breaker.end_cooldown()  # an open breaker probes on the next call
+            elif replica.failed_checks >= self.health_failures and replica.healthy:
+                log.warning(
+                    "replica %s: %d health checks failed in a row, out of rotation",
+                    replica.name,
+                    replica.failed_checks,
+                )
+                replica.healthy = False
+        for replica in self.replicas:
+            if replica.healthy or not replica.leases:
+                continue
+            if not self.available(frozenset({replica.index})):
+                continue  # nowhere to move them: a call that stays may yet be answered
+            for lease in list(replica.leases):
+                lease.evict()
 
     async def health(self) -> bool:
         """True when some replica passes a health check now and its breaker lets calls in.

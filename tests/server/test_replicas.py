@@ -326,7 +326,7 @@ async def test_health_poll_takes_replicas_out_and_brings_them_back() -> None:
 async def test_calls_waiting_on_a_replica_that_fails_its_health_check_move() -> None:
     # An engine whose process died behind a still-open socket never answers: the health
     # poll is what notices, and the calls that have not produced anything move.
-    pool, (_, b), _ = pool_of("a", "b")
+    pool, (_, b), _ = pool_of("a", "b", health_failures=1)
     key = key_for(pool, "b")
     b.gate = asyncio.Event()  # b hangs
     call = asyncio.create_task(pool.generate(keyed(key)))
@@ -342,7 +342,7 @@ async def test_calls_waiting_on_a_replica_that_fails_its_health_check_move() -> 
 
 
 async def test_a_stream_that_already_yielded_is_not_moved() -> None:
-    pool, (a, b), _ = pool_of("a", "b")
+    pool, (a, b), _ = pool_of("a", "b", health_failures=1)
     key = key_for(pool, "b")
     gate = asyncio.Event()
     seen: list[StreamItem] = []
@@ -360,6 +360,46 @@ async def test_a_stream_that_already_yielded_is_not_moved() -> None:
     await task
     assert isinstance(seen[-1], GenerateResult) and seen[-1].completions[0].text == "b"
     assert a.calls == 0
+
+
+async def test_a_replica_goes_out_only_after_its_checks_fail_in_a_row() -> None:
+    # A busy engine may miss one check; health_failures=3 failed checks in a row take it
+    # out, and a passing check in between starts the count again.
+    pool, (_, b), _ = pool_of("a", "b")
+    outcomes = [False, False, True, False, False]
+    for ok in outcomes:
+        b.healthy = ok
+        await pool.check_health()
+    assert pool.status()[1]["healthy"] and pool.status()[1]["failed_health_checks"] == 2
+    await pool.check_health()
+    assert not pool.status()[1]["healthy"]
+    assert pool.status()[1]["failed_health_checks"] == 3
+    b.healthy = True
+    await pool.check_health()
+    assert pool.status()[1]["healthy"] and pool.status()[1]["failed_health_checks"] == 0
+
+
+async def test_calls_on_the_last_replica_up_stay_when_it_fails_its_check() -> None:
+    # Moving them could only fail them: a is out, so b's waiting call stays on b and is
+    # answered once b answers; a new call meanwhile gets the clear all-down error.
+    pool, (a, b), _ = pool_of("a", "b", health_failures=1)
+    a.healthy = False
+    await pool.check_health()
+    b.gate = asyncio.Event()
+    call = asyncio.create_task(pool.generate(keyed("p")))
+    await until(lambda: b.in_flight == 1)
+    b.healthy = False
+    await pool.check_health()
+    with pytest.raises(EngineUnavailableError, match="no engine replica"):
+        await pool.generate(keyed("q"))
+    b.gate.set()
+    assert (await call).completions[0].text == "b"
+    assert pool.status()[1]["outstanding"] == 0
+
+
+def test_health_failures_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="health_failures"):
+        ReplicaEngine([Stub("a")], health_failures=0)
 
 
 async def collect_stream(pool: ReplicaEngine, request: GenerateRequest) -> list[StreamItem]:
@@ -405,6 +445,7 @@ async def test_settings_reach_the_replica_engine() -> None:
         engine_breaker_threshold=5,
         engine_breaker_cooldown_s=7.5,
         engine_health_interval_s=0,
+        engine_health_failures=2,
         engine_load_factor=2.0,
     )
     serving = Serving.build(settings)
@@ -413,7 +454,7 @@ async def test_settings_reach_the_replica_engine() -> None:
     assert isinstance(engine, MeteredEngine) and isinstance(engine.inner, ReplicaEngine)
     pool = engine.inner
     assert (pool.failure_threshold, pool.cooldown_s) == (5, 7.5)
-    assert (pool.health_interval_s, pool.load_factor) == (0, 2.0)
+    assert (pool.health_interval_s, pool.health_failures, pool.load_factor) == (0, 2, 2.0)
     assert [r.name for r in pool.replicas] == ["http://a:8000/v1", "http://b:8000/v1"]
 
 
