@@ -120,9 +120,10 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
+## The slowest tests are listed, so CI's own log says where its time goes.
 unit: setup vllm harnesses browser
 	PONDER_REQUIRE_VLLM=1 PONDER_REQUIRE_DEPLOY_TOOLS=1 PONDER_REQUIRE_BROWSER=1 \
-		PONDER_REQUIRE_HARNESSES=1 $(BIN)/pytest
+		PONDER_REQUIRE_HARNESSES=1 $(BIN)/pytest --durations=25
 
 ## Every environment the tests need, installed side by side: pip spends much of its time
 ## on downloads and disk, so four installs at once take well under the sum of their times.
