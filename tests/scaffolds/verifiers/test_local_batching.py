@@ -246,3 +246,11 @@ async def test_a_served_models_verifier_max_batch_caps_its_forwards(tiny_dir: Pa
     # calls of 2, 3, 1 and 2 rows, 3 at most per forward: 2 + 3 > 3, so the first goes
     # alone, then the second, then the last two together (at the default, one of 8)
     assert [len(f["input_ids"]) for f in forwards] == [2, 3, 3]
+
+
+def test_the_documented_default_max_batch_is_the_verifiers() -> None:
+    from scaffolds.verifiers.local import MAX_BATCH
+    from server.pool.model_settings import ModelOptions
+
+    help_text = ModelOptions.model_fields["verifier_max_batch"].description or ""
+    assert f"default: {MAX_BATCH}," in help_text
