@@ -38,24 +38,15 @@ import asyncio
 import importlib
 import json
 import logging
-import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from scaffolds.core.context import Context
 from scaffolds.engines.local import encode_prompt
-from scaffolds.engines.protocol import (
-    Completion,
-    GenerateRequest,
-    GenerateResult,
-    SamplingParams,
-    StreamItem,
-    Usage,
-    stream_from_generate,
-)
+from scaffolds.engines.protocol import SamplingParams
 from scaffolds.evaluation.answer_pool import AnswerChecker
 from scaffolds.evaluation.answers import is_correct
 from training.rollouts import (
@@ -67,6 +58,7 @@ from training.rollouts import (
     rollout_modes,
     sample_step,
 )
+from training.verl_engine import VerlServerEngine
 
 __all__ = [
     "LoopSettings",
@@ -103,89 +95,6 @@ class LoopSettings:
             context_max_tokens=self.context_max_tokens,
             summary_max_tokens=self.summary_max_tokens,
             default_mode=self.mode,
-        )
-
-
-class VerlServerEngine:
-    """An :class:`~scaffolds.engines.protocol.Engine` over verl's async server manager.
-
-    Chat prompts are tokenized with the tokenizer's chat template; each of the ``n``
-    samples is one ``server_manager.generate`` call (verl's servers sample one at a
-    time), concurrently. ``sampling_params`` are verl's for this rollout; a request's
-    own temperature, top-p and max tokens override them.
-
-    A prompt longer than ``max_prompt_tokens`` (verl's ``rollout.prompt_length``) is
-    left-truncated before it is sent, as verl's own loops do: verl pads every prompt to
-    that width, so a longer one would break the batch, and truncating before sampling
-    keeps the returned prompt ids the ones the sample was drawn from.
-    """
-
-    def __init__(
-        self,
-        server_manager: Any,
-        tokenizer: Any,
-        sampling_params: Mapping[str, Any] | None = None,
-        *,
-        chat_template_kwargs: Mapping[str, Any] | None = None,
-        max_prompt_tokens: int | None = None,
-    ) -> None:
-        self.server_manager = server_manager
-        self.tokenizer = tokenizer
-        self.sampling_params = dict(sampling_params or {})
-        self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        self.max_prompt_tokens = max_prompt_tokens
-        eos = tokenizer.eos_token_id
-        self.eos_ids = {eos} if isinstance(eos, int) else set(eos or ())
-
-    async def generate(self, request: GenerateRequest) -> GenerateResult:
-        prompt_ids = encode_prompt(self.tokenizer, request.prompt, self.chat_template_kwargs)
-        if self.max_prompt_tokens is not None and len(prompt_ids) > self.max_prompt_tokens:
-            logger.warning(
-                "a prompt of %d tokens exceeds rollout.prompt_length=%d; left-truncating "
-                "(raise prompt_length or lower context_max_tokens)",
-                len(prompt_ids),
-                self.max_prompt_tokens,
-            )
-            prompt_ids = prompt_ids[-self.max_prompt_tokens :]
-        outs = await asyncio.gather(
-            *(self._one(prompt_ids, request.params) for _ in range(request.params.n))
-        )
-        usage = Usage(
-            prompt_tokens=len(prompt_ids),
-            completion_tokens=sum(c.completion_tokens for c in outs),
-            calls=1,
-        )
-        return GenerateResult(tuple(outs), usage, prompt_token_ids=tuple(prompt_ids))
-
-    async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamItem]:
-        async for item in stream_from_generate(self, request):
-            yield item
-
-    async def _one(self, prompt_ids: list[int], params: SamplingParams) -> Completion:
-        sampling = dict(self.sampling_params)
-        if params.temperature is not None:
-            sampling["temperature"] = params.temperature
-        if params.top_p is not None:
-            sampling["top_p"] = params.top_p
-        if params.max_tokens is not None:
-            sampling["max_tokens"] = params.max_tokens
-        sampling["logprobs"] = True
-        out = await self.server_manager.generate(
-            request_id=uuid.uuid4().hex, prompt_ids=list(prompt_ids), sampling_params=sampling
-        )
-        ids = [int(t) for t in getattr(out, "token_ids", out)]
-        logprobs = getattr(out, "log_probs", None)
-        stop = getattr(out, "stop_reason", None)
-        ended = bool(ids) and ids[-1] in self.eos_ids
-        finish = "stop" if ended or stop == "completed" else "length"
-        if stop == "aborted":
-            finish = "abort"
-        return Completion(
-            text=self.tokenizer.decode(ids, skip_special_tokens=True),
-            finish_reason=finish,
-            completion_tokens=len(ids),
-            token_ids=tuple(ids),
-            logprobs=None if logprobs is None else tuple(float(x) for x in logprobs),
         )
 
 

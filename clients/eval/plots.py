@@ -1,8 +1,11 @@
 """PNG plots of a report (matplotlib, headless).
 
 - ``accuracy_vs_tokens.png``: every scaffold on one chart, accuracy against completion
-  tokens (left) and all tokens (right) per problem; a dot is the mean over samples, a
-  dashed line continues it through maj@k at k times the tokens.
+  tokens (left) and all tokens (right) per problem; a dot is the mean over samples, named
+  beside it, and a dashed line continues it through maj@k at k times the tokens. Labels
+  are placed so that none covers another or a dot (:func:`place_labels`: runs at
+  similar cost and accuracy get theirs fanned out, with a leader line to the dot), and
+  the legend sits outside the panels.
 - ``rc_steps.png``: for ``rc`` scaffolds, accuracy after each reasoning step against the
   cumulative completion tokens spent (RC's curve).
 
@@ -16,11 +19,19 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["plot_accuracy_vs_tokens", "plot_rc_steps", "write_plots"]
+__all__ = ["Label", "place_labels", "plot_accuracy_vs_tokens", "plot_rc_steps", "write_plots"]
+
+OFFSETS = tuple(
+    (ring * dx, ring * dy)
+    for ring in (5, 12, 22, 34, 48)
+    for dx, dy in ((1, 0), (1, 1), (1, -1), (-1, 0), (-1, 1), (-1, -1), (0, 1), (0, -1))
+)
+"""Where a label may go, in points from its dot: nearest first, around it in 8 ways."""
 
 
 def _pyplot() -> Any:
@@ -38,7 +49,10 @@ def plot_accuracy_vs_tokens(report: Mapping[str, Any], path: Path) -> Path | Non
     if not rows:
         return None
     plt = _pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
+    names: dict[Any, list[Label]] = {ax: [] for ax in axes}  # each scaffold's dot
+    ends: dict[Any, list[Label]] = {ax: [] for ax in axes}  # each maj@k line's last point
+    points: dict[Any, list[tuple[float, float]]] = {ax: [] for ax in axes}  # every marker
     for ax, field, label in (
         (axes[0], "completion_tokens", "completion tokens per problem"),
         (axes[1], "total_tokens", "prompt + completion tokens per problem"),
@@ -48,6 +62,8 @@ def plot_accuracy_vs_tokens(report: Mapping[str, Any], path: Path) -> Path | Non
             tokens = max(float(s.get(field) or 0.0), 1.0)
             xs, ys = [tokens], [100 * s["accuracy"]]
             ax.scatter(xs, ys, color=color, s=50, zorder=3, label=s["scaffold"])
+            names[ax].append(Label(s["scaffold"], tokens, ys[0], color))
+            points[ax].append((tokens, ys[0]))
             maj = sorted(((int(k), v) for k, v in (s.get("maj_at") or {}).items() if v is not None))
             if len(maj) > 1:
                 ax.plot(
@@ -59,7 +75,8 @@ def plot_accuracy_vs_tokens(report: Mapping[str, Any], path: Path) -> Path | Non
                     alpha=0.7,
                 )
                 k, v = maj[-1]
-                ax.annotate(f"maj@{k}", (tokens * k, 100 * v), fontsize=7, color=color)
+                ends[ax].append(Label(f"maj@{k}", tokens * k, 100 * v, color))
+                points[ax].extend((tokens * k, 100 * v) for k, v in maj[1:])
         ax.set_xscale("log")
         _readable_log_ticks(ax)
         ax.set_xlabel(label)
@@ -67,16 +84,103 @@ def plot_accuracy_vs_tokens(report: Mapping[str, Any], path: Path) -> Path | Non
     axes[0].set_ylabel("accuracy (%)")
     for ax in axes:
         ax.set_ylim(-2, 102)  # accuracy is a percentage: never let matplotlib go negative
-    axes[0].plot([], [], color="gray", linestyle="--", marker=".", label="maj@k (k x tokens)")
-    axes[0].legend(fontsize=8, loc="best")
+    axes[1].plot([], [], color="gray", linestyle="--", marker=".", label="maj@k (k x tokens)")
+    axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     model, dataset = report.get("model"), report.get("dataset")
     where = f": {model}" if model else ""
     where += f" on {Path(str(dataset)).name}" if dataset else ""
     fig.suptitle(f"Accuracy against compute{where}")
-    fig.tight_layout()
+    fig.tight_layout()  # the layout is final before labels are placed in display units
+    for ax in axes:
+        place_labels(ax, names[ax] + ends[ax], avoid=points[ax])
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+class Label(NamedTuple):
+    """A text to write beside the point (x, y) of a plot, in its series' color."""
+
+    text: str
+    x: float
+    y: float
+    color: str
+
+
+def place_labels(
+    ax: Any, labels: Sequence[Label], *, avoid: Sequence[tuple[float, float]] = ()
+) -> list[Any]:
+    """Annotate ``ax`` with ``labels``, in order, each at the first of :data:`OFFSETS`
+    where its box overlaps no label placed before, no marker at a point of ``avoid``
+    (data coordinates) and nothing outside the axes (else where it overlaps least); one
+    set off further than the nearest ring gets a thin leader line to its point. Call it
+    once the figure's layout and the axes' limits are final: boxes are measured in
+    display units.
+
+    >>> plt = _pyplot()
+    >>> fig, ax = plt.subplots()
+    >>> _ = ax.scatter([1.0, 1.0], [5.0, 5.0]); _ = ax.set_xlim(0, 2); _ = ax.set_ylim(0, 10)
+    >>> first, second = place_labels(ax, [Label("a", 1, 5, "C0"), Label("b", 1, 5, "C1")])
+    >>> first.xyann != second.xyann  # the same point: the second label moves on
+    True
+    >>> plt.close(fig)
+    """
+    renderer = ax.figure.canvas.get_renderer()
+    ax.figure.canvas.draw()  # autoscaled limits and the layout are applied
+    frame = ax.get_window_extent(renderer)
+    inside = (frame.x0, frame.y0, frame.x1, frame.y1)
+    radius = renderer.points_to_pixels(4.0)
+    taken = []
+    for point in avoid:
+        x, y = ax.transData.transform(point)
+        taken.append((x - radius, y - radius, x + radius, y + radius))
+    placed = []
+    for label in labels:
+        costs = []
+        for dx, dy in OFFSETS:
+            note = _annotation(ax, label, dx, dy)
+            box = _text_box(note, renderer)
+            note.remove()
+            edges = (box.x0, box.y0, box.x1, box.y1)
+            cost = sum(_overlap(edges, other) for other in taken)
+            cost += box.width * box.height - _overlap(edges, inside)  # what sticks out
+            costs.append((cost, dx, dy))
+            if cost <= 0:
+                break
+        _, dx, dy = min(costs, key=lambda c: c[0])  # the first that fits, else the least
+        note = _annotation(ax, label, dx, dy, leader=math.hypot(dx, dy) > OFFSETS[0][0] * 1.5)
+        box = _text_box(note, renderer)
+        taken.append((box.x0, box.y0, box.x1, box.y1))
+        placed.append(note)
+    return placed
+
+
+def _annotation(ax: Any, label: Label, dx: float, dy: float, *, leader: bool = False) -> Any:
+    leader_line = {"arrowstyle": "-", "color": label.color, "lw": 0.6, "shrinkA": 1, "shrinkB": 3}
+    return ax.annotate(
+        label.text,
+        (label.x, label.y),
+        xytext=(dx, dy),
+        textcoords="offset points",
+        ha="left" if dx > 0 else "right" if dx < 0 else "center",
+        va="bottom" if dy > 0 else "top" if dy < 0 else "center",
+        fontsize=7,
+        color=label.color,
+        arrowprops=leader_line if leader else None,
+    )
+
+
+def _text_box(note: Any, renderer: Any) -> Any:
+    """An annotation's text alone, in display units (its leader line left out)."""
+    note.update_positions(renderer)
+    return importlib.import_module("matplotlib.text").Text.get_window_extent(note, renderer)
+
+
+def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> float:
+    """The area two boxes (x0, y0, x1, y1) share."""
+    width = min(a[2], b[2]) - max(a[0], b[0])
+    height = min(a[3], b[3]) - max(a[1], b[1])
+    return max(width, 0.0) * max(height, 0.0)
 
 
 def _readable_log_ticks(ax: Any) -> None:

@@ -13,8 +13,11 @@ Concurrent :meth:`~LocalVerifier.verify` calls (the runs of a server's requests,
 problems of ``ponder eval``) share forward passes
 (:class:`~scaffolds.verifiers.batching.RowBatcher`): a call that finds the model idle
 runs at once; calls that arrive meanwhile go together in the next forward, up to
-``max_batch`` rows (sorted by length, to pad little). Each caller gets its own scores and
-its own ``usage`` (its rows' prompt tokens, one call). In float32 a row scores the same
+``max_batch`` rows (sorted by length, to pad little). The default, :data:`MAX_BATCH`, is
+sized for a server whose engine batches hundreds of sequences, as vLLM does; a forward's
+memory grows with its rows times their length, so long solutions on a small machine want
+fewer (a served model's ``verifier_max_batch``). Each caller gets its own scores and its
+own ``usage`` (its rows' prompt tokens, one call). In float32 a row scores the same
 in any batch (to ~1e-5); in bfloat16 a left-padded row's score moves by rounding (up to
 0.06 on SmolLM2-135M in ``benchmarks/local_verifier.py``; bfloat16 alone is ~0.03 from
 float32), as it already did between the candidates of one call (``dtype="float32"`` for
@@ -34,8 +37,8 @@ It loads on first use, on one worker thread (torch and transformers are imported
 there), and the forward passes run one at a time on that thread.
 
 >>> verifier = LocalVerifier("scaffolds/models/ponder-addition")
->>> verifier.name, verifier.requests(8), verifier.loaded, verifier.process
-('local:ponder-addition', 1, False, False)
+>>> verifier.name, verifier.requests(8), verifier.loaded, verifier.process, verifier.max_batch
+('local:ponder-addition', 1, False, False, 256)
 """
 
 from __future__ import annotations
@@ -52,7 +55,10 @@ from scaffolds.engines.protocol import Usage, Verdicts
 from scaffolds.verifiers.batching import RowBatcher
 from scaffolds.verifiers.generative import step_prefixes, verify_prompt
 
-__all__ = ["LocalVerifier", "answer_token_ids", "is_process_verifier"]
+__all__ = ["MAX_BATCH", "LocalVerifier", "answer_token_ids", "is_process_verifier"]
+
+MAX_BATCH = 256
+"""Rows per forward pass by default (vLLM's default ``max_num_seqs``)."""
 
 SPELLINGS = {"yes": ("yes", " yes", "Yes", " Yes"), "no": ("no", " no", "No", " No")}
 
@@ -63,7 +69,9 @@ class LocalVerifier:
 
     generated_tokens = 0
 
-    def __init__(self, model_dir: str | Path, *, max_batch: int = 32, dtype: str = "auto") -> None:
+    def __init__(
+        self, model_dir: str | Path, *, max_batch: int = MAX_BATCH, dtype: str = "auto"
+    ) -> None:
         self.model_dir = Path(model_dir)
         self.dtype = dtype
         if not self.model_dir.exists():  # a known model's name: unknown ones fail here

@@ -159,6 +159,11 @@ class ModelOptions(BaseModel):
     whether a solution is right, read from its yes/no logprobs), or local:DIR (a
     transformers model in process; DIR may be a known model's name, e.g.
     local:smollm2-135m-verifier)."""
+    verifier_max_batch: Annotated[int | None, Field(ge=1), Flag(metavar="N")] = None
+    """Rows (candidates, or a process verifier's step prefixes) per forward pass of a
+    local:DIR verifier; concurrent runs' calls share forwards up to it (default: 256,
+    what vLLM batches by default; a forward's memory grows with its rows times their
+    length)."""
     default_max_tokens: int | None = Field(default=None, ge=1)
     """max_tokens per engine call when a request sets none."""
     default_temperature: float | None = Field(default=None, ge=0, le=2)
@@ -229,6 +234,11 @@ class ModelConfig(ModelOptions):
             raise ValueError(
                 f"model {self.name!r}: set verifier or reward_url, not both (each names "
                 "the model's verifier)"
+            )
+        if self.verifier_max_batch is not None and not (self.verifier or "").startswith("local:"):
+            raise ValueError(
+                f"model {self.name!r}: verifier_max_batch is for a local:DIR verifier "
+                f"(its verifier is {self.verifier or self.reward_url or 'none'})"
             )
         return self
 

@@ -46,6 +46,12 @@ def test_frozen() -> None:
         ({"model": "m", "engines": (URL,), "aliases": ["nospec"]}, "aliases:"),
         ({"api_key_file": "/no/such/file"}, "api_key_file: no such file"),
         ({"prompts": "fancy"}, "prompts:"),
+        (
+            {"model": "m", "engines": (URL,), "verifier": "m", "verifier_max_batch": 8},
+            "verifier_max_batch is for a local:DIR verifier (its verifier is m)",
+        ),
+        ({"model": "m", "engines": (URL,), "verifier_max_batch": 8}, "(its verifier is none)"),
+        ({"verifier": "local:v", "verifier_max_batch": 0}, "verifier_max_batch: Input should"),
     ],
 )
 def test_validation_names_the_parameter(fields: dict[str, object], needle: str) -> None:

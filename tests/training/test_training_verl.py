@@ -272,3 +272,51 @@ def test_plan_cache_forgets_failures() -> None:
 
     asyncio.run(go())
     assert calls == 2 and len(cache) == 0
+
+
+def test_how_a_verl_sample_ended_is_read_from_its_tokens(tokenizer: Any) -> None:
+    """verl's ``stop_reason`` is "completed" at a stop and at the length cap alike: the
+    end-of-sequence id, a requested stop string (sent to verl) and ``max_tokens`` tell
+    them apart, and ``stop_matched`` says which stop it was."""
+    from scaffolds.engines.protocol import GenerateRequest, SamplingParams
+    from training.verl_engine import VerlServerEngine
+
+    eos = tokenizer.eos_token_id
+
+    class Scripted:
+        def __init__(self, ids: list[int], reason: str | None) -> None:
+            self.out = SimpleNamespace(
+                token_ids=ids, log_probs=[-0.5] * len(ids), stop_reason=reason
+            )
+            self.sent: dict[str, Any] = {}
+
+        async def generate(self, request_id: str, **call: Any) -> Any:
+            self.sent = call["sampling_params"]
+            return self.out
+
+    def sample(text: str, reason: str | None, end: list[int], **params: Any) -> tuple[Any, Any]:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"] + end
+        server = Scripted(ids, reason)
+        engine = VerlServerEngine(server, tokenizer, {"temperature": 1.0})
+        request = GenerateRequest("1+1=", SamplingParams(**params))
+        [completion] = asyncio.run(engine.generate(request)).completions
+        return completion, server.sent
+
+    # "2" then the end-of-sequence id: 2 tokens, a stop at the EOS
+    done, sent = sample("2", "completed", [eos], max_tokens=8)
+    assert (done.text, done.finish_reason, done.stop_matched) == ("2", "stop", False)
+    assert done.ended_at_eos and done.completion_tokens == 2 and "stop" not in sent
+    # "ab\n\nc": 5 characters, 5 tokens; the step separator matched after "ab"
+    step, sent = sample("ab\n\nc", "completed", [], stop=("\n\n",), max_tokens=8)
+    assert (step.text, step.finish_reason, step.stop_matched) == ("ab", "stop", True)
+    assert not step.ended_at_eos and step.completion_tokens == 5 and sent["stop"] == ["\n\n"]
+    # "abc" with max_tokens 3: verl says "completed", but the cap cut it
+    cut, _ = sample("abc", "completed", [], max_tokens=3)
+    assert (cut.text, cut.finish_reason, cut.stop_matched) == ("abc", "length", False)
+    # 3 tokens under a cap of 8 and no EOS id: another stop token ended it (as vLLM's
+    # server reports a stop token id), also with verl's SGLang server's None
+    for reason in ("completed", None):
+        other, _ = sample("abc", reason, [], max_tokens=8)
+        assert (other.finish_reason, other.stop_matched) == ("stop", False)
+    aborted, _ = sample("ab", "aborted", [], max_tokens=8)
+    assert (aborted.finish_reason, aborted.stop_matched) == ("abort", None)

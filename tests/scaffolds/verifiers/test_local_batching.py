@@ -217,3 +217,40 @@ async def test_a_failed_forward_reaches_every_caller_of_its_batch(tiny_dir: Path
     finally:
         await verifier.aclose()
     assert all(outcome is failure for outcome in outcomes)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="server/pool/served_models.py's model_verifier does not pass the config's "
+    "verifier_max_batch to LocalVerifier yet (one line; see the s20d report)",
+)
+async def test_a_served_models_verifier_max_batch_caps_its_forwards(tiny_dir: Path) -> None:
+    from server.pool.served_models import model_verifier
+    from server.settings import Settings
+
+    settings = Settings(
+        model="m",
+        engines=("http://127.0.0.1:9/v1",),
+        verifier=f"local:{tiny_dir}",
+        verifier_max_batch=3,
+    )
+    [config] = settings.served_models()
+    verifier = model_verifier(config, {}, "models.m.verifier")
+    assert isinstance(verifier, LocalVerifier)
+    try:
+        forwards = count_forwards(verifier)
+        await asyncio.gather(*(verifier.verify(p, c) for p, c in CALLS))
+    finally:
+        await verifier.aclose()
+    # calls of 2, 3, 1 and 2 rows, 3 at most per forward: 2 + 3 > 3, so the first goes
+    # alone, then the second, then the last two together (at the default, one of 8)
+    assert [len(f["input_ids"]) for f in forwards] == [2, 3, 3]
+
+
+def test_the_documented_default_max_batch_is_the_verifiers() -> None:
+    from scaffolds.verifiers.local import MAX_BATCH
+    from server.pool.model_settings import ModelOptions
+
+    help_text = ModelOptions.model_fields["verifier_max_batch"].description or ""
+    assert f"default: {MAX_BATCH}," in help_text
