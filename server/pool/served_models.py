@@ -31,6 +31,7 @@ from scaffolds.spec.prompt_files import check_scaffold_templates, prompt_set_wit
 from scaffolds.spec.registry import Registry, default_registry
 from scaffolds.strategies.base import Strategy
 from scaffolds.verifiers import GenerativeVerifier, LocalVerifier, PoolingVerifier
+from scaffolds.verifiers.local import MAX_BATCH
 from server.http.metrics import Metrics
 from server.http.protocol import model_card
 from server.pool.engine_responses import EngineResponses, engine_responses
@@ -88,7 +89,8 @@ def model_verifier(
         return None
     if name.startswith("local:"):
         try:
-            return LocalVerifier(name.removeprefix("local:"))
+            folder = name.removeprefix("local:")
+            return LocalVerifier(folder, max_batch=config.verifier_max_batch or MAX_BATCH)
         except NotFoundError as exc:  # neither a folder nor a known model
             raise InvalidRequestError(
                 f"{name}: no such folder; {exc.message}", param=where

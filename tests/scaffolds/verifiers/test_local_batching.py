@@ -219,12 +219,6 @@ async def test_a_failed_forward_reaches_every_caller_of_its_batch(tiny_dir: Path
     assert all(outcome is failure for outcome in outcomes)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="server/pool/served_models.py's model_verifier does not pass the config's "
-    "verifier_max_batch to LocalVerifier yet (one line; see the s20d report)",
-)
 async def test_a_served_models_verifier_max_batch_caps_its_forwards(tiny_dir: Path) -> None:
     from server.pool.served_models import model_verifier
     from server.settings import Settings
