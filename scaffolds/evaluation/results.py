@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -48,7 +48,7 @@ def key_of(record: Record) -> Key:
     return (str(record["scaffold"]), str(record["id"]), int(record["sample"]))
 
 
-def record_answer_format(record: Record) -> AnswerFormat:
+def record_answer_format(record: Mapping[str, Any]) -> AnswerFormat:
     """The answer format ``record``'s answer was read in: its ``answer_format``, else
     ``lenient`` (records written before the field were all read so).
 
@@ -59,7 +59,7 @@ def record_answer_format(record: Record) -> AnswerFormat:
     return said if said in ANSWER_FORMATS else "lenient"
 
 
-def record_thinking(record: Record) -> ThinkingMarkers:
+def record_thinking(record: Mapping[str, Any]) -> ThinkingMarkers:
     """The thinking markers ``record``'s answer was read after: its ``thinking_markers``,
     else ``<think>``/``</think>`` (records written before the field were read so).
 
