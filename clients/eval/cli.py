@@ -159,7 +159,8 @@ def run(
             "answer_format) and by the grade: boxed (only the last \\boxed{} after the "
             "thinking; none is wrong, as the papers' code grades) or lenient (also 'final "
             "answer is X', '#### X', the last number); auto: what Ponder's /v1/models says "
-            "the model uses, else boxed",
+            "the model uses, else boxed. Read after the end of thinking that the model's "
+            "card says (thinking_markers), else </think>",
         ),
     ] = "auto",
     grader: Annotated[str, typer.Option(help="math | exact | judge")] = "math",
