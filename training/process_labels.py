@@ -43,7 +43,7 @@ from scaffolds.engines.protocol import (
     SamplingParams,
     Usage,
 )
-from scaffolds.evaluation.answers import AnswerFormat, ThinkingMarkers, final_answer, is_correct
+from scaffolds.evaluation.answers import AnswerFormat, ThinkingMarkers, is_correct
 from scaffolds.evaluation.problems import ProblemRow
 from scaffolds.evaluation.results import record_answer_format, record_thinking
 from scaffolds.verifiers.generative import VERIFY_TEMPLATE, step_prefixes
@@ -143,7 +143,7 @@ def rollout_grade(
     marks = thinking or ThinkingMarkers()
 
     def grade(gold: str, text: str) -> bool:
-        answer = final_answer(text, answer_format, start=marks.start, end=marks.end)
+        answer = marks.answer(text, answer_format)
         return answer is not None and is_correct(gold, answer)
 
     return grade

@@ -47,7 +47,6 @@ from scaffolds.evaluation.answers import (
     ANSWER_FORMATS,
     AnswerFormat,
     ThinkingMarkers,
-    final_answer,
 )
 from scaffolds.evaluation.grading import Grader
 from scaffolds.evaluation.loop import Board, Job, RunOutcome, Tally, make_jobs, run_jobs
@@ -185,8 +184,7 @@ def reasoning_steps(
             if kinds[step_id] in step_kinds:
                 texts, answers = event.get("texts") or [""], event.get("answers") or []
                 text = str(texts[0] or "")
-                read = final_answer(text, answer_format, start=marks.start, end=marks.end)
-                answer = answers[0] if answers else read
+                answer = answers[0] if answers else marks.answer(text, answer_format)
                 steps.append({"answer": answer, "text": text, "completion_tokens": spent})
     return steps
 
@@ -280,9 +278,7 @@ class _Client:
         record |= {"response": text, "reasoning": reasoning, "finish_reason": finish}
         record |= {"cut_short": finish == "length" or bool(cut_reason), "cut_reason": cut_reason}
         record["usage"] = _usage(data)
-        marks = cfg.thinking
-        extracted = final_answer(text, cfg.answer_format, start=marks.start, end=marks.end)
-        record["extracted"] = extracted if text else None
+        record["extracted"] = cfg.thinking.answer(text, cfg.answer_format) if text else None
         trace = data.get("trace")
         if isinstance(trace, list):
             if self.scored[spec]:

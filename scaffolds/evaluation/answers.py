@@ -199,6 +199,14 @@ class ThinkingMarkers:
     def as_dict(self) -> dict[str, str]:
         return {"start": self.start, "end": self.end}
 
+    def answer(self, text: str, answer_format: AnswerFormat) -> str | None:
+        r"""``text``'s final answer in ``answer_format``, after the thinking these mark.
+
+        >>> ThinkingMarkers("<s>", "</s>").answer(r"<s>\boxed{3}</s>So \boxed{4}.", "boxed")
+        '4'
+        """
+        return final_answer(text, answer_format, start=self.start, end=self.end)
+
 
 def boxed_answer(text: str, *, start: str = "<think>", end: str = _THINK_END) -> str | None:
     r"""The last ``\boxed{}`` of the final part of ``text`` (after the thinking), or None.

@@ -47,7 +47,6 @@ from scaffolds.evaluation.answer_pool import AnswerChecker
 from scaffolds.evaluation.answers import (
     AnswerFormat,
     ThinkingMarkers,
-    final_answer,
     normalize_answer,
 )
 from scaffolds.evaluation.problems import ProblemRow
@@ -122,8 +121,7 @@ class MathGrader:
 
     def read(self, text: str) -> str | None:
         """The final answer of ``text`` in this grader's format, after its thinking."""
-        marks = self.thinking
-        return final_answer(text, self.answer_format, start=marks.start, end=marks.end)
+        return self.thinking.answer(text, self.answer_format)
 
     async def grade(self, problem: ProblemRow, text: str, answer: str | None = None) -> Grade:
         if problem.answer is None:
@@ -163,8 +161,7 @@ class ExactGrader:
 
     def read(self, text: str) -> str | None:
         """The final answer of ``text`` in this grader's format, after its thinking."""
-        marks = self.thinking
-        return final_answer(text, self.answer_format, start=marks.start, end=marks.end)
+        return self.thinking.answer(text, self.answer_format)
 
     async def grade(self, problem: ProblemRow, text: str, answer: str | None = None) -> Grade:
         if problem.answer is None:
