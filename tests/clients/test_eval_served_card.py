@@ -34,6 +34,8 @@ TEXTS = (
 )
 """Three answers to 123+456=. Read boxed after the model's markers: 579, none, none.
 Read after ``<think>``/``</think>`` (markers unknown, so all is final text): 579 thrice."""
+UNCLOSED_580 = rf"{OPEN}It is \boxed{{580}}, I think"
+"""No answer after the model's markers; 580 to a reader who knows only ``<think>``."""
 
 App = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 
@@ -55,6 +57,8 @@ def test_one_models_call_gives_concurrency_format_and_thinking_markers(tmp_path:
     calls: Counter[str] = Counter()
 
     def respond(body: dict[str, Any]) -> list[str]:
+        if int(body.get("n") or 1) > 1:  # the server's vote: 579 once, else no answer
+            return [UNCLOSED_580, UNCLOSED_580, TEXTS[0]]
         calls[prompt_text(body)] += 1
         return [TEXTS[(calls[prompt_text(body)] - 1) % 3]]
 
@@ -66,22 +70,26 @@ def test_one_models_call_gives_concurrency_format_and_thinking_markers(tmp_path:
         )
         with serving_in_thread(counting(create_app(settings), seen)) as url:
             args = ["--base-url", f"{url}/v1", "--model", MODEL, "--dataset", str(data)]
-            args += ["--samples", "3", "--grade-workers", "1", "--no-progress"]
+            args += ["-s", "single", "-s", "majority(k=3)", "--samples", "3"]
+            args += ["--grade-workers", "1", "--no-progress"]
             ran = cli.invoke(eval_app, [*args, "--out", str(tmp_path / "run")])
             asked = Counter(seen)
             again = cli.invoke(eval_app, [*args, "--out", str(tmp_path / "run")])  # resumes
     assert ran.exit_code == 0, ran.output
-    assert asked["GET /v1/models"] == 1 and asked["POST /v1/chat/completions"] == 3
+    assert asked["GET /v1/models"] == 1 and asked["POST /v1/chat/completions"] == 6
     said = " ".join(ran.output.split())
     assert f"concurrency 1024 (what {url}/v1 runs at once" in said  # the card's run slots
     assert "answers are read boxed (as the server reads this model's" in said
     assert f"answers are read after '{CLOSE}', the model's end of thinking" in said
     records = read_jsonl(tmp_path / "run" / "results.jsonl")
-    assert sorted(str(r["extracted"]) for r in records) == ["579", "None", "None"]
+    single = [r for r in records if r["scaffold"] == "single"]
+    assert sorted(str(r["extracted"]) for r in single) == ["579", "None", "None"]
     assert {json.dumps(r["thinking_markers"]) for r in records} == {
         json.dumps({"start": OPEN, "end": CLOSE})
     }
-    assert sum(r["correct"] for r in records) == 1  # graded after the model's markers too
+    assert sum(r["correct"] for r in single) == 1  # graded after the model's markers too
+    # the server's votes read after --thinking-start too: the unclosed 580s cast none
+    assert [r["correct"] for r in records if r["scaffold"] != "single"] == [True] * 3
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert report["thinking_markers"] == {"start": OPEN, "end": CLOSE}
     assert f"`{OPEN}` … `{CLOSE}`" in (tmp_path / "run" / "report.md").read_text()
