@@ -244,14 +244,14 @@ def _process_rows(
     args: VerifierCommand, records: list[dict[str, Any]], kept: set[str]
 ) -> list[dict[str, Any]]:
     """The per-step rows of ``--process`` (samples of the ``kept`` problem ids): rollouts
-    through ``--engine``, with progress and an ETA."""
+    through ``--engine``, graded as the records were, with progress and an ETA."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
     from scaffolds.core.errors import PonderError
     from scaffolds.engines.factory import EngineOptions, engine_from_url
     from scaffolds.engines.protocol import SamplingParams
     from scaffolds.evaluation.problems import load_problems
-    from training.process_labels import label_samples, process_samples, step_prefixes, step_rows
+    from training import process_labels as labels
     from training.verifier import balanced
 
     if not args.engine:
@@ -259,6 +259,8 @@ def _process_rows(
     sep = args.step.encode("latin-1", "backslashreplace").decode("unicode_escape")
     try:
         known = {p.id: p for p in load_problems(args.problems).problems if p.id in kept}
+        graded = (r for r in records if str(r.get("id")) in known)
+        answer_format, thinking = labels.records_reading(graded)
         engine = engine_from_url(
             args.engine,
             EngineOptions(
@@ -267,11 +269,12 @@ def _process_rows(
         )
     except (OSError, ValueError) as exc:
         raise _fail(str(exc)) from None
-    samples = process_samples(records, known)
+    samples = labels.process_samples(records, known)
+    out.print(f"rollouts graded {answer_format} after {thinking.end!r}, as the records were")
     params = SamplingParams(
         n=args.rollouts, max_tokens=args.rollout_max_tokens, temperature=args.temperature
     )
-    total = sum(len(step_prefixes(s.solution, sep)) - 1 for s in samples)
+    total = sum(len(labels.step_prefixes(s.solution, sep)) - 1 for s in samples)
     columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with Progress(*columns, console=err, disable=not args.train.progress) as bar:
         task = bar.add_task("rollouts (requests)", total=total)
@@ -279,8 +282,9 @@ def _process_rows(
             labelled, usage = asyncio.run(
                 _closing(
                     engine,
-                    label_samples(
+                    labels.label_samples(
                         engine, samples, params, sep=sep, soft=args.soft, chat=args.chat,
+                        grade=labels.rollout_grade(answer_format, thinking),
                         on_done=lambda k: bar.advance(task, k), concurrency=args.concurrency,
                     ),
                 )
@@ -294,7 +298,7 @@ def _process_rows(
     rows = [
         row
         for item in labelled
-        for row in step_rows(
+        for row in labels.step_rows(
             item.sample.problem,
             item.prefixes,
             item.labels,

@@ -4,9 +4,10 @@ A graded sample's solution is split into steps at the separator the search scaff
 write steps with (``beam``/``particle_filter``'s ``step``, ``"\n\n"`` by default). From
 each step's prefix (the steps up to and including it, each followed by the separator)
 the policy writes ``rollouts`` completions: ONE engine request with ``n=rollouts`` per
-prefix, all prefixes in parallel. A completion reaches the gold answer when the grader
-(:func:`~scaffolds.evaluation.answers.is_correct`) marks prefix + completion right. The
-step's label is, as the paper estimates it:
+prefix, all prefixes in parallel. A completion reaches the gold answer when prefix +
+completion, read as the eval records were graded (their ``answer_format`` and
+``thinking_markers``: :func:`records_reading`, :func:`rollout_grade`), has the gold
+answer. The step's label is, as the paper estimates it:
 
 - hard: 1 when any completion reaches the gold answer, else 0;
 - soft: the fraction that does.
@@ -42,8 +43,9 @@ from scaffolds.engines.protocol import (
     SamplingParams,
     Usage,
 )
-from scaffolds.evaluation.answers import is_correct
+from scaffolds.evaluation.answers import AnswerFormat, ThinkingMarkers, is_correct
 from scaffolds.evaluation.problems import ProblemRow
+from scaffolds.evaluation.results import record_answer_format, record_thinking
 from scaffolds.verifiers.generative import VERIFY_TEMPLATE, step_prefixes
 
 __all__ = [
@@ -51,6 +53,8 @@ __all__ = [
     "Sample",
     "label_samples",
     "process_samples",
+    "records_reading",
+    "rollout_grade",
     "step_prefixes",
     "step_rows",
 ]
@@ -94,6 +98,57 @@ def process_samples(
     return out
 
 
+def records_reading(
+    records: Iterable[Mapping[str, Any]],
+) -> tuple[AnswerFormat, ThinkingMarkers]:
+    """The one way the graded ``records`` read their answers (format, thinking markers),
+    for the rollouts to be graded alike; ValueError when they were read several ways
+    (records that do not say were read ``lenient`` after ``</think>``).
+
+    >>> records_reading([{"correct": True, "answer_format": "boxed"}, {"error": "x"}])
+    ('boxed', ThinkingMarkers(start='<think>', end='</think>'))
+    >>> try:
+    ...     records_reading([{"correct": True, "answer_format": "boxed"}, {"correct": False}])
+    ... except ValueError as err:
+    ...     print(str(err).split(" (")[1].split(")")[0])
+    1 boxed after '</think>', 1 lenient after '</think>'
+    """
+    ways: dict[tuple[AnswerFormat, ThinkingMarkers], int] = {}
+    for record in records:
+        if not record.get("error") and record.get("correct") is not None:
+            way = (record_answer_format(record), record_thinking(record))
+            ways[way] = ways.get(way, 0) + 1
+    if len(ways) > 1:
+        said = ", ".join(f"{n} {fmt} after {marks.end!r}" for (fmt, marks), n in ways.items())
+        raise ValueError(
+            f"the graded records read their answers several ways ({said}): train on the "
+            "records of one run, or regrade them one way"
+        )
+    return next(iter(ways), ("lenient", ThinkingMarkers()))
+
+
+def rollout_grade(
+    answer_format: AnswerFormat = "lenient", thinking: ThinkingMarkers | None = None
+) -> Callable[[str, str], bool]:
+    r"""``grade(gold, text)``: whether ``text``'s final answer, read in ``answer_format``
+    after ``thinking``, is the gold answer.
+
+    >>> markers = ThinkingMarkers("<|begin_of_thought|>", "<|end_of_thought|>")
+    >>> boxed = rollout_grade("boxed", markers)
+    >>> boxed("5", "so 5"), boxed("5", "<|begin_of_thought|>\\boxed{5}<|end_of_thought|>5")
+    (False, False)
+    >>> rollout_grade()("5", "so 5"), boxed("5", "<|end_of_thought|>\\boxed{5}")
+    (True, True)
+    """
+    marks = thinking or ThinkingMarkers()
+
+    def grade(gold: str, text: str) -> bool:
+        answer = marks.answer(text, answer_format)
+        return answer is not None and is_correct(gold, answer)
+
+    return grade
+
+
 def rollout_request(
     problem: str, prefix: str, sep: str, params: SamplingParams, *, chat: bool
 ) -> GenerateRequest:
@@ -114,11 +169,13 @@ async def label_sample(
     sep: str = "\n\n",
     soft: bool = False,
     chat: bool = True,
-    grade: Callable[[str, str], bool] = is_correct,
+    grade: Callable[[str, str], bool] | None = None,
     limit: asyncio.Semaphore | None = None,
 ) -> tuple[LabelledSample, Usage]:
-    """``sample``'s steps labelled by ``params.n`` rollouts from each prefix but the last
-    (``limit``: requests in flight at once, over all samples)."""
+    """``sample``'s steps labelled by ``params.n`` rollouts from each prefix but the last,
+    graded by ``grade`` (default: leniently) (``limit``: requests in flight at once, over
+    all samples)."""
+    grade = grade or rollout_grade()
     prefixes = step_prefixes(sample.solution, sep)
     requests = [rollout_request(sample.problem, p, sep, params, chat=chat) for p in prefixes[:-1]]
 
@@ -147,15 +204,20 @@ async def label_samples(
     sep: str = "\n\n",
     soft: bool = False,
     chat: bool = True,
+    grade: Callable[[str, str], bool] | None = None,
     on_done: Callable[[int], None] | None = None,
     concurrency: int | None = None,
 ) -> tuple[list[LabelledSample], Usage]:
-    """Every sample labelled, at most ``concurrency`` requests in flight (None: all at
+    """Every sample labelled, its rollouts graded by ``grade`` (default: leniently,
+    :func:`rollout_grade`), at most ``concurrency`` requests in flight (None: all at
     once); ``on_done(requests)`` after each sample."""
     limit = asyncio.Semaphore(concurrency) if concurrency else None
+    grade = grade or rollout_grade()
 
     async def one(sample: Sample) -> tuple[LabelledSample, Usage]:
-        out = await label_sample(engine, sample, params, sep=sep, soft=soft, chat=chat, limit=limit)
+        out = await label_sample(
+            engine, sample, params, sep=sep, soft=soft, chat=chat, grade=grade, limit=limit
+        )
         if on_done is not None:
             on_done(len(out[0].prefixes) - 1)
         return out

@@ -1,6 +1,7 @@
 """Batch evaluation client: run scaffolds over a dataset, grade, compare accuracy to compute.
 
-The pieces: :mod:`~clients.eval.runner` (requests, resume), :mod:`~clients.eval.report`
+The pieces: :mod:`~clients.eval.runner` (requests, resume), :mod:`~clients.eval.served`
+(what the server's ``/v1/models`` says of the model), :mod:`~clients.eval.report`
 and :mod:`~clients.eval.plots`, and the ``ponder eval`` command line in
 :mod:`~clients.eval.cli`. Problems, graders, the results file, the evaluation loop and
 the paired statistics are the evaluation core's, shared with training and the

@@ -22,7 +22,8 @@ import typer
 from rich.console import Console
 
 if TYPE_CHECKING:
-    from scaffolds.evaluation.answers import AnswerFormat
+    from clients.eval.served import Card
+    from scaffolds.evaluation.answers import AnswerFormat, ThinkingMarkers
     from scaffolds.evaluation.grading import Grader
 
 __all__ = ["eval_app"]
@@ -40,23 +41,50 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _answer_format_of(base_url: str, model: str, api_key: str | None, body: dict[str, Any]) -> str:
-    """``--answer-format auto``: an ``--extra-body`` answer_format, else what the server's
-    ``/v1/models`` says the model's answers are read as, else boxed (said on stderr)."""
-    from clients.eval.resume import served_answer_format
+def _answer_format_of(card: Card | None, body: dict[str, Any]) -> str:
+    """``--answer-format auto``: an ``--extra-body`` answer_format, else what the model's
+    card says its answers are read as, else boxed (said on stderr)."""
+    from clients.eval.served import card_answer_format
 
     if isinstance(body.get("answer_format"), str):
         return str(body["answer_format"])
-    served = served_answer_format(base_url, model, api_key)
+    served = card_answer_format(card)
     said = "as the server reads this model's" if served else "the server does not say how"
     err.print(f"answers are read {served or 'boxed'} ({said}; --answer-format chooses)")
     return served or "boxed"
+
+
+def _served_settings(
+    base_url: str, model: str, api_key: str | None, concurrency: int | None
+) -> tuple[Card | None, ThinkingMarkers, int]:
+    """The model's card (one ``GET /v1/models``), the thinking markers answers are read
+    after (the card's, else ``<think>``/``</think>``) and the requests in flight
+    (``concurrency``, else what the server runs at once), each said on stderr."""
+    from clients.eval.served import (
+        DEFAULT_CONCURRENCY,
+        card_concurrency,
+        card_thinking,
+        served_card,
+    )
+    from scaffolds.evaluation.answers import ThinkingMarkers
+
+    card = asyncio.run(served_card(base_url, model, api_key))
+    thinking = card_thinking(card)
+    if thinking is not None and thinking != ThinkingMarkers():
+        err.print(f"answers are read after {thinking.end!r}, the model's end of thinking")
+    if concurrency is None:
+        concurrency = card_concurrency(card)
+        said = f"what {base_url} runs at once" if concurrency else "the server does not say"
+        concurrency = concurrency or DEFAULT_CONCURRENCY
+        err.print(f"concurrency {concurrency} ({said}; --concurrency chooses)")
+    return card, thinking or ThinkingMarkers(), concurrency
 
 
 def make_grader(
     kind: str,
     *,
     answer_format: AnswerFormat = "lenient",
+    thinking: ThinkingMarkers | None = None,
     workers: int = 2,
     timeout_s: float = 10.0,
     judge_url: str | None = None,
@@ -66,13 +94,15 @@ def make_grader(
     pass_score: float = 7.0,
 ) -> Grader:
     """A grader by name: ``math`` (math-verify), ``exact``, or ``judge`` (needs a URL);
-    the first two read a response's final answer in ``answer_format``."""
+    the first two read a response's final answer in ``answer_format``, after ``thinking``."""
     from scaffolds.evaluation.grading import DEFAULT_RUBRIC, ExactGrader, JudgeGrader, MathGrader
 
     if kind == "math":
-        return MathGrader(workers=workers, timeout_s=timeout_s, answer_format=answer_format)
+        return MathGrader(
+            workers=workers, timeout_s=timeout_s, answer_format=answer_format, thinking=thinking
+        )
     if kind == "exact":
-        return ExactGrader(answer_format=answer_format)
+        return ExactGrader(answer_format=answer_format, thinking=thinking)
     if kind == "judge":
         if not judge_url or not judge_model:
             raise _fail("--grader judge needs --judge-url and --judge-model")
@@ -129,7 +159,8 @@ def run(
             "answer_format) and by the grade: boxed (only the last \\boxed{} after the "
             "thinking; none is wrong, as the papers' code grades) or lenient (also 'final "
             "answer is X', '#### X', the last number); auto: what Ponder's /v1/models says "
-            "the model uses, else boxed",
+            "the model uses, else boxed. Read after the end of thinking that the model's "
+            "card says (thinking_markers), else </think>",
         ),
     ] = "auto",
     grader: Annotated[str, typer.Option(help="math | exact | judge")] = "math",
@@ -170,8 +201,9 @@ def run(
         loaded = load_problems(dataset, split=split, limit=limit)
     except (SpecError, ValueError) as exc:
         raise _fail(str(exc)) from None
+    card, thinking, concurrency = _served_settings(base_url, model, api_key, concurrency)
     if answer_format == "auto":
-        answer_format = _answer_format_of(base_url, model, api_key, body)
+        answer_format = _answer_format_of(card, body)
     fmt = cast("AnswerFormat", answer_format)
     for bad in loaded.bad:
         err.print(f"[yellow]skipped[/yellow] {dataset} {bad}")
@@ -195,17 +227,19 @@ def run(
             max_retries=max_retries,
             extra_body=body,
             answer_format=fmt,
+            thinking=thinking,
         )
     except ValueError as exc:  # an --extra-body answer_format that disagrees
         raise _fail(str(exc)) from None
     previous = read_results(config.results_path)
     try:
-        check_resume(config.results_path, fmt, previous.records)
+        check_resume(config.results_path, fmt, previous.records, thinking)
     except ValueError as exc:
         raise _fail(str(exc)) from None
     grade = make_grader(
         grader,
         answer_format=fmt,
+        thinking=thinking,
         workers=grade_workers,
         timeout_s=grade_timeout,
         judge_url=judge_url,

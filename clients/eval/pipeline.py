@@ -19,7 +19,7 @@ from rich.console import Console
 
 from clients.eval.plots import write_plots
 from clients.eval.report import Cluster, markdown_report, summarize, write_json
-from clients.eval.resume import run_formats
+from clients.eval.resume import run_formats, run_thinking
 from clients.eval.runner import EvalConfig, run_eval
 from scaffolds.evaluation.answer_pool import AnswerChecker
 from scaffolds.evaluation.grading import Grader, MathGrader
@@ -73,6 +73,7 @@ async def write_reports(
         info = {"model": ", ".join(models), "grader": grader.name} if models else None
         if info is not None:
             info["answer_format"] = run_formats(records)
+            info["thinking_markers"] = run_thinking(records)
     async with clustering(grader) as cluster:
         report = await summarize(records, cluster, scaffolds=scaffolds, info=info)
     plots = write_plots(report, out_dir)
@@ -110,6 +111,7 @@ async def evaluate(
             "samples": config.samples,
             "grader": grader.name,
             "answer_format": config.answer_format,
+            "thinking_markers": config.thinking.as_dict(),
         }
         report = await write_reports(
             config.out_dir, grader, config=config, problems=problems, info=info

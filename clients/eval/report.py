@@ -345,6 +345,9 @@ def markdown_report(report: Mapping[str, Any], plots: Sequence[str] = ()) -> str
     for name in ("model", "base_url", "dataset", "samples", "grader", "answer_format", "created"):
         if report.get(name) is not None:
             lines.append(f"- **{name}**: `{report[name]}`")
+        if name == "answer_format" and isinstance(report.get("thinking_markers"), Mapping):
+            marks = report["thinking_markers"]
+            lines.append(f"- **thinking_markers**: `{marks.get('start')}` … `{marks.get('end')}`")
     lines += ["", _k_note(report).capitalize() + " (one scaffold run answering once).", ""]
     lines += ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in _row(s)) + " |"

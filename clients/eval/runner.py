@@ -14,8 +14,10 @@ The scaffold spec ``none`` sends no Ponder field at all (for plain OpenAI endpoi
 
 A run reads answers one way, its ``answer_format``: sent as the request's field, so the
 server's votes read them so, and used for each record's ``extracted`` answer, which the
-grader grades and maj@k clusters. Every record says its format; a results file is
-resumed only in the format it was graded in (:func:`clients.eval.resume.check_resume`).
+grader grades and maj@k clusters; the answer follows the end of the model's thinking
+(``thinking``: the served model's markers, ``</think>`` unless its card says). Every
+record says its format and markers; a results file is resumed only as it was graded
+(:func:`clients.eval.resume.check_resume`).
 
 >>> def step(i, kind, answer, tokens):
 ...     return [{"type": "step_started", "step_id": i, "kind": kind},
@@ -39,8 +41,13 @@ from typing import Any
 from rich.console import Console
 
 from clients.eval.resume import check_resume
+from clients.eval.served import DEFAULT_CONCURRENCY, card_concurrency, served_card
 from scaffolds.core.errors import PonderError, SpecError
-from scaffolds.evaluation.answers import ANSWER_FORMATS, AnswerFormat, final_answer
+from scaffolds.evaluation.answers import (
+    ANSWER_FORMATS,
+    AnswerFormat,
+    ThinkingMarkers,
+)
 from scaffolds.evaluation.grading import Grader
 from scaffolds.evaluation.loop import Board, Job, RunOutcome, Tally, make_jobs, run_jobs
 from scaffolds.evaluation.problems import ProblemRow
@@ -49,10 +56,8 @@ from scaffolds.spec.grammar import format_spec, parse_spec
 from scaffolds.spec.registry import default_registry
 
 __all__ = [
-    "DEFAULT_CONCURRENCY",
     "NO_SCAFFOLD",
     "EvalConfig",
-    "fitted_concurrency",
     "reasoning_steps",
     "run_eval",
     "scored_steps",
@@ -73,7 +78,8 @@ class EvalConfig:
     out_dir: Path
     samples: int = 1
     concurrency: int | None = None
-    """Requests in flight; None: what the server runs at once (:func:`fitted_concurrency`)."""
+    """Requests in flight; None: what the server runs at once (its card's
+    ``max_concurrent_runs``, else :data:`~clients.eval.served.DEFAULT_CONCURRENCY`)."""
     api_key: str | None = None
     temperature: float | None = None
     max_tokens: int | None = None
@@ -89,6 +95,10 @@ class EvalConfig:
     """How answers are read, by the server's votes (the request's ``answer_format``) and
     the grade: ``boxed`` (only the last ``\\boxed{}`` after the thinking, as the papers'
     code grades) or ``lenient`` (also "final answer is X", ``#### X``, the last number)."""
+    thinking: ThinkingMarkers = field(default_factory=ThinkingMarkers)
+    """Where the model's thinking starts and ends in a text: the answer is read after it
+    (the served model's own markers, from its card, matter when its thinking comes back
+    inside ``content``)."""
 
     def __post_init__(self) -> None:
         if self.answer_format not in ANSWER_FORMATS:
@@ -154,10 +164,13 @@ def reasoning_steps(
     trace: Sequence[Mapping[str, Any]],
     step_kinds: Sequence[str] = ("reasoning",),
     answer_format: AnswerFormat = "lenient",
+    thinking: ThinkingMarkers | None = None,
 ) -> list[dict[str, Any]]:
     """Per scored step (RC's reasoning chunks, ``step_kinds``): its answer (the trace's,
-    else its text read in ``answer_format``), text and the cumulative completion tokens
-    of every step finished so far. Only choice 0 (or untagged steps) count."""
+    else its text read in ``answer_format``, after ``thinking``), text and the cumulative
+    completion tokens of every step finished so far. Only choice 0 (or untagged steps)
+    count."""
+    marks = thinking or ThinkingMarkers()
     kinds: dict[str, str] = {}
     steps: list[dict[str, Any]] = []
     spent = 0
@@ -171,7 +184,7 @@ def reasoning_steps(
             if kinds[step_id] in step_kinds:
                 texts, answers = event.get("texts") or [""], event.get("answers") or []
                 text = str(texts[0] or "")
-                answer = answers[0] if answers else final_answer(text, answer_format)
+                answer = answers[0] if answers else marks.answer(text, answer_format)
                 steps.append({"answer": answer, "text": text, "completion_tokens": spent})
     return steps
 
@@ -197,29 +210,6 @@ def _message(data: Mapping[str, Any]) -> tuple[str, str | None, str | None]:
     message = first.get("message") or {}
     reasoning = message.get("reasoning_content") or message.get("reasoning")
     return str(message.get("content") or ""), reasoning, first.get("finish_reason")
-
-
-DEFAULT_CONCURRENCY = 256
-"""Requests in flight when the server does not say what it runs at once: vLLM's default
-batch (``max_num_seqs``) on most GPUs."""
-
-
-async def fitted_concurrency(client: Any, model: str) -> int:
-    """The requests in flight that keep the server at ``client``'s base URL full: the
-    runs Ponder executes at once (``ponder.max_concurrent_runs`` of the model's
-    ``/v1/models`` card), else :data:`DEFAULT_CONCURRENCY`."""
-    base = model.partition("+")[0]
-    try:
-        page = await client.models.list()
-    except Exception:  # any server, any failure: the default
-        return DEFAULT_CONCURRENCY
-    for card in page.data:
-        ponder = card.model_dump(mode="json").get("ponder")
-        if card.id in (model, base) and isinstance(ponder, dict):
-            runs = ponder.get("max_concurrent_runs")
-            if isinstance(runs, int) and runs > 0:
-                return runs
-    return DEFAULT_CONCURRENCY
 
 
 class _Client:
@@ -267,6 +257,7 @@ class _Client:
         record: Record = {"scaffold": spec, "id": problem.id, "sample": sample}
         record |= {"model": cfg.model, "reference": problem.answer}
         record["answer_format"] = cfg.answer_format
+        record["thinking_markers"] = cfg.thinking.as_dict()
         started = time.perf_counter()
         try:
             reply: Any = await self.client.chat.completions.create(
@@ -287,12 +278,13 @@ class _Client:
         record |= {"response": text, "reasoning": reasoning, "finish_reason": finish}
         record |= {"cut_short": finish == "length" or bool(cut_reason), "cut_reason": cut_reason}
         record["usage"] = _usage(data)
-        record["extracted"] = final_answer(text, cfg.answer_format) if text else None
+        record["extracted"] = cfg.thinking.answer(text, cfg.answer_format) if text else None
         trace = data.get("trace")
         if isinstance(trace, list):
             if self.scored[spec]:
                 kinds = self.scored[spec]
-                record["steps"] = reasoning_steps(trace, kinds, cfg.answer_format)  # graded later
+                steps = reasoning_steps(trace, kinds, cfg.answer_format, cfg.thinking)
+                record["steps"] = steps  # graded later
             if cfg.trace:
                 record["trace"] = trace
         if problem.meta:
@@ -316,8 +308,8 @@ async def run_eval(
     """Do every pending sample, appending each record as it lands; returns the counts.
 
     Cancel it (Ctrl-C) at any time: finished samples are already on disk. The grader must
-    read answers in the run's ``answer_format`` (or none, as a judge), and a results file
-    graded in another format is not resumed
+    read answers in the run's ``answer_format`` after its ``thinking`` (or none, as a
+    judge), and a results file graded another way is not resumed
     (:class:`~clients.eval.resume.ResumeConflictError`).
     """
     if grader.answer_format not in (None, config.answer_format):
@@ -325,10 +317,15 @@ async def run_eval(
             f"the {grader.name} grader reads answers {grader.answer_format!r}, the run "
             f"{config.answer_format!r}: build it with answer_format={config.answer_format!r}"
         )
+    if getattr(grader, "thinking", config.thinking) != config.thinking:
+        raise ValueError(
+            f"the {grader.name} grader reads answers after other thinking markers than "
+            f"the run: build it with thinking={config.thinking!r}"
+        )
     config.out_dir.mkdir(parents=True, exist_ok=True)
     store = ResultStore(config.results_path)
     loaded = store.compact()
-    check_resume(config.results_path, config.answer_format, loaded.records)
+    check_resume(config.results_path, config.answer_format, loaded.records, config.thinking)
     work = make_jobs(config.scaffolds, problems, range(config.samples), loaded.done())
     ids = {p.id for p in problems}
     tallies = {spec: Tally() for spec in config.scaffolds}
@@ -346,7 +343,11 @@ async def run_eval(
     )
     client = _Client(config)
     try:
-        concurrency = config.concurrency or await fitted_concurrency(client.client, config.model)
+        concurrency = (
+            config.concurrency
+            or card_concurrency(await served_card(config.base_url, config.model, config.api_key))
+            or DEFAULT_CONCURRENCY
+        )
         if progress and config.concurrency is None:
             console.print(f"concurrency {concurrency} (what {config.base_url} runs at once)")
         outcome = await run_jobs(

@@ -21,7 +21,8 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 logger = logging.getLogger(__name__)
@@ -125,21 +126,22 @@ def _drop_thousands(s: str) -> str:
     return s.replace(",", "") if _THOUSANDS.fullmatch(s) else s
 
 
-def _split_think(text: str) -> tuple[str, str | None]:
-    """(reasoning, final part) around the last ``</think>``; final is None if absent/empty."""
-    if _THINK_END not in text:
+def _split_think(text: str, end: str = _THINK_END) -> tuple[str, str | None]:
+    """(reasoning, final part) around the last ``end`` marker; final is None if absent/empty."""
+    if end not in text:
         return text, None
-    before, after = text.rsplit(_THINK_END, 1)
+    before, after = text.rsplit(end, 1)
     return before, (after if after.strip() else None)
 
 
 @functools.lru_cache(maxsize=32)  # a step's answers are read again as its solutions
-def extract_answer(text: str) -> str | None:
+def extract_answer(text: str, *, end: str = _THINK_END) -> str | None:
     r"""The final answer of a solution, or None.
 
     Tries the last ``\boxed{}``, then "final answer is X", "answer: X", "#### X",
-    then the last number. If a non-empty part follows ``</think>``, only that part is
-    searched, except that a boxed answer inside the reasoning is a last resort.
+    then the last number. If a non-empty part follows the end of the thinking (``end``,
+    ``</think>`` by default), only that part is searched, except that a boxed answer
+    inside the reasoning is a last resort.
 
     >>> extract_answer("Adding up, 3 + 4 = 7.\n#### 1,007")
     '1007'
@@ -149,8 +151,11 @@ def extract_answer(text: str) -> str | None:
     'x^2'
     >>> extract_answer("#### 6\nThe answer is indeed 6.\n#### #3: Longer solution\nSo 5 boxes.")
     '6'
+    >>> text = "<|begin_of_thought|>\\boxed{12}? No.<|end_of_thought|>So 13."
+    >>> extract_answer(text), extract_answer(text, end="<|end_of_thought|>")
+    ('12', '13')
     """
-    reasoning, final = _split_think(text)
+    reasoning, final = _split_think(text, end)
     numbers = _NUMBER.findall(text if final is None else final)
     last = numbers[-1].replace(",", "") if numbers else None
     if final is None:
@@ -164,6 +169,43 @@ the part after the thinking, as every reference implementation does (a sample wi
 one has no answer and casts no vote); ``lenient`` is :func:`extract_answer`."""
 
 ANSWER_FORMATS: tuple[AnswerFormat, ...] = ("boxed", "lenient")
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingMarkers:
+    """Where a model's thinking starts and ends in its text (``<think>``/``</think>`` for
+    Qwen3 and R1 distills), for a model that returns its thinking inside the answer.
+
+    >>> ThinkingMarkers.of({"start": "<|begin_of_thought|>", "end": "<|end_of_thought|>"})
+    ThinkingMarkers(start='<|begin_of_thought|>', end='<|end_of_thought|>')
+    >>> ThinkingMarkers.of({"end": ""}) is None, ThinkingMarkers().as_dict()
+    (True, {'start': '<think>', 'end': '</think>'})
+    """
+
+    start: str = "<think>"
+    end: str = _THINK_END
+
+    @classmethod
+    def of(cls, value: Any) -> ThinkingMarkers | None:
+        """The markers a JSON object ``{"start": ..., "end": ...}`` names (a model card's,
+        a record's); None when it is not one, or a marker is empty."""
+        if not isinstance(value, Mapping):
+            return None
+        start, end = value.get("start"), value.get("end")
+        if not (isinstance(start, str) and isinstance(end, str) and start and end):
+            return None
+        return cls(start, end)
+
+    def as_dict(self) -> dict[str, str]:
+        return {"start": self.start, "end": self.end}
+
+    def answer(self, text: str, answer_format: AnswerFormat) -> str | None:
+        r"""``text``'s final answer in ``answer_format``, after the thinking these mark.
+
+        >>> ThinkingMarkers("<s>", "</s>").answer(r"<s>\boxed{3}</s>So \boxed{4}.", "boxed")
+        '4'
+        """
+        return final_answer(text, answer_format, start=self.start, end=self.end)
 
 
 def boxed_answer(text: str, *, start: str = "<think>", end: str = _THINK_END) -> str | None:
@@ -202,7 +244,7 @@ def final_answer(
     """
     if answer_format == "boxed":
         return boxed_answer(text, start=start, end=end)
-    return extract_answer(text)
+    return extract_answer(text, end=end)
 
 
 def _answer_of(text: str) -> str | None:

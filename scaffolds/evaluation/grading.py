@@ -16,7 +16,8 @@ The first two read a response's final answer in their ``answer_format``
 (:data:`~scaffolds.evaluation.answers.AnswerFormat`): ``lenient`` (the default, as
 training rewards read: the last ``\boxed{}``, "the answer is", ``####``, the last
 number) or ``boxed`` (only the last ``\boxed{}`` after the thinking; none is no answer,
-as the papers' code grades).
+as the papers' code grades). The thinking ends at their ``thinking`` markers' end
+(``</think>`` unless told: a served model's own, for one that thinks inside its text).
 
 A grader answers ``Grade(correct=None)`` when there is nothing to grade against.
 
@@ -43,7 +44,11 @@ from string import Template
 from typing import Any, Protocol
 
 from scaffolds.evaluation.answer_pool import AnswerChecker
-from scaffolds.evaluation.answers import AnswerFormat, final_answer, normalize_answer
+from scaffolds.evaluation.answers import (
+    AnswerFormat,
+    ThinkingMarkers,
+    normalize_answer,
+)
 from scaffolds.evaluation.problems import ProblemRow
 
 __all__ = [
@@ -108,14 +113,20 @@ class MathGrader:
         timeout_s: float = 10.0,
         inline: bool = False,
         answer_format: AnswerFormat = "lenient",
+        thinking: ThinkingMarkers | None = None,
     ) -> None:
         self.checker = AnswerChecker(max_workers=workers, timeout_s=timeout_s, inline=inline)
         self.answer_format: AnswerFormat = answer_format
+        self.thinking = thinking or ThinkingMarkers()
+
+    def read(self, text: str) -> str | None:
+        """The final answer of ``text`` in this grader's format, after its thinking."""
+        return self.thinking.answer(text, self.answer_format)
 
     async def grade(self, problem: ProblemRow, text: str, answer: str | None = None) -> Grade:
         if problem.answer is None:
             return Grade(None)
-        answer = answer if answer is not None else final_answer(text, self.answer_format)
+        answer = answer if answer is not None else self.read(text)
         if answer is None or not answer.strip():
             return Grade(False, note="no answer")
         return Grade(await self.checker.grade(problem.answer, _as_boxed(answer)))
@@ -142,13 +153,20 @@ class ExactGrader:
     name = "exact"
     per_step = True
 
-    def __init__(self, *, answer_format: AnswerFormat = "lenient") -> None:
+    def __init__(
+        self, *, answer_format: AnswerFormat = "lenient", thinking: ThinkingMarkers | None = None
+    ) -> None:
         self.answer_format: AnswerFormat = answer_format
+        self.thinking = thinking or ThinkingMarkers()
+
+    def read(self, text: str) -> str | None:
+        """The final answer of ``text`` in this grader's format, after its thinking."""
+        return self.thinking.answer(text, self.answer_format)
 
     async def grade(self, problem: ProblemRow, text: str, answer: str | None = None) -> Grade:
         if problem.answer is None:
             return Grade(None)
-        answer = answer if answer is not None else final_answer(text, self.answer_format)
+        answer = answer if answer is not None else self.read(text)
         if answer is None:
             return Grade(False, note="no answer")
         gold = normalize_answer(problem.answer)

@@ -19,14 +19,23 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from scaffolds.evaluation.answers import ANSWER_FORMATS, AnswerFormat, ThinkingMarkers
 from scaffolds.evaluation.problems import BadLine
 
-__all__ = ["Key", "LoadedResults", "ResultStore", "key_of", "read_results"]
+__all__ = [
+    "Key",
+    "LoadedResults",
+    "ResultStore",
+    "key_of",
+    "read_results",
+    "record_answer_format",
+    "record_thinking",
+]
 
 Key = tuple[str, str, int]
 """(scaffold spec, problem id, sample index)."""
@@ -37,6 +46,29 @@ Record = dict[str, Any]
 def key_of(record: Record) -> Key:
     """The resume key of a record (KeyError/ValueError if it has none)."""
     return (str(record["scaffold"]), str(record["id"]), int(record["sample"]))
+
+
+def record_answer_format(record: Mapping[str, Any]) -> AnswerFormat:
+    """The answer format ``record``'s answer was read in: its ``answer_format``, else
+    ``lenient`` (records written before the field were all read so).
+
+    >>> record_answer_format({"answer_format": "boxed"}), record_answer_format({})
+    ('boxed', 'lenient')
+    """
+    said = record.get("answer_format")
+    return said if said in ANSWER_FORMATS else "lenient"
+
+
+def record_thinking(record: Mapping[str, Any]) -> ThinkingMarkers:
+    """The thinking markers ``record``'s answer was read after: its ``thinking_markers``,
+    else ``<think>``/``</think>`` (records written before the field were read so).
+
+    >>> record_thinking({"thinking_markers": {"start": "<s>", "end": "</s>"}}).end
+    '</s>'
+    >>> record_thinking({}) == ThinkingMarkers()
+    True
+    """
+    return ThinkingMarkers.of(record.get("thinking_markers")) or ThinkingMarkers()
 
 
 def _better(new: Record, old: Record) -> bool:

@@ -181,7 +181,10 @@ class ModelOptions(BaseModel):
     """What a helper step (summary, feedback, abstraction, judge) adds to its engine
     request to turn thinking off: qwen3 (chat_template_kwargs.enable_thinking=false),
     gpt-oss (reasoning_effort=low), none, or a JSON object of request fields."""
-    thinking_end: Annotated[str, Flag(metavar="TEXT")] = "</think>"
+    thinking_start: Annotated[str, Field(min_length=1), Flag(metavar="TEXT")] = "<think>"
+    """The model's start-of-thinking marker, where its thinking opens in a text
+    (<|begin_of_thought|> for OpenThoughts models)."""
+    thinking_end: Annotated[str, Field(min_length=1), Flag(metavar="TEXT")] = "</think>"
     """The model's end-of-thinking marker (a forced answer closes the thinking with it)."""
     max_sequences: Annotated[int | None, Field(ge=1), Flag(metavar="N")] = None
     """Sequences (samples) in flight to this model's engines at once, over all its
@@ -199,7 +202,12 @@ class ModelOptions(BaseModel):
 
     def thinking_config(self) -> Thinking:
         """How this model thinks, for a run (:class:`scaffolds.core.thinking.Thinking`)."""
-        return Thinking(declared=self.thinking, off=dict(self.thinking_off), end=self.thinking_end)
+        return Thinking(
+            declared=self.thinking,
+            off=dict(self.thinking_off),
+            start=self.thinking_start,
+            end=self.thinking_end,
+        )
 
     def default_answer_format(self) -> AnswerFormat:
         """``answer_format``, or its default for this model's prompt set.

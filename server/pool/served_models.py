@@ -215,10 +215,16 @@ class ServedModels:
     def model_cards(self) -> list[dict[str, Any]]:
         """``/v1/models`` entries: each base model, then its aliases, with the scaffold
         each runs and how the model's answers are read when a request does not say
-        (``answer_format``: what ``ponder eval`` grades with by default)."""
+        (``answer_format``, after the thinking its ``thinking_markers`` mark: what
+        ``ponder eval`` grades with by default)."""
         cards = []
         for name, served in self.models.items():
-            about = {"base_model": name, "answer_format": served.config.default_answer_format()}
+            about: dict[str, Any] = {
+                "base_model": name,
+                "answer_format": served.config.default_answer_format(),
+                "thinking_markers": {"start": served.config.thinking_start,
+                                     "end": served.config.thinking_end},
+            }  # fmt: skip
             default = spec_string(served.default)
             cards.append(model_card(name, ponder={**about, "scaffold": default}))
             written = served.config.alias_specs()

@@ -10,9 +10,8 @@ import asyncio
 from typing import Any
 
 import httpx
-from openai import AsyncOpenAI
 
-from clients.eval.runner import DEFAULT_CONCURRENCY, fitted_concurrency
+from clients.eval.served import card_concurrency, served_card
 from scaffolds.engines.openai_http import OpenAIEngine
 from scaffolds.engines.protocol import GenerateRequest
 from server.http.metrics import Metrics
@@ -77,15 +76,11 @@ async def test_the_defaults_hold_a_harness_concurrency_and_say_so(fake: FakeEngi
             assert limiter.admitted == requests
             fake.config.hold = False
             responses = await asyncio.gather(*sends)
-        sdk = AsyncOpenAI(base_url=f"{url}/v1", api_key=KEY)
-        fitted = await fitted_concurrency(sdk, MODEL)
-        await sdk.close()
+        fitted = card_concurrency(await served_card(f"{url}/v1", MODEL, KEY))
     assert [r.status_code for r in responses] == [200] * requests
     assert fitted == 1024  # ponder eval's default against this server: its run slots
     assert gate_of(app).limit == DEFAULT_SEQUENCES  # the fake does not say its capacity
-    engine_sdk = AsyncOpenAI(base_url=fake.base_url, api_key="x")
-    assert await fitted_concurrency(engine_sdk, "fake-model") == DEFAULT_CONCURRENCY
-    await engine_sdk.close()
+    assert card_concurrency(await served_card(fake.base_url, "fake-model", "x")) is None
 
 
 async def test_a_queued_client_that_leaves_frees_its_place(fake: FakeEngineHandle) -> None:

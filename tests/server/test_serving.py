@@ -103,6 +103,7 @@ async def test_alias_as_model_and_in_model_list(make_client: Any) -> None:
     assert models["data"][1]["ponder"] == {
         "base_model": "m",
         "answer_format": "boxed",
+        "thinking_markers": {"start": "<think>", "end": "</think>"},
         "scaffold": "gsr(n=2)",
         "max_concurrent_runs": 1024,
     }

@@ -4,13 +4,22 @@ hand, and the rows they become."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import GenerateRequest, SamplingParams
-from training.process_labels import Sample, label_samples, step_rows
+from scaffolds.evaluation.answers import ThinkingMarkers
+from training.process_labels import (
+    Sample,
+    label_samples,
+    records_reading,
+    rollout_grade,
+    step_rows,
+)
 
 SOLUTION = "x = 2\n\ny = x + 2\n\nso \\boxed{4}"  # gold is 5: the second step goes wrong
 ROLLOUTS = {
@@ -80,3 +89,68 @@ async def test_prefixes_of_every_sample_go_out_together_up_to_the_concurrency() 
     seen.clear()
     await label_samples(engine, samples, params, concurrency=2)
     assert max(seen) == 2 and len(seen) == 6
+
+
+OPEN, CLOSE = "<|begin_of_thought|>", "<|end_of_thought|>"
+BOXED_RUN = "x = 2\n\ny = 3\n\nso \\boxed{5}"  # right (gold 5)
+ROLLOUTS_BY_FORMAT = {
+    # after "x = 2\n\n": boxed after the thinking, only the third; leniently all but the last
+    "x = 2\n\n": [
+        "y = 3, so the final answer is 5",
+        f"{OPEN}\\boxed{{5}}{CLOSE}done",
+        f"{CLOSE}\\boxed{{5}}",
+        "\\boxed{4}",
+    ],
+    # after "x = 2\n\ny = 3\n\n": boxed only the first; leniently the first two (the
+    # last number of "...y = 3\n\nno" is the prefix's 3)
+    "x = 2\n\ny = 3\n\n": ["\\boxed{5}", "5", "6", "no"],
+}
+
+
+@pytest.mark.parametrize(
+    ("answer_format", "labels"), [("boxed", (0.25, 0.25, 1.0)), ("lenient", (0.75, 0.5, 1.0))]
+)
+async def test_rollouts_are_graded_in_the_records_format_after_their_markers(
+    answer_format: str, labels: tuple[float, ...]
+) -> None:
+    def continue_run(request: GenerateRequest) -> list[str]:
+        prompt = request.prompt
+        assert not isinstance(prompt, str)
+        return ROLLOUTS_BY_FORMAT[prompt[-1].content]
+
+    record = {"answer_format": answer_format, "thinking_markers": {"start": OPEN, "end": CLOSE}}
+    fmt, thinking = records_reading([record | {"correct": True}, {"error": "timeout"}])
+    assert (fmt, thinking) == (answer_format, ThinkingMarkers(OPEN, CLOSE))
+    sample = Sample("p", "What is 2+3?", "5", BOXED_RUN, correct=True)
+    params = SamplingParams(n=4)
+    grade = rollout_grade(fmt, thinking)
+    [labelled], _ = await label_samples(MockEngine(continue_run), [sample], params, soft=True,
+                                        grade=grade)  # fmt: skip
+    assert labelled.labels == labels
+    if answer_format == "lenient":  # the default grade reads leniently
+        [default], _ = await label_samples(MockEngine(continue_run), [sample], params, soft=True)
+        assert default.labels == labels
+
+
+def test_process_labels_refuse_records_graded_several_ways(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from training.cli import train_app
+
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text(json.dumps({"id": "p", "problem": "2+3=", "answer": "5"}) + "\n")
+    results = tmp_path / "results.jsonl"
+    records = [
+        {"scaffold": "single", "id": "p", "sample": 0, "response": BOXED_RUN, "correct": True,
+         "answer_format": "boxed"},
+        {"scaffold": "single", "id": "p", "sample": 1, "response": "so 5", "correct": True},
+    ]  # fmt: skip
+    results.write_text("".join(json.dumps(r) + "\n" for r in records))
+    args = ["verifier", "--model", "unused", "--results", str(results), "--problems"]
+    args += [str(problems), "--out", str(tmp_path / "out"), "--process"]
+    args += ["--engine", "http://127.0.0.1:9/v1", "--no-progress"]
+    result = CliRunner().invoke(train_app, args)
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2, result.output
+    assert "read their answers several ways (1 boxed after '</think>', 1 lenient" in said
+    assert not (tmp_path / "out").exists()
