@@ -15,17 +15,12 @@ process pool under a time limit (and, when that fails, calls these functions wit
 from __future__ import annotations
 
 import functools
-import logging
-import math
 import re
-import signal
-import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-logger = logging.getLogger(__name__)
+from scaffolds.evaluation.math_verify_guard import MathVerifier
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])\s*")
 _FINAL_IS = re.compile(r"final\s+answer\s*(?:is|:)\s*:?\s*([^\s:].*)", re.IGNORECASE)
@@ -302,62 +297,6 @@ def _space_or_nothing(match: re.Match[str]) -> str:
     return " " if needed else ""
 
 
-class _Verifier:
-    """math-verify with a per-call parse cache and thread-appropriate timeouts."""
-
-    def __init__(self, timeout_s: float | None) -> None:
-        on_main = threading.current_thread() is threading.main_thread()
-        limited = on_main and timeout_s is not None and timeout_s > 0
-        # math-verify times out with signal.alarm: whole seconds, main thread only.
-        self.timeout = max(1, math.ceil(timeout_s)) if limited and timeout_s else None
-        self.parsed: dict[str, list[Any]] = {}
-
-    def parse(self, answer: str) -> list[Any]:
-        if answer not in self.parsed:
-            from math_verify import parse
-
-            wrapped = "\\boxed{" + answer + "}"
-            found = self.guarded(lambda: parse(wrapped, parsing_timeout=self.timeout), [])
-            self.parsed[answer] = list(found)
-        return self.parsed[answer]
-
-    def verify(self, gold: str, pred: str) -> bool:
-        """Whether ``pred`` matches ``gold`` (both normalized), in that direction."""
-        from math_verify import verify
-
-        parsed_gold, parsed_pred = self.parse(gold), self.parse(pred)
-        if not parsed_gold or not parsed_pred:
-            return False
-        return bool(
-            self.guarded(
-                lambda: verify(parsed_gold, parsed_pred, timeout_seconds=self.timeout), False
-            )
-        )
-
-    def equivalent(self, a: str, b: str) -> bool:
-        return self.verify(a, b) or self.verify(b, a)
-
-    def guarded(self, call: Callable[[], Any], default: Any) -> Any:
-        """``call()``, or ``default`` if math-verify raised (its timeout is a BaseException).
-
-        math-verify's ``signal.alarm(0)`` would cancel a timer someone else set (such as
-        pytest-timeout's), so one that was running is re-armed with the time it had left.
-        """
-        from math_verify.errors import TimeoutException
-
-        outer = signal.getitimer(signal.ITIMER_REAL)[0] if self.timeout else 0.0
-        started = time.monotonic()
-        try:
-            return call()
-        except (Exception, TimeoutException):
-            logger.debug("math-verify failed", exc_info=True)
-            return default
-        finally:
-            if outer > 0:
-                left = outer - (time.monotonic() - started)
-                signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))
-
-
 def _same(a: str | None, b: str | None, check: Callable[[str, str], bool] | None) -> bool:
     """Equal normalized forms, else ``check`` on them (if given); empty never matches."""
     na, nb = normalize_answer(a or ""), normalize_answer(b or "")
@@ -377,7 +316,7 @@ def answers_equal(a: str, b: str, *, timeout_s: float = 5.0, verify: bool = True
     >>> answers_equal("(1, 2)", "[1, 2)")
     False
     """
-    return _same(a, b, _Verifier(timeout_s).equivalent if verify else None)
+    return _same(a, b, MathVerifier(timeout_s).equivalent if verify else None)
 
 
 def is_correct(
@@ -392,7 +331,7 @@ def is_correct(
     (True, False)
     """
     gold_answer, pred_answer = _answer_of(gold), _answer_of(prediction_text_or_answer)
-    return _same(gold_answer, pred_answer, _Verifier(timeout_s).verify if verify else None)
+    return _same(gold_answer, pred_answer, MathVerifier(timeout_s).verify if verify else None)
 
 
 def _cluster(
@@ -428,7 +367,7 @@ def cluster_answers(
     >>> cluster_answers(["1/2", "7", None, "0.5", "7.0", r"\frac12"])
     [[0, 3, 5], [1, 4]]
     """
-    return _cluster(answers, _Verifier(timeout_s).equivalent if verify else None)
+    return _cluster(answers, MathVerifier(timeout_s).equivalent if verify else None)
 
 
 def majority_vote(answers: Sequence[str | None], *, timeout_s: float = 5.0) -> int | None:
