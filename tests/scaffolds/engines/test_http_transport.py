@@ -8,6 +8,7 @@ transports in test_openai_http.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -132,9 +133,9 @@ async def test_a_reader_behind_its_engine_still_gives_the_loop_turns() -> None:
     line = b"data: " + b"x" * 94 + b"\n"
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(HEAD + line * 5000)
-        await writer.drain()
-        await reader.read()  # returns b"" once the client closes its end
+        writer.write(HEAD + line * 5000)  # not drained: the kernel takes what it can
+        with contextlib.suppress(ConnectionError):  # a reset: closed with bytes unread
+            await reader.read()  # b"" once the client closes its end
         closed.set()
 
     transport = AiohttpTransport(connect_timeout=5.0, read_timeout=60.0)
