@@ -137,8 +137,9 @@ class EngineResponse:
         complete or incomplete (before it is returned or its terminal event sent).
 
         The cut reason (``ponder.cut_reason``) is a run's: ``"tokens"`` when the budget's
-        ``max_tokens`` (not the request's own ``max_output_tokens``) bounded the call and
-        the engine stopped on it, else null.
+        ``max_tokens`` (here the server's ``--max-budget-tokens``; a request's own budget
+        makes it a run), not the request's ``max_output_tokens``, bounded the call and the
+        engine stopped on it, else null.
 
         The run's deadline (the plan's ``budget.timeout_s``, the server's
         ``--max-budget-timeout`` at most) starts now and bounds the whole call, its
