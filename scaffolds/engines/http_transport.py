@@ -71,6 +71,9 @@ def _mapped(exc: BaseException, *, connecting: bool) -> httpx.TransportError:
     return httpx.ReadError(detail)
 
 
+LOOP_TURN_S = 0.005
+"""The longest a stream's lines are read without giving the event loop a turn."""
+
 _FAILURES: tuple[type[BaseException], ...] = (OSError, TimeoutError)
 
 
@@ -102,7 +105,15 @@ class FastResponse:
         return data
 
     async def aiter_lines(self) -> AsyncIterator[str]:
-        """The body's lines as they arrive, without their line endings."""
+        """The body's lines as they arrive, without their line endings.
+
+        aiohttp hands over everything already received without giving the event loop a
+        turn, so a reader slower than its engine (hundreds of KiB buffered) would hold the
+        loop for as long as it takes to handle them all: no timer, cancellation or client
+        disconnect could reach it, and the engine never saw it leave. Every ``LOOP_TURN_S``
+        of reading and handling, the loop gets a turn."""
+        loop = asyncio.get_running_loop()
+        turn_at = loop.time() + LOOP_TURN_S
         rest = b""
         try:
             async for piece in self._response.content.iter_any():
@@ -110,6 +121,9 @@ class FastResponse:
                 rest = lines.pop()
                 for line in lines:
                     yield line.rstrip(b"\r").decode(errors="replace")
+                    if loop.time() >= turn_at:
+                        await asyncio.sleep(0)
+                        turn_at = loop.time() + LOOP_TURN_S
         except _failures() as exc:
             raise _mapped(exc, connecting=False) from exc
         self._done = True

@@ -242,8 +242,8 @@ class Serving:
         if call is None:
             return None
 
-        def finished(usage: Usage) -> None:  # counted as its run would be
-            self._record_run(plan, usage, None)
+        def finished(usage: Usage, cut_reason: str | None) -> None:  # counted as a run
+            self._record_run(plan, usage, cut_reason)
 
         if not await self._until_disconnect(receive, call.open(finished)):
             return None

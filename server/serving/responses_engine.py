@@ -100,11 +100,12 @@ class EngineResponse:
     ):
         self.calls, self.store, self.req, self.history = calls, store, req, history
         self.id = response_id
+        self._budget_binds = False
         self.request_body = self._engine_body(plan)
         self.ponder = {"scaffold": spec_string(plan.strategy), "cut_reason": None,
                        "engine_api": "responses"}  # fmt: skip
         self.timeout_s = plan.budget.timeout_s
-        self._finished: Callable[[Usage], None] | None = None
+        self._finished: Callable[[Usage, str | None], None] | None = None
         self._deadline: float | None = None
         self._result: dict[str, Any] = {}
         self._events: AsyncIterator[dict[str, Any]] | None = None
@@ -123,15 +124,22 @@ class EngineResponse:
         defaults = {"max_output_tokens": params.max_tokens, "temperature": params.temperature,
                     "top_p": params.top_p}  # fmt: skip
         body |= {k: v for k, v in defaults.items() if v is not None and k not in body}
-        if (cap := plan.budget.max_tokens) is not None:  # the server's budget cap
-            body["max_output_tokens"] = min(body.get("max_output_tokens", cap), cap)
+        if (cap := plan.budget.max_tokens) is not None:  # the budget (the server's cap)
+            asked = body.get("max_output_tokens")
+            self._budget_binds = asked is None or cap < asked
+            body["max_output_tokens"] = cap if asked is None else min(asked, cap)
         return body
 
-    async def open(self, finished: Callable[[Usage], None] | None = None) -> bool:
+    async def open(self, finished: Callable[[Usage, str | None], None] | None = None) -> bool:
         """Make the engine call (a stream: up to its first event); False when the engine
         has no ``/v1/responses`` (remembered in auto), so the request is run instead.
-        ``finished`` gets the usage of the engine's response once it is complete or
-        incomplete (before it is returned or its terminal event sent).
+        ``finished`` gets the usage and cut reason of the engine's response once it is
+        complete or incomplete (before it is returned or its terminal event sent).
+
+        The cut reason (``ponder.cut_reason``) is a run's: ``"tokens"`` when the budget's
+        ``max_tokens`` (here the server's ``--max-budget-tokens``; a request's own budget
+        makes it a run), not the request's ``max_output_tokens``, bounded the call and the
+        engine stopped on it, else null.
 
         The run's deadline (the plan's ``budget.timeout_s``, the server's
         ``--max-budget-timeout`` at most) starts now and bounds the whole call, its
@@ -164,7 +172,16 @@ class EngineResponse:
         except TimeoutError:
             if not timeout.expired():
                 raise
-            raise DeadlineExceededError("the deadline passed before any answer was ready") from None
+            raise _past_deadline() from None
+
+    async def _next_event(self) -> dict[str, Any] | None:
+        """The stream's next event before the deadline; past it, none, even one that has
+        already arrived (a timeout fires only while the stream waits, and an engine ahead
+        of its reader leaves nothing to wait for)."""
+        assert self._events is not None
+        if self._deadline is not None and asyncio.get_running_loop().time() >= self._deadline:
+            raise _past_deadline()
+        return await self._in_time(anext(self._events, None))
 
     def _ours(self, response: dict[str, Any]) -> dict[str, Any]:
         req = self.req
@@ -176,10 +193,13 @@ class EngineResponse:
         return out
 
     async def _stored(self, response: dict[str, Any]) -> dict[str, Any]:
+        details = response.get("incomplete_details") or {}
+        if self._budget_binds and details.get("reason") == "max_output_tokens":
+            self.ponder = self.ponder | {"cut_reason": "tokens"}
         body = self._ours(response)
         finished = body.get("status") in ("completed", "incomplete")
         if finished and self._finished is not None:
-            self._finished(responses_usage(response))
+            self._finished(responses_usage(response), self.ponder["cut_reason"])
         if self.req.store and finished:
             conversation = self.history + input_messages(self.req.input)
             conversation += output_messages(body.get("output") or [])
@@ -207,9 +227,13 @@ class EngineResponse:
                     event = event | {"response": body}
                 head = b"event: " + str(event.get("type")).encode()
                 yield head + b"\ndata: " + fastjson.dumps(event) + b"\n\n"
-                event = await self._in_time(anext(self._events, None))
+                event = await self._next_event()
         finally:
             await _aclose(self._events)
+
+
+def _past_deadline() -> DeadlineExceededError:
+    return DeadlineExceededError("the deadline passed before any answer was ready")
 
 
 async def _aclose(events: AsyncIterator[Any]) -> None:

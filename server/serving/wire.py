@@ -40,11 +40,11 @@ class DirectCall(Protocol):
     """A request an engine answers in the wire format's own API, with no scaffold run
     (``single`` on an engine's own ``/v1/responses``)."""
 
-    async def open(self, finished: Callable[[Usage], None]) -> bool:
+    async def open(self, finished: Callable[[Usage, str | None], None]) -> bool:
         """Start the engine call; False when the engine lacks the API (the request is
-        then run as any other). ``finished`` gets the call's usage once its answer is
-        complete (or incomplete), before the caller sees its end, as a run's metrics are
-        recorded when it finishes."""
+        then run as any other). ``finished`` gets the call's usage and cut reason (a
+        run's ``cut_reason``) once its answer is complete (or incomplete), before the
+        caller sees its end, as a run's metrics are recorded when it finishes."""
         ...
 
     async def body(self) -> Any:

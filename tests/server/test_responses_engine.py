@@ -149,19 +149,43 @@ def test_engine_without_responses_falls_back_to_chat_and_remembers() -> None:
         )
 
 
-def test_the_servers_token_cap_bounds_the_engine_call(fake: FakeEngineHandle) -> None:
+def test_the_servers_token_cap_bounds_the_engine_call_and_is_its_cut(
+    fake: FakeEngineHandle,
+) -> None:
+    def cut(response: object) -> object:
+        extra = getattr(response, "model_extra", None) or {}
+        return extra["ponder"]["cut_reason"]
+
     settings = Settings(
-        model=MODEL, engines=(fake.base_url,), max_budget_tokens=3, **STORE_IN_MEMORY
+        model=MODEL, engines=(fake.base_url,), max_budget_tokens=8, **STORE_IN_MEMORY
     )
+    cutoffs = "ponder_budget_cutoffs_total", f'model="{MODEL}",reason="tokens",scaffold="single"'
     with running_ponder(settings) as url:
-        response = oai(url).responses.create(model=MODEL, input="hi", max_output_tokens=50)
-        with oai(url).responses.stream(model=MODEL, input="hi") as stream:
+        client = oai(url)
+        response = client.responses.create(model=MODEL, input="hi", max_output_tokens=50)
+        sent = fake.state.requests[-1].body["max_output_tokens"]
+        with client.responses.stream(model=MODEL, input="hi") as stream:
             last = [event for event in stream][-1]
+        # The request's own limit, under the cap, ends the call: not a cut of the budget.
+        own = client.responses.create(model=MODEL, input="hi", max_output_tokens=5)
+        # The same requests as scaffold runs (a budget of calls makes them runs).
+        budget = {"budget": {"max_calls": 1}}
+        runs = [
+            client.responses.create(
+                model=MODEL, input="hi", max_output_tokens=limit, extra_body=budget
+            )
+            for limit in (50, 5)
+        ]
+        counted = metric(url, *cutoffs)
+    assert fake.state.requests[-1].path == "/v1/chat/completions"
+    assert sent == 8 and response.usage is not None and response.usage.output_tokens == 8
     # The engine (as vLLM) ends with response.completed; Ponder names it by its status.
     assert last.type == "response.incomplete" and last.response.status == "incomplete"
-    assert fake.state.requests[-1].body["max_output_tokens"] == 3
-    assert response.status == "incomplete" and response.usage is not None
-    assert response.usage.output_tokens == 3
+    assert response.status == own.status == "incomplete"
+    assert [cut(r) for r in (response, last.response, own, *runs)] == [
+        "tokens", "tokens", None, "tokens", None
+    ]  # fmt: skip
+    assert counted == 3
 
 
 @pytest.mark.parametrize("stream", [False, True])

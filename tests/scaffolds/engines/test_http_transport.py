@@ -8,7 +8,9 @@ transports in test_openai_http.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
@@ -16,7 +18,7 @@ from typing import Any
 import pytest
 
 from scaffolds.core.errors import EngineTimeoutError, EngineUnavailableError
-from scaffolds.engines.http_transport import aiohttp_available
+from scaffolds.engines.http_transport import AiohttpTransport, aiohttp_available
 from scaffolds.engines.messages import chat
 from scaffolds.engines.openai_http import OpenAIEngine
 from scaffolds.engines.protocol import EngineDelta, GenerateRequest, GenerateResult
@@ -120,6 +122,38 @@ async def test_closing_an_unread_stream_closes_its_connection() -> None:
         assert isinstance(await anext(stream), EngineDelta)
         await stream.aclose()
         await asyncio.wait_for(closed.wait(), 10)
+
+
+async def test_a_reader_behind_its_engine_still_gives_the_loop_turns() -> None:
+    # An engine far ahead of its reader: ~500 KiB of lines buffered, which aiohttp hands
+    # over without a turn of the event loop. A timeout (a deadline; a client's disconnect
+    # cancels the same way) still reaches the reader within a few lines, and closing the
+    # stream closes its connection, so the engine sees its client leave.
+    closed = asyncio.Event()
+    line = b"data: " + b"x" * 94 + b"\n"
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(HEAD + line * 5000)  # not drained: the kernel takes what it can
+        with contextlib.suppress(ConnectionError):  # a reset: closed with bytes unread
+            await reader.read()  # b"" once the client closes its end
+        closed.set()
+
+    transport = AiohttpTransport(connect_timeout=5.0, read_timeout=60.0)
+    async with raw_server(handler) as url:
+        try:
+            response = await transport.send("GET", url, None, {})
+            await asyncio.sleep(0.2)  # the engine writes ahead while the reader is away
+            read = 0
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.05):
+                    async for _ in response.aiter_lines():
+                        read += 1
+                        time.sleep(0.001)  # noqa: ASYNC251 (the reader's own work on a line)
+            await response.aclose()
+            await asyncio.wait_for(closed.wait(), 10)
+        finally:
+            await transport.aclose()
+    assert read < 1000  # 5000 lines take the reader 5 s at least
 
 
 def completion(text: str) -> bytes:
