@@ -18,9 +18,10 @@ stream). Routers only call :meth:`Serving.handle`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar
 
 from fastapi.responses import Response
@@ -28,7 +29,7 @@ from fastapi.responses import Response
 from scaffolds.core.fanout import gather
 from scaffolds.core.problem import Problem
 from scaffolds.core.run import RunResult, run_scaffold
-from scaffolds.core.trace import TraceEvent, TraceRecorder
+from scaffolds.core.trace import TraceRecorder
 from scaffolds.engines.coalesce import Coalescer
 from scaffolds.engines.protocol import Engine, Usage, batch_engine
 from scaffolds.evaluation.answer_pool import AnswerChecker
@@ -39,20 +40,18 @@ from server.http.disconnect import Receive, until_disconnect
 from server.http.errors import ClientDisconnectedError, api_error
 from server.http.limits import RunLimiter
 from server.http.metrics import Metrics
-from server.http.protocol import Endpoint, delta_choice
+from server.http.protocol import Endpoint
 from server.pool.served_models import ServedModel, ServedModels
 from server.serving.planning import AnyRequest, RunPlan, plan_run
 from server.serving.response_store import ResponseStore, default_store_url
 from server.serving.responses import (
-    ChunkMaker,
     FastJSONResponse,
     finish_reasons,
-    reasoning_tokens,
     response_body,
-    response_extra,
 )
-from server.serving.streaming import ChoiceRouter, SSEResponse, sse_event, stream_event_json
-from server.serving.wire import DirectCall, LiveRun, WireFormat
+from server.serving.sse_bodies import chat_sse, wire_sse
+from server.serving.streaming import SSEResponse
+from server.serving.wire import DirectCall, WireFormat
 from server.settings import Settings
 
 log = logging.getLogger("ponder.server")
@@ -210,10 +209,11 @@ class Serving:
                 slot.release()
                 observe(499)  # counts a client that left before its stream began
 
+            run = functools.partial(self._run, plan)
             sse = (
-                self._sse(plan, observe)
+                chat_sse(plan, run, observe)
                 if wire is None
-                else self._wire_sse(plan, observe, wire, direct)
+                else wire_sse(plan, run, observe, wire, direct)
             )
             return SSEResponse(sse, on_close=close)
         try:
@@ -324,99 +324,6 @@ class Serving:
         m.run_tokens.labels(**labels, kind="prompt").inc(usage.prompt_tokens)
         m.run_tokens.labels(**labels, kind="completion").inc(usage.completion_tokens)
         m.run_engine_calls.labels(**labels).inc(usage.calls)
-
-    async def _sse(self, plan: RunPlan, observe: Callable[[int], None]) -> AsyncIterator[bytes]:
-        """The SSE body: role chunks, reasoning/content deltas, finish, usage, [DONE].
-
-        ``observe`` records the request's final status (499 when the client left).
-        """
-        recorder = TraceRecorder(live=True)
-        batches = recorder.subscribe_batches()
-        task = asyncio.ensure_future(self._run(plan, recorder))
-        router = ChoiceRouter(plan.n)
-        chunk = ChunkMaker(plan)
-        status = 499
-        try:
-            if plan.endpoint == "chat":
-                for i in range(plan.n):
-                    yield chunk([delta_choice("chat", i, role=True, content="")])
-            async for batch in batches:  # what arrived together goes out in one write
-                if out := b"".join(self._event_chunks(plan, batch, router, chunk)):
-                    yield out
-            result = await task
-            for i, reason in enumerate(finish_reasons(result)):
-                yield chunk([delta_choice(plan.endpoint, i, finish_reason=reason)])
-            extra = response_extra(plan, result, recorder)
-            if plan.include_usage:
-                thought = reasoning_tokens(result)
-                yield chunk([], usage=result.usage, extra=extra, reasoning_tokens=thought)
-            elif plan.return_trace:
-                yield chunk([], extra=extra)
-            status = 200
-        except Exception as exc:
-            error = api_error(exc)
-            status = error.status
-            if error.status >= 500:
-                log.warning("stream failed: %s (%s)", error.message, type(exc).__name__)
-            yield sse_event(error.body())
-        finally:
-            if not task.done():
-                task.cancel()
-                await asyncio.wait({task})
-            observe(status)
-        yield sse_event("[DONE]")
-
-    async def _wire_sse(
-        self,
-        plan: RunPlan,
-        observe: Callable[[int], None],
-        wire: WireFormat,
-        direct: DirectCall | None = None,
-    ) -> AsyncIterator[bytes]:
-        """Another API's SSE body over the same live run (or the engine's own stream),
-        cancellation and status."""
-        recorder = TraceRecorder(live=True)
-        batches = recorder.subscribe_batches()
-        task = asyncio.ensure_future(self._run(plan, recorder)) if direct is None else None
-        body = direct.stream() if direct is not None else None
-        status = 499
-        try:
-            live = body or wire.stream(plan, LiveRun(batches, task, recorder))  # type: ignore[arg-type]
-            async for out in live:
-                yield out
-            status = 200
-        except Exception as exc:
-            error = api_error(exc)
-            status = error.status
-            if error.status >= 500:
-                log.warning("stream failed: %s (%s)", error.message, type(exc).__name__)
-            yield wire.stream_error(error)
-        finally:
-            if body is not None:
-                await body.aclose()  # type: ignore[attr-defined]
-            if task is not None and not task.done():
-                task.cancel()
-                await asyncio.wait({task})
-            observe(status)
-
-    @staticmethod
-    def _event_chunks(
-        plan: RunPlan, events: list[TraceEvent], router: ChoiceRouter, chunk: ChunkMaker
-    ) -> Iterator[bytes]:
-        """The SSE chunks of some trace events: each routed piece, and with
-        ``stream_trace`` each event itself."""
-        for event in events:
-            if plan.stream_trace:
-                yield chunk([], extra={"ponder": {"event": stream_event_json(event)}})
-            for piece in router.feed(event):
-                text = piece.text
-                if piece.kind == "content":
-                    choice = delta_choice(
-                        plan.endpoint, piece.choice, content=text, extra=piece.extra
-                    )
-                else:
-                    choice = delta_choice(plan.endpoint, piece.choice, reasoning=text)
-                yield chunk([choice])
 
 
 def _status_of(exc: BaseException) -> int:

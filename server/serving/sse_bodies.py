@@ -1,0 +1,147 @@
+"""The SSE bodies of a streamed request: a chat or completions stream, and another API's
+(Responses, Anthropic Messages) over the same live run or the engine's own stream.
+
+Each runs the plan in a task of its own (``run``, into a live recorder), writes what the
+recorder's events say as they arrive, cancels the run when the client leaves, and
+reports the request's final status to ``observe`` once (499 when the client left).
+:class:`~server.serving.handler.Serving` is their only caller.
+
+>>> import asyncio
+>>> from scaffolds.engines.mock import MockEngine
+>>> from server.serving.handler import Serving
+>>> from server.settings import Settings
+>>> from server.http.protocol import ChatCompletionRequest
+>>> serving = Serving.build(Settings(model="m", engines=("http://unused/v1",)),
+...                         engines={"m": MockEngine(lambda r: "4")})
+>>> req = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "2+2?"}],
+...                             stream=True)
+>>> plan = serving.plan("chat", req)
+>>> async def body() -> bytes:
+...     run = lambda recorder: serving._run(plan, recorder)
+...     return b"".join([out async for out in chat_sse(plan, run, lambda status: None)])
+>>> asyncio.run(body()).count(b"data: "), b'"content":"4"' in asyncio.run(body())
+(4, True)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+from scaffolds.core.run import RunResult
+from scaffolds.core.trace import TraceEvent, TraceRecorder
+from server.http.errors import api_error
+from server.http.protocol import delta_choice
+from server.serving.planning import RunPlan
+from server.serving.responses import (
+    ChunkMaker,
+    finish_reasons,
+    reasoning_tokens,
+    response_extra,
+)
+from server.serving.streaming import ChoiceRouter, sse_event, stream_event_json
+from server.serving.wire import DirectCall, LiveRun, WireFormat
+
+log = logging.getLogger("ponder.server")
+
+RunOnce = Callable[[TraceRecorder], Awaitable[RunResult]]
+"""Runs the request's plan, its events going to the given recorder."""
+
+__all__ = ["RunOnce", "chat_sse", "wire_sse"]
+
+
+async def chat_sse(
+    plan: RunPlan, run: RunOnce, observe: Callable[[int], None]
+) -> AsyncIterator[bytes]:
+    """The SSE body of a chat or completions stream: role chunks, reasoning/content
+    deltas, finish, usage, [DONE].
+
+    ``run`` runs the plan into a live recorder; ``observe`` records the request's final
+    status (499 when the client left)."""
+    recorder = TraceRecorder(live=True)
+    batches = recorder.subscribe_batches()
+    task = asyncio.ensure_future(run(recorder))
+    router = ChoiceRouter(plan.n)
+    chunk = ChunkMaker(plan)
+    status = 499
+    try:
+        if plan.endpoint == "chat":
+            for i in range(plan.n):
+                yield chunk([delta_choice("chat", i, role=True, content="")])
+        async for batch in batches:  # what arrived together goes out in one write
+            if out := b"".join(_event_chunks(plan, batch, router, chunk)):
+                yield out
+        result = await task
+        for i, reason in enumerate(finish_reasons(result)):
+            yield chunk([delta_choice(plan.endpoint, i, finish_reason=reason)])
+        extra = response_extra(plan, result, recorder)
+        if plan.include_usage:
+            thought = reasoning_tokens(result)
+            yield chunk([], usage=result.usage, extra=extra, reasoning_tokens=thought)
+        elif plan.return_trace:
+            yield chunk([], extra=extra)
+        status = 200
+    except Exception as exc:
+        error = api_error(exc)
+        status = error.status
+        if error.status >= 500:
+            log.warning("stream failed: %s (%s)", error.message, type(exc).__name__)
+        yield sse_event(error.body())
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+        observe(status)
+    yield sse_event("[DONE]")
+
+
+async def wire_sse(
+    plan: RunPlan,
+    run: RunOnce,
+    observe: Callable[[int], None],
+    wire: WireFormat,
+    direct: DirectCall | None = None,
+) -> AsyncIterator[bytes]:
+    """Another API's SSE body over the same live run (or the engine's own stream),
+    cancellation and status."""
+    recorder = TraceRecorder(live=True)
+    batches = recorder.subscribe_batches()
+    task = asyncio.ensure_future(run(recorder)) if direct is None else None
+    body = direct.stream() if direct is not None else None
+    status = 499
+    try:
+        live = body or wire.stream(plan, LiveRun(batches, task, recorder))  # type: ignore[arg-type]
+        async for out in live:
+            yield out
+        status = 200
+    except Exception as exc:
+        error = api_error(exc)
+        status = error.status
+        if error.status >= 500:
+            log.warning("stream failed: %s (%s)", error.message, type(exc).__name__)
+        yield wire.stream_error(error)
+    finally:
+        if body is not None:
+            await body.aclose()  # type: ignore[attr-defined]
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+        observe(status)
+
+
+def _event_chunks(
+    plan: RunPlan, events: list[TraceEvent], router: ChoiceRouter, chunk: ChunkMaker
+) -> Iterator[bytes]:
+    """The SSE chunks of some trace events: each routed piece, and with
+    ``stream_trace`` each event itself."""
+    for event in events:
+        if plan.stream_trace:
+            yield chunk([], extra={"ponder": {"event": stream_event_json(event)}})
+        for piece in router.feed(event):
+            text = piece.text
+            if piece.kind == "content":
+                choice = delta_choice(plan.endpoint, piece.choice, content=text, extra=piece.extra)
+            else:
+                choice = delta_choice(plan.endpoint, piece.choice, reasoning=text)
+            yield chunk([choice])
