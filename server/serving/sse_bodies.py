@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 from scaffolds.core.run import RunResult
 from scaffolds.core.trace import TraceEvent, TraceRecorder
-from server.http.errors import api_error
+from server.http.errors import APIError, api_error
 from server.http.protocol import delta_choice
 from server.serving.planning import RunPlan
 from server.serving.responses import (
@@ -83,10 +83,8 @@ async def chat_sse(
             yield chunk([], extra=extra)
         status = 200
     except Exception as exc:
-        error = api_error(exc)
+        error = _failure(exc)
         status = error.status
-        if error.status >= 500:
-            log.warning("stream failed: %s (%s)", error.message, type(exc).__name__)
         yield sse_event(error.body())
     finally:
         if not task.done():
@@ -116,10 +114,8 @@ async def wire_sse(
             yield out
         status = 200
     except Exception as exc:
-        error = api_error(exc)
+        error = _failure(exc)
         status = error.status
-        if error.status >= 500:
-            log.warning("stream failed: %s (%s)", error.message, type(exc).__name__)
         yield wire.stream_error(error)
     finally:
         if body is not None:
@@ -128,6 +124,14 @@ async def wire_sse(
             task.cancel()
             await asyncio.wait({task})
         observe(status)
+
+
+def _failure(exc: Exception) -> APIError:
+    """The error a stream ends with, logged when it is the server's or engine's."""
+    error = api_error(exc)
+    if error.status >= 500:
+        log.warning("stream failed: %s (%s)", error.message, type(exc).__name__)
+    return error
 
 
 def _event_chunks(
