@@ -6,8 +6,8 @@ way would mix two ways of counting in one accuracy, so :func:`check_resume` refu
 naming the format to resume with. Records written before the fields existed were read
 leniently, after ``</think>``.
 
->>> record_format({"answer_format": "boxed"}), record_format({"correct": True})
-('boxed', 'lenient')
+>>> run_formats([{"answer_format": "boxed"}, {"correct": True}])
+'boxed, lenient'
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from scaffolds.evaluation.results import Record, record_answer_format, record_th
 __all__ = [
     "ResumeConflictError",
     "check_resume",
-    "record_format",
     "run_formats",
     "run_thinking",
 ]
@@ -31,18 +30,13 @@ class ResumeConflictError(ValueError):
     """A results file resumed with another answer format than it was graded in."""
 
 
-def record_format(record: Record) -> str:
-    """The answer format ``record`` was graded in (``lenient`` when it does not say)."""
-    return record_answer_format(record)
-
-
 def run_formats(records: Sequence[Record]) -> str:
     """The answer formats of a results file's finished records, for its report.
 
     >>> run_formats([{"answer_format": "boxed"}, {"correct": False}, {"error": "timeout"}])
     'boxed, lenient'
     """
-    return ", ".join(sorted({record_format(r) for r in records if not r.get("error")}))
+    return ", ".join(sorted({record_answer_format(r) for r in records if not r.get("error")}))
 
 
 def run_thinking(records: Sequence[Record]) -> dict[str, str] | None:
@@ -75,7 +69,7 @@ def check_resume(
     resume it with --answer-format lenient, or write to a new --out
     """
     finished = [r for r in records if not r.get("error")]
-    other = [fmt for fmt in map(record_format, finished) if fmt != answer_format]
+    other = [fmt for fmt in map(record_answer_format, finished) if fmt != answer_format]
     if other:
         raise ResumeConflictError(
             f"{path} was graded with answer_format {other[0]!r} ({len(other)} samples), "

@@ -46,9 +46,8 @@ def vllm_python() -> Path | None:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free loopback port."""
+    return free_ports(1)[0]
 
 
 def free_ports(count: int) -> list[int]:

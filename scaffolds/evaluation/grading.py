@@ -54,6 +54,7 @@ from scaffolds.evaluation.problems import ProblemRow
 __all__ = [
     "DEFAULT_RUBRIC",
     "JUDGE_TEMPLATE",
+    "AnswerReader",
     "ExactGrader",
     "Grade",
     "Grader",
@@ -100,7 +101,23 @@ def _as_boxed(answer: str) -> str:
     return "\\boxed{" + answer + "}" if depth == 0 else answer
 
 
-class MathGrader:
+class AnswerReader:
+    """What a grader that reads answers itself shares: a response's final answer in its
+    ``answer_format``, after its ``thinking`` markers.
+
+    >>> ExactGrader(answer_format="boxed").read(r"<think>\\boxed{3}</think>So \\boxed{4}.")
+    '4'
+    """
+
+    answer_format: AnswerFormat
+    thinking: ThinkingMarkers
+
+    def read(self, text: str) -> str | None:
+        """The final answer of ``text`` in this grader's format, after its thinking."""
+        return self.thinking.answer(text, self.answer_format)
+
+
+class MathGrader(AnswerReader):
     """math-verify equivalence of the extracted answer and the reference."""
 
     name = "math"
@@ -118,10 +135,6 @@ class MathGrader:
         self.checker = AnswerChecker(max_workers=workers, timeout_s=timeout_s, inline=inline)
         self.answer_format: AnswerFormat = answer_format
         self.thinking = thinking or ThinkingMarkers()
-
-    def read(self, text: str) -> str | None:
-        """The final answer of ``text`` in this grader's format, after its thinking."""
-        return self.thinking.answer(text, self.answer_format)
 
     async def grade(self, problem: ProblemRow, text: str, answer: str | None = None) -> Grade:
         if problem.answer is None:
@@ -142,7 +155,7 @@ class MathGrader:
         self.close()
 
 
-class ExactGrader:
+class ExactGrader(AnswerReader):
     """Normalized string equality of the extracted answer and the reference.
 
     >>> import asyncio
@@ -158,10 +171,6 @@ class ExactGrader:
     ) -> None:
         self.answer_format: AnswerFormat = answer_format
         self.thinking = thinking or ThinkingMarkers()
-
-    def read(self, text: str) -> str | None:
-        """The final answer of ``text`` in this grader's format, after its thinking."""
-        return self.thinking.answer(text, self.answer_format)
 
     async def grade(self, problem: ProblemRow, text: str, answer: str | None = None) -> Grade:
         if problem.answer is None:
