@@ -25,7 +25,10 @@ Request fields
     * vLLM refuses several samples at temperature 0: such a call goes out as one request
       per sample (:mod:`scaffolds.engines.greedy`).
     * Top logprobs (``SamplingParams.top_logprobs`` k), every dialect: ``logprobs: true,
-      top_logprobs: k`` on chat, ``logprobs: k`` on completions.
+      top_logprobs: k`` on chat, ``logprobs: k`` on completions. vLLM also takes
+      ``return_tokens_as_token_ids`` there, since completions key a position's top k by
+      token text and tokens that decode alike would share one key. SGLang has no such
+      option, so its completions positions can come back short of k.
     * Continuing an assistant message (``GenerateRequest.continue_final``): vLLM and
       SGLang take ``continue_final_message: true, add_generation_prompt: false``; OpenAI
       cannot, and says so (:class:`~scaffolds.core.errors.UnsupportedError`).
@@ -213,6 +216,17 @@ class VLLMDialect(Dialect, name="vllm"):
                 fields["logprobs"] = 0
             fields["return_tokens_as_token_ids"] = True
         return fields
+
+    def top_logprob_fields(self, *, chat: bool, top_logprobs: int) -> dict[str, Any]:
+        """Top logprobs keyed by token id: a completions position's top-k is an object
+        keyed by token text, where two tokens that decode alike (``""``, a partial
+        UTF-8 byte) would be one key and the position would come back short of k.
+
+        >>> VLLMDialect().top_logprob_fields(chat=False, top_logprobs=5)
+        {'logprobs': 5, 'return_tokens_as_token_ids': True}
+        """
+        fields = super().top_logprob_fields(chat=chat, top_logprobs=top_logprobs)
+        return fields | {"return_tokens_as_token_ids": True}
 
 
 class SGLangDialect(Dialect, name="sglang"):

@@ -79,11 +79,11 @@ async def test_an_engine_that_ignores_the_request_gives_none(fake: FakeEngineHan
 def test_each_dialect_asks_for_top_logprobs_the_same_way() -> None:
     for name in ("vllm", "sglang", "openai"):
         dialect = get_dialect(name)
-        assert dialect.top_logprob_fields(chat=True, top_logprobs=3) == {
-            "logprobs": True,
-            "top_logprobs": 3,
-        }
-        assert dialect.top_logprob_fields(chat=False, top_logprobs=3) == {"logprobs": 3}
+        # vLLM alone can key the top k by token id, so alike-decoding tokens stay apart
+        by_id = {"return_tokens_as_token_ids": True} if name == "vllm" else {}
+        chat_fields = {"logprobs": True, "top_logprobs": 3} | by_id
+        assert dialect.top_logprob_fields(chat=True, top_logprobs=3) == chat_fields
+        assert dialect.top_logprob_fields(chat=False, top_logprobs=3) == {"logprobs": 3} | by_id
 
 
 async def test_a_continuation_sends_the_chat_template_options(fake: FakeEngineHandle) -> None:
