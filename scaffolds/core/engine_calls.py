@@ -213,13 +213,12 @@ class StepCalls:
             completions = list(result.completions)
             if helper:
                 completions = self._usable(completions, thinking, step_id)
-            clamped = grant.held > 0
-            if force_answer and clamped:
+            if force_answer and grant.held > 0:
                 completions = await self._force_answers(
                     source.prompt, completions, label, grant.held, step_id, continue_final,
                     engine=engine, thinking=thinking,
                 )  # fmt: skip
-            cut = clamped and any(c.truncated for c in completions)
+            cut = grant.bound and any(c.truncated for c in completions)
             if cut:  # the budget ended a sample: the run reports why
                 state.ledger.cut("tokens")
             answers = tuple(read(c.text) for c in completions)

@@ -36,7 +36,10 @@ class Grant:
 
     call_tokens: int | None
     held: int
-    """Tokens held back for a forced final answer (0 when the budget did not bind)."""
+    """Tokens held back for a forced final answer (0 when the budget did not bind, or
+    left too little to hold any back)."""
+    bound: bool = False
+    """Whether the budget, not the caller, bounds this call: a sample it ends is a cut."""
 
     @property
     def tokens(self) -> int:
@@ -105,7 +108,7 @@ class Ledger:
                 if share - held < 1:
                     self.cut("tokens")
                     raise BudgetExhaustedError("the run's token budget is spent", limit="tokens")
-                grant = Grant(share - held, held)
+                grant = Grant(share - held, held, bound=True)
             self.reserved_tokens += n * grant.tokens
         self.reserved_calls += calls
         return grant

@@ -83,6 +83,27 @@ async def test_text_mode_forced_answer_continues_the_text() -> None:
     assert step.first.text.endswith("\\boxed{9}") and step.cut_short
 
 
+@pytest.mark.parametrize("max_tokens", [1, 3])
+async def test_a_budget_too_small_to_hold_back_an_answer_still_reports_its_cut(
+    max_tokens: int,
+) -> None:
+    # share // 4 is 0 for a budget of 1 to 3 tokens: nothing is held back for a forced
+    # answer, but the budget still bounds the call, so the sample it ends is a cut.
+    engine = MockEngine(lambda r: "a b c d e f g h")
+    ctx = Context.root(engine, budget=Budget(max_tokens=max_tokens))
+    step = await ctx.generate("Q:", kind="generate", label="x", max_tokens=500, force_answer=True)
+    assert [r.params.max_tokens for r in engine.requests] == [max_tokens]  # no forced call
+    assert step.cut_short and ctx.cut_reason == "tokens"
+    assert step.first.completion_tokens == max_tokens
+
+
+async def test_a_budget_that_does_not_bind_is_no_cut() -> None:
+    engine = MockEngine(lambda r: "a b c d e f g h")
+    ctx = Context.root(engine, budget=Budget(max_tokens=1000))
+    step = await ctx.generate("Q:", kind="generate", label="x", max_tokens=3, force_answer=True)
+    assert step.first.truncated and not step.cut_short and ctx.cut_reason is None
+
+
 async def test_problem_prompt_passes_chat_and_text_through() -> None:
     chat_problem = Problem.from_messages((Message("system", "S"), Message("user", "U")))
     chat_ctx = Context.root(MockEngine(lambda r: ""), chat=True)
