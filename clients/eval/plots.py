@@ -32,6 +32,8 @@ OFFSETS = tuple(
     for dx, dy in ((1, 0), (1, 1), (1, -1), (-1, 0), (-1, 1), (-1, -1), (0, 1), (0, -1))
 )
 """Where a label may go, in points from its dot: nearest first, around it in 8 ways."""
+FONT_SIZE = 7
+"""Of a label, in points."""
 
 
 def _pyplot() -> Any:
@@ -114,8 +116,9 @@ def place_labels(
     where its box overlaps no label placed before, no marker at a point of ``avoid``
     (data coordinates) and nothing outside the axes (else where it overlaps least); one
     set off further than the nearest ring gets a thin leader line to its point. Call it
-    once the figure's layout and the axes' limits are final: boxes are measured in
-    display units.
+    once the figure's layout is final: boxes are measured in display units (the axes'
+    autoscaled limits are applied here). Each text is measured once and its box at every
+    offset worked out from that (:func:`_box_at`), so trying 40 spots costs no drawing.
 
     >>> plt = _pyplot()
     >>> fig, ax = plt.subplots()
@@ -125,55 +128,97 @@ def place_labels(
     True
     >>> plt.close(fig)
     """
+    ax.apply_aspect()  # the axes' box as drawn
+    _ = ax.viewLim  # reading it applies pending autoscaling, as a draw would
     renderer = ax.figure.canvas.get_renderer()
-    ax.figure.canvas.draw()  # autoscaled limits and the layout are applied
     frame = ax.get_window_extent(renderer)
     inside = (frame.x0, frame.y0, frame.x1, frame.y1)
     radius = renderer.points_to_pixels(4.0)
-    taken = []
-    for point in avoid:
-        x, y = ax.transData.transform(point)
-        taken.append((x - radius, y - radius, x + radius, y + radius))
+    taken = [
+        (x - radius, y - radius, x + radius, y + radius) for x, y in _to_display(ax, list(avoid))
+    ]
+    pixels_per_point = renderer.points_to_pixels(1.0)
+    sizes: dict[str, tuple[float, float]] = {}
     placed = []
-    for label in labels:
-        costs = []
+    anchors = _to_display(ax, [(label.x, label.y) for label in labels])
+    for label, (x, y) in zip(labels, anchors, strict=True):
+        if label.text not in sizes:
+            sizes[label.text] = _text_size(ax, label.text, renderer)
+        width, height = sizes[label.text]
+        best: tuple[float, int, int, tuple[float, float, float, float]] | None = None
         for dx, dy in OFFSETS:
-            note = _annotation(ax, label, dx, dy)
-            box = _text_box(note, renderer)
-            note.remove()
-            edges = (box.x0, box.y0, box.x1, box.y1)
-            cost = sum(_overlap(edges, other) for other in taken)
-            cost += box.width * box.height - _overlap(edges, inside)  # what sticks out
-            costs.append((cost, dx, dy))
+            box = _box_at(x + dx * pixels_per_point, y + dy * pixels_per_point,
+                          width, height, dx, dy)  # fmt: skip
+            cost = sum(_overlap(box, other) for other in taken)
+            cost += _overlap(box, box) - _overlap(box, inside)  # what sticks out (0.0 if none)
+            if best is None or cost < best[0]:  # the first that fits, else the least
+                best = (cost, dx, dy, box)
             if cost <= 0:
                 break
-        _, dx, dy = min(costs, key=lambda c: c[0])  # the first that fits, else the least
-        note = _annotation(ax, label, dx, dy, leader=math.hypot(dx, dy) > OFFSETS[0][0] * 1.5)
-        box = _text_box(note, renderer)
-        taken.append((box.x0, box.y0, box.x1, box.y1))
-        placed.append(note)
+        assert best is not None  # OFFSETS is not empty
+        _, dx, dy, box = best
+        taken.append(box)
+        leader = math.hypot(dx, dy) > OFFSETS[0][0] * 1.5
+        placed.append(_annotation(ax, label, dx, dy, leader=leader))
     return placed
 
 
+def _to_display(ax: Any, points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Data points of ``ax`` in display units (pixels from the figure's lower left)."""
+    if not points:
+        return []
+    return [(float(x), float(y)) for x, y in ax.transData.transform(points)]
+
+
+def _text_size(ax: Any, text: str, renderer: Any) -> tuple[float, float]:
+    """Width and height, in display units, of ``text`` written as a label of ``ax``."""
+    probe = importlib.import_module("matplotlib.text").Text(text=text, fontsize=FONT_SIZE)
+    probe.set_figure(ax.figure)
+    box = probe.get_window_extent(renderer)
+    return float(box.width), float(box.height)
+
+
+def _box_at(
+    x: float, y: float, width: float, height: float, dx: float, dy: float
+) -> tuple[float, float, float, float]:
+    """The box (x0, y0, x1, y1) of a text of that size anchored at display point (x, y)
+    as :func:`_annotation` aligns it for the offset (dx, dy): to the right of the point
+    starts there, to the left ends there, straight above or below is centred on it.
+
+    >>> _box_at(100.0, 50.0, 20.0, 10.0, 5, 5)
+    (100.0, 50.0, 120.0, 60.0)
+    >>> _box_at(100.0, 50.0, 20.0, 10.0, -5, 0)
+    (80.0, 45.0, 100.0, 55.0)
+    >>> _box_at(100.0, 50.0, 20.0, 10.0, 0, -5)
+    (90.0, 40.0, 110.0, 50.0)
+    """
+    x0 = x if dx > 0 else x - width if dx < 0 else x - width / 2
+    y0 = y if dy > 0 else y - height if dy < 0 else y - height / 2
+    return (x0, y0, x0 + width, y0 + height)
+
+
 def _annotation(ax: Any, label: Label, dx: float, dy: float, *, leader: bool = False) -> Any:
-    leader_line = {"arrowstyle": "-", "color": label.color, "lw": 0.6, "shrinkA": 1, "shrinkB": 3}
+    """``label`` written at (dx, dy) points from its point, aligned by the side it lies
+    on (see :func:`_box_at`); its leader line, if any, runs from that anchor, the text's
+    corner or edge facing the point, straight to the point (not clipped against the
+    text's box, which costs a Bezier split per line at every draw)."""
+    ha = "left" if dx > 0 else "right" if dx < 0 else "center"
+    va = "bottom" if dy > 0 else "top" if dy < 0 else "center"
+    anchor = ({"left": 0.0, "center": 0.5, "right": 1.0}[ha],
+              {"bottom": 0.0, "center": 0.5, "top": 1.0}[va])  # fmt: skip
+    leader_line = {"arrowstyle": "-", "color": label.color, "lw": 0.6, "shrinkA": 1,
+                   "shrinkB": 3, "relpos": anchor, "patchA": None}  # fmt: skip
     return ax.annotate(
         label.text,
         (label.x, label.y),
         xytext=(dx, dy),
         textcoords="offset points",
-        ha="left" if dx > 0 else "right" if dx < 0 else "center",
-        va="bottom" if dy > 0 else "top" if dy < 0 else "center",
-        fontsize=7,
+        ha=ha,
+        va=va,
+        fontsize=FONT_SIZE,
         color=label.color,
         arrowprops=leader_line if leader else None,
     )
-
-
-def _text_box(note: Any, renderer: Any) -> Any:
-    """An annotation's text alone, in display units (its leader line left out)."""
-    note.update_positions(renderer)
-    return importlib.import_module("matplotlib.text").Text.get_window_extent(note, renderer)
 
 
 def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> float:
