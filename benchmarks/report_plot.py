@@ -135,10 +135,12 @@ def main() -> None:
         ]
         for variant in variants:
             variant.draw(out / "warm.png", record=False)
-        for repeat in range(args.repeats):
+        start = time.perf_counter()
+        for repeat in range(1, args.repeats + 1):
             for index, variant in enumerate(variants):
                 variant.draw(out / f"{index}.png")
-            print(f"round {repeat + 1}/{args.repeats}", file=sys.stderr, flush=True)
+            eta = (time.perf_counter() - start) / repeat * (args.repeats - repeat)
+            print(f"round {repeat}/{args.repeats}, ETA {eta:.0f} s", file=sys.stderr, flush=True)
     floor, baseline, checkout = variants
     same = baseline.offsets == checkout.offsets
     print(f"8 runs, maj@8; medians of {args.repeats} draws; baseline {args.baseline[:12]}")
