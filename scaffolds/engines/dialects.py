@@ -26,7 +26,8 @@ Request fields
       per sample (:mod:`scaffolds.engines.greedy`).
     * Top logprobs (``SamplingParams.top_logprobs`` k), every dialect: ``logprobs: true,
       top_logprobs: k`` on chat, ``logprobs: k`` on completions. vLLM also takes
-      ``return_tokens_as_token_ids`` there, since completions key a position's top k by
+      ``return_tokens_as_token_ids`` there (unless the caller reads the tokens' text,
+      ``SamplingParams.top_logprob_texts``), since completions key a position's top k by
       token text and tokens that decode alike would share one key. SGLang has no such
       option, so its completions positions can come back short of k.
     * Continuing an assistant message (``GenerateRequest.continue_final``): vLLM and
@@ -96,9 +97,12 @@ class Dialect:
             return {}
         return {"logprobs": True, "top_logprobs": 0} if chat else {"logprobs": 1}
 
-    def top_logprob_fields(self, *, chat: bool, top_logprobs: int) -> dict[str, Any]:
+    def top_logprob_fields(
+        self, *, chat: bool, top_logprobs: int, texts: bool = False
+    ) -> dict[str, Any]:
         """Fields that ask for the ``top_logprobs`` most likely tokens' logprobs at each
-        position (merged over :meth:`request_fields`)."""
+        position (merged over :meth:`request_fields`); ``texts``: the caller reads the
+        tokens' text too."""
         if chat:
             return {"logprobs": True, "top_logprobs": top_logprobs}
         return {"logprobs": top_logprobs}
@@ -217,16 +221,21 @@ class VLLMDialect(Dialect, name="vllm"):
             fields["return_tokens_as_token_ids"] = True
         return fields
 
-    def top_logprob_fields(self, *, chat: bool, top_logprobs: int) -> dict[str, Any]:
-        """Top logprobs keyed by token id: a completions position's top-k is an object
-        keyed by token text, where two tokens that decode alike (``""``, a partial
-        UTF-8 byte) would be one key and the position would come back short of k.
+    def top_logprob_fields(
+        self, *, chat: bool, top_logprobs: int, texts: bool = False
+    ) -> dict[str, Any]:
+        """Top logprobs keyed by token id, unless the caller reads their ``texts``: a
+        completions position's top k is an object keyed by token text, where two tokens
+        that decode alike (``""``, a partial UTF-8 byte) would be one key and the
+        position would come back short of k.
 
         >>> VLLMDialect().top_logprob_fields(chat=False, top_logprobs=5)
         {'logprobs': 5, 'return_tokens_as_token_ids': True}
+        >>> VLLMDialect().top_logprob_fields(chat=False, top_logprobs=5, texts=True)
+        {'logprobs': 5}
         """
         fields = super().top_logprob_fields(chat=chat, top_logprobs=top_logprobs)
-        return fields | {"return_tokens_as_token_ids": True}
+        return fields if texts else fields | {"return_tokens_as_token_ids": True}
 
 
 class SGLangDialect(Dialect, name="sglang"):

@@ -380,7 +380,9 @@ class OpenAIEngine:
             body["stop"] = list(params.stop)
         body |= self.dialect.request_fields(chat=chat, logprobs=params.logprobs)
         if params.top_logprobs is not None:
-            body |= self.dialect.top_logprob_fields(chat=chat, top_logprobs=params.top_logprobs)
+            body |= self.dialect.top_logprob_fields(
+                chat=chat, top_logprobs=params.top_logprobs, texts=params.top_logprob_texts
+            )
         if chat and request.continue_final:
             body |= self.dialect.continuation_fields()
         if (rid := self.dialect.request_id()) is not None:

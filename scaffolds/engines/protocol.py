@@ -75,6 +75,10 @@ class SamplingParams:
     top_logprobs: int | None = None
     """Also return, at each position, the logprobs of the ``top_logprobs`` most likely
     tokens (0..20; vLLM's cap is 20): ``Completion.top_logprobs`` (deepconf needs them)."""
+    top_logprob_texts: bool = False
+    """The caller reads the top tokens' text, not only their logprobs (a generative
+    verifier's yes/no). Otherwise a vLLM engine keys them by token id, since keyed by
+    text, tokens that decode alike share one key and a position comes back short of k."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Engine-specific fields passed through verbatim (e.g. vLLM's ``ignore_eos``)."""
     final_extra: Mapping[str, Any] = field(default_factory=dict)

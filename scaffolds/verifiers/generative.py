@@ -84,8 +84,8 @@ def step_prefixes(text: str, sep: str) -> list[str]:
 class GenerativeVerifier:
     """``engine``'s yes/no verdict on each candidate. ``extra``: request fields every
     verdict sends (a thinking model's fields that turn its thinking off). It asks for
-    top logprobs only, not token ids (vLLM's ``return_tokens_as_token_ids`` would hide
-    the tokens' text)."""
+    top logprobs by their tokens' text (``top_logprob_texts``), which it reads: a vLLM
+    engine would otherwise key them by token id."""
 
     generated_tokens = 1
 
@@ -102,7 +102,7 @@ class GenerativeVerifier:
         self.chat = chat
         self.params = SamplingParams(
             n=1, max_tokens=1, temperature=0.0, top_logprobs=TOP_LOGPROBS,
-            extra=dict(extra or {}),
+            top_logprob_texts=True, extra=dict(extra or {}),
         )  # fmt: skip
 
     def _batched(self) -> bool:

@@ -84,6 +84,8 @@ def test_each_dialect_asks_for_top_logprobs_the_same_way() -> None:
         chat_fields = {"logprobs": True, "top_logprobs": 3} | by_id
         assert dialect.top_logprob_fields(chat=True, top_logprobs=3) == chat_fields
         assert dialect.top_logprob_fields(chat=False, top_logprobs=3) == {"logprobs": 3} | by_id
+        # a caller that reads the tokens' text gets them keyed by text, on every dialect
+        assert dialect.top_logprob_fields(chat=False, top_logprobs=3, texts=True) == {"logprobs": 3}
 
 
 async def test_a_continuation_sends_the_chat_template_options(fake: FakeEngineHandle) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from scaffolds.core.errors import EngineUnavailableError
 from scaffolds.engines.mock import MockEngine
+from scaffolds.engines.openai_http import OpenAIEngine
 from scaffolds.engines.protocol import (
     Completion,
     GenerateRequest,
@@ -107,6 +108,23 @@ async def test_text_prompts_on_a_list_engine_are_one_request_per_batch() -> None
     assert engine.batches[0][1].startswith("### Problem\n2+2?\n\n### Proposed solution\n5")
     assert verdicts.scores == pytest.approx((0.75, 0.75, 0.75))
     assert engine.requests == []  # nothing went one by one
+
+
+@pytest.mark.parametrize("chat", [True, False], ids=["chat", "text"])
+@pytest.mark.parametrize(("word", "score"), [("Yes", 1.0), ("No", 0.0)])
+async def test_a_served_verifier_asks_vllm_for_its_top_tokens_by_text(
+    chat: bool, word: str, score: float
+) -> None:
+    # Deepconf's top logprobs come keyed by token id (token_id:N), which the verdict
+    # cannot read: the verifier's own request keeps them keyed by text.
+    config = FakeEngineConfig(respond=lambda body: [word] * int(body.get("n") or 1))
+    with running_fake_engine(config) as fake:
+        async with OpenAIEngine(fake.base_url, config.model, max_retries=0) as engine:
+            verdicts = await GenerativeVerifier(engine, "v", chat=chat).verify("2+2?", ["4"])
+        [request] = fake.state.requests
+    assert "return_tokens_as_token_ids" not in request.body
+    assert (request.body["top_logprobs"] if chat else request.body["logprobs"]) == 20
+    assert verdicts.scores == (score,)
 
 
 @pytest.fixture(scope="module")
