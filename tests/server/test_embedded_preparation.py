@@ -37,6 +37,22 @@ from tests.server.test_supervised import HEALTHY
 GSR = "smollm2-135m-gsr"
 
 
+@pytest.mark.parametrize(
+    ("wanted", "plan"),
+    [
+        (None, [ADDITION, REAL, GSR, "smollm2-135m-verifier"]),
+        ({REAL, GSR}, [REAL, GSR, "smollm2-135m-verifier"]),  # gsr's verifier comes with it
+        ({ADDITION, REAL}, [ADDITION, REAL]),  # no adapter is merged unless it is wanted
+        ({GSR}, []),  # an adapter is served beside its base, never alone
+    ],
+)
+def test_the_plan_is_what_is_wanted_and_the_verifiers_of_what_is_wanted(
+    wanted: set[str] | None, plan: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PONDER_HOME", str(tmp_path))  # no adapter registered here
+    assert [model.name for model in embedded._plan(wanted)] == plan
+
+
 def test_the_ready_models_child_starts_while_the_others_are_prepared_each_as_it_is_ready(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
