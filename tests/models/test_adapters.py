@@ -8,7 +8,6 @@ with peft, with random ``B`` matrices so that they change the model.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -150,18 +149,15 @@ def test_a_replaced_adapter_is_merged_again(adapter: Path, home: Path, tmp_path:
     )
 
 
-def test_the_embedded_default_serves_an_adapter_beside_its_base(
-    adapter: Path, home: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_embedded_default_serves_an_adapter_beside_its_base(adapter: Path, home: Path) -> None:
     from server.pool import embedded
     from server.settings import Settings
     from testing.ponder import running_ponder
 
     assert _prepare("addition-lora", "--adapter", str(adapter)).exit_code == 0
-    no_real_model: Callable[[Any], None] = lambda say: None  # noqa: E731 (not under test)
-    monkeypatch.setattr(embedded, "_real_model", no_real_model)
     heard: list[str] = []
-    with embedded.embedded_default(Settings(embedded_engine="transformers"), heard.append) as s:
+    served = Settings(embedded_engine="transformers", embedded_models=(BASE, "addition-lora"))
+    with embedded.embedded_default(served, heard.append) as s:
         names = [m.name for m in s.served_models()]
         assert names == [BASE, "addition-lora"]
         with running_ponder(s) as url:
@@ -179,7 +175,7 @@ def test_the_embedded_default_serves_an_adapter_beside_its_base(
 
 
 def test_a_verifier_adapter_is_its_models_verifier_not_a_chat_model(
-    adapter: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+    adapter: Path, home: Path
 ) -> None:
     """An adapter whose ``ponder_adapter.json`` says ``verifies`` (as the shipped
     ``smollm2-135m-verifier`` does) is prepared at start and named as that model's
@@ -193,9 +189,8 @@ def test_a_verifier_adapter_is_its_models_verifier_not_a_chat_model(
     shutil.copytree(adapter, folder)
     info = {"name": "addition-judge", "base": BASE, "verifies": BASE}
     (folder / ADAPTER_INFO).write_text(json.dumps(info))
-    no_real_model: Callable[[Any], None] = lambda say: None  # noqa: E731 (not under test)
-    monkeypatch.setattr(embedded, "_real_model", no_real_model)
-    with embedded.embedded_default(Settings(embedded_engine="transformers"), print) as s:
+    only_base = Settings(embedded_engine="transformers", embedded_models=(BASE,))
+    with embedded.embedded_default(only_base, print) as s:
         served = s.served_models()
     assert [m.name for m in served] == [BASE]
     assert served[0].verifier == f"local:{home / 'addition-judge'}"

@@ -72,7 +72,7 @@ def test_the_startup_line_while_preparing_says_what_happens_not_what_to_run(
     monkeypatch.setenv("PONDER_HOME", str(tmp_path))
     monkeypatch.setattr(embedded, "prepare_model", lambda model, say: tmp_path / model.name)
     said: list[str] = []
-    assert embedded._real_model(said.append) is not None
+    assert embedded._prepared(get_model("smollm2-135m-instruct"), said.append) is not None
     assert said == [
         "preparing 'smollm2-135m-instruct' once from its wheel (about 30 s, the first time only)"
     ]

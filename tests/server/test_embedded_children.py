@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from scaffolds.engines.vllm_server import serving_process
-from scaffolds.models import KnownModel, get_model
+from scaffolds.models import KnownModel, ModelStatus, get_model
 from scaffolds.processes.children import popen_owned, stop_group
 from server.pool import embedded
 from server.settings import Settings
@@ -37,14 +37,27 @@ StartFor = Callable[[KnownModel, Path, int], Callable[[threading.Event], Any]]
 
 
 def _models(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, start_for: StartFor, *adapters: str
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    start_for: StartFor,
+    *adapters: str,
+    unprepared: Mapping[str, Callable[[], Path]] | None = None,
 ) -> None:
     """The embedded default's models are the addition model, SmolLM2 and ``adapters``
-    (their folders a stand-in, never read), each child started by
-    ``start_for(model, folder, port)``."""
-    adapted = [(get_model(name), tmp_path) for name in adapters]
-    monkeypatch.setattr(embedded, "_real_model", lambda say: (get_model(REAL), tmp_path))
-    monkeypatch.setattr(embedded, "_adapted", lambda bases, say: adapted)
+    (the others' folders a stand-in, never read), each child started by
+    ``start_for(model, folder, port)``; each model named in ``unprepared`` is not ready,
+    and its preparation calls the stand-in given for it."""
+    stand_ins = dict(unprepared or {})
+    plan = [get_model(name) for name in (ADDITION, REAL, *adapters)]
+    folders = {ADDITION: embedded.SHIPPED_MODEL_DIR}  # served in process, when it falls back
+
+    def status(model: KnownModel) -> ModelStatus:
+        folder = folders.get(model.name, tmp_path)
+        return ModelStatus(model.name, model.name not in stand_ins, folder, "stand-in")
+
+    monkeypatch.setattr(embedded, "_plan", lambda wanted: plan)
+    monkeypatch.setattr(embedded, "model_status", status)
+    monkeypatch.setattr(embedded, "prepare_model", lambda model, say: stand_ins[model.name]())
     monkeypatch.setattr(embedded, "vllm_python", lambda: Path(sys.executable))
     monkeypatch.setattr(
         embedded,
