@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import socket
 import subprocess
 import threading
@@ -50,18 +51,53 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+LISTEN_PORTS_FROM = 20000
+"""The lowest port :func:`free_ports` draws from (up to the kernel's ephemeral range)."""
+
+
+def listen_ports(ephemeral_low: int) -> range:
+    """Where :func:`free_ports` draws: from :data:`LISTEN_PORTS_FROM` up to the kernel's
+    ephemeral range (its first port, ``ephemeral_low``). A port is picked before its
+    server binds it; one from the ephemeral range (``bind(0)``'s) could be taken by any
+    ``bind(0)`` or outgoing connection meanwhile (1 in about 20,000 ``bind(0)`` did),
+    none of which draw below it. Empty when the range leaves too little below it.
+
+    >>> listen_ports(32768), listen_ports(1024)
+    (range(20000, 32768), range(0, 0))
+    """
+    return range(LISTEN_PORTS_FROM, ephemeral_low) if ephemeral_low >= 21000 else range(0)
+
+
+def ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default where unknown)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    return 32768
+
+
 def free_ports(count: int) -> list[int]:
     """``count`` distinct free loopback ports, for servers that start side by side (all
-    held while they are chosen, so none is handed out twice).
+    held while they are chosen, so none is handed out twice), drawn at random from
+    :func:`listen_ports` (``bind(0)``'s where that is empty or full).
 
-    >>> len(set(free_ports(3)))
-    3
+    >>> ports = free_ports(3)
+    >>> len(set(ports)), all(p in listen_ports(ephemeral_low()) for p in ports)
+    (3, True)
     """
+    pool = listen_ports(ephemeral_low())
+    draw = random.Random()
     with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
+        ports: list[int] = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket())
+            for _ in range(100 if pool else 0):
+                with contextlib.suppress(OSError):  # in use (or lingering): another
+                    sock.bind(("127.0.0.1", draw.choice(pool)))
+                    break
+            else:
+                sock.bind(("127.0.0.1", 0))
+            ports.append(int(sock.getsockname()[1]))
+        return ports
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,8 @@ async def _checks(model_dir: str) -> dict[str, Any]:
         report["finish_reasons"] = [c.finish_reason for c in first.completions]
         report["ended_at_eos"] = [c.ended_at_eos for c in first.completions]
         report["stop_matched"] = [c.stop_matched for c in first.completions]
+        eos_id = json.loads((Path(model_dir) / "config.json").read_text())["eos_token_id"]
+        report["last_is_eos"] = [(c.token_ids or ())[-1:] == (eos_id,) for c in first.completions]
         stops = ("e", "a", " ")
         with_stops = SamplingParams(
             n=4, max_tokens=8, temperature=1.0, seed=5, stop=stops,
@@ -50,7 +52,6 @@ async def _checks(model_dir: str) -> dict[str, Any]:
             [c.finish_reason, c.text.endswith(stops), c.stop_matched, c.ended_at_eos]
             for c in cut.completions
         ]
-        eos_id = json.loads((Path(model_dir) / "config.json").read_text())["eos_token_id"]
         forced = SamplingParams(max_tokens=8, stop=stops, extra={"logit_bias": {eos_id: 100.0}})
         [ended] = (await engine.generate(GenerateRequest(chat("Spell it"), forced))).completions
         report["forced_eos"] = [ended.text, ended.finish_reason, ended.stop_matched]
@@ -61,10 +62,11 @@ async def _checks(model_dir: str) -> dict[str, Any]:
         ]
 
         plain = await engine.generate(
-            GenerateRequest("Once upon", SamplingParams(max_tokens=5, temperature=0))
+            GenerateRequest("Once upon", SamplingParams(max_tokens=5, temperature=0, logprobs=True))
         )
         report["plain_finish"] = plain.completions[0].finish_reason
         report["plain_tokens"] = plain.completions[0].completion_tokens
+        report["plain_last_is_eos"] = (plain.completions[0].token_ids or ())[-1:] == (eos_id,)
 
         streamed_text = ""
         final: GenerateResult | None = None
@@ -79,15 +81,20 @@ async def _checks(model_dir: str) -> dict[str, Any]:
         report["stream_matches_result"] = streamed_text == final.completions[0].text
         report["stream_tokens"] = final.usage.completion_tokens
 
-        long_call = asyncio.create_task(
-            engine.generate(
-                GenerateRequest(
-                    chat("Go on"),
-                    SamplingParams(max_tokens=1500, temperature=1.0, extra={"ignore_eos": True}),
-                )
-            )
+        # Cancelled once its first tokens are out, so it is surely inside vLLM (a cancel
+        # while vLLM is still adding the request would leave nothing for it to abort).
+        writing = asyncio.Event()
+        going_on = GenerateRequest(
+            chat("Go on"),
+            SamplingParams(max_tokens=1500, temperature=1.0, extra={"ignore_eos": True}),
         )
-        await asyncio.sleep(0.5)
+
+        async def consume() -> None:
+            async for _ in engine.stream(going_on):
+                writing.set()
+
+        long_call = asyncio.create_task(consume())
+        await asyncio.wait_for(writing.wait(), 600)
         long_call.cancel()
         try:
             await long_call

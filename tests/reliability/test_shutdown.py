@@ -56,6 +56,15 @@ async def wait_serving(proc: subprocess.Popen[str], url: str) -> None:
     raise AssertionError("ponder serve did not start")
 
 
+async def wait_queued(c: httpx.AsyncClient, count: int) -> None:
+    """Return once Ponder's /metrics shows ``count`` requests waiting for a run slot."""
+    for _ in range(600):  # bounded: 60 s
+        if f"ponder_runs_queued {count}.0" in (await c.get("/metrics")).text:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{count} requests never queued")
+
+
 async def one_request(url: str, i: int) -> tuple[bool, httpx.Response]:
     stream = i % 2 == 1
     async with httpx.AsyncClient(base_url=url, headers=auth(), timeout=60) as c:
@@ -82,7 +91,10 @@ async def test_sigterm_under_load_finishes_in_flight_and_refuses_new(
 
 
 async def sigterm_under_load(fake: FakeEngineHandle, stack: contextlib.AsyncExitStack) -> None:
-    fake.config.latency_per_token = 0.05  # ~0.7 s per call, 2 calls per request
+    # Calls are held until the late requests are in, so those come mid-drain and the queued
+    # ones are in before the signal, however slow the machine; then ~0.7 s per call.
+    fake.config.latency_per_token = 0.05
+    fake.config.hold = True
     limits = ["--max-concurrent-runs", str(RUNNING), "--queue-size", str(QUEUED)]
     with ponder_process(fake, "--graceful-timeout", str(GRACE_S), *limits) as (proc, url):
         await wait_serving(proc, url)
@@ -92,13 +104,14 @@ async def sigterm_under_load(fake: FakeEngineHandle, stack: contextlib.AsyncExit
         assert (await kept_alive.get("/v1/models")).status_code == 200  # an idle connection
         in_flight = [asyncio.create_task(one_request(url, i)) for i in range(RUNNING + QUEUED)]
         assert await fake.wait_for(lambda s: s.open_calls == RUNNING, within=30)
-        await asyncio.sleep(0.2)  # the queued ones are in too
+        await wait_queued(kept_alive, QUEUED)
         proc.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
         await asyncio.sleep(0.3)  # uvicorn looks at its exit flag every 0.1 s
         late = [await late_request(url) for _ in range(3)]
         late.append(await late_request(url, kept_alive))
         draining = not all(t.done() for t in in_flight)  # the late ones came mid-drain
+        fake.config.hold = False
         results = await asyncio.gather(*in_flight)
         code = await asyncio.to_thread(proc.wait, GRACE_S + 10)
         took = time.monotonic() - signalled

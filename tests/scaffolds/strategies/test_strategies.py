@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -145,7 +146,10 @@ async def test_rc_summarizes_the_thinking_of_thinking_models() -> None:
 
 
 async def test_rc_samples_advance_independently() -> None:
+    # The slow summary ends once the fast sample's next reasoning has ended (not after a
+    # fixed sleep, which a stalled machine outlasts); in lockstep it would wait in vain.
     order: list[str] = []
+    fast_reasoned = asyncio.Event()
 
     async def handler(request):  # type: ignore[no-untyped-def]
         text = request.prompt_text()
@@ -155,8 +159,11 @@ async def test_rc_samples_advance_independently() -> None:
         kind = "summary" if "### Existing summary" in text else "reasoning"
         order.append(f"{name} {kind} begins")
         if name == "slow" and kind == "summary":
-            await asyncio.sleep(0.2)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(fast_reasoned.wait(), 10)
         order.append(f"{name} {kind} ends")
+        if name == "fast" and kind == "reasoning":
+            fast_reasoned.set()
         return f"{name} {kind} \\boxed{{1}}"
 
     engine = MockEngine(handler)
@@ -310,7 +317,7 @@ async def test_deadline_after_candidates_returns_them_cut_short() -> None:
 async def test_cancelling_a_run_cancels_every_engine_call_under_it() -> None:
     engine = MockEngine(Script(), delay=30)
     task = asyncio.create_task(run_scaffold(Majority(k=3, solver=GSR(n=2)), PROBLEM, engine))
-    for _ in range(100):
+    for _ in range(6000):  # until the calls are in flight (bounded: 60 s)
         await asyncio.sleep(0.01)
         if engine.in_flight == 3:
             break
