@@ -153,7 +153,7 @@ def served(clone: tuple[Path, dict[str, str]]) -> Iterator[Served]:
 
 def _sigterm_ends_ponder_serve(make: subprocess.Popen[bytes]) -> bool:
     """SIGTERM ``ponder serve`` (``make serve``'s command) alone, as a user's ``kill``
-    would; whether it exited within 120 s (True when it had already)."""
+    would; whether it and ``make`` exited within 120 s (True when they had already)."""
     if make.poll() is not None:
         return True
     servers = []
@@ -163,7 +163,9 @@ def _sigterm_ends_ponder_serve(make: subprocess.Popen[bytes]) -> bool:
                 child.terminate()
                 servers.append(child)
     _, alive = psutil.wait_procs(servers, timeout=120)
-    return bool(servers) and not alive
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        make.wait(timeout=120)  # make ends once its command has
+    return not alive and make.poll() is not None
 
 
 def _commands(block: str) -> list[str]:
