@@ -107,17 +107,9 @@ class VLLMServer:
     process: subprocess.Popen[bytes] | None = None
 
     def metric(self, name: str, **labels: str) -> float:
-        """Sum of a Prometheus metric's samples from vLLM's /metrics: every label set, or
-        those with each of ``labels``."""
-        text = httpx.get(self.base_url.removesuffix("/v1") + "/metrics", timeout=10).text
-        wanted = [f'{key}="{value}"' for key, value in labels.items()]
-        total = 0.0
-        for line in text.splitlines():
-            if line.startswith(name + "{") or line.startswith(name + " "):
-                label_text = line[len(name) :].partition("}")[0]
-                if all(pair in label_text for pair in wanted):
-                    total += float(line.rsplit(" ", 1)[1])
-        return total
+        """Sum of a Prometheus metric's samples from vLLM's /metrics (see
+        :func:`scraped_metric`)."""
+        return scraped_metric(self.base_url.removesuffix("/v1") + "/metrics", name, **labels)
 
 
 @contextlib.contextmanager
@@ -218,3 +210,17 @@ def serving_process(
             if abort is None:
                 time.sleep(1)
         yield process
+
+
+def scraped_metric(metrics_url: str, name: str, **labels: str) -> float:
+    """Sum of a Prometheus metric's samples at ``metrics_url`` (a vLLM's or Ponder's
+    ``/metrics``): every label set, or those with each of ``labels``."""
+    text = httpx.get(metrics_url, timeout=10).text
+    wanted = [f'{key}="{value}"' for key, value in labels.items()]
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            label_text = line[len(name) :].partition("}")[0]
+            if all(pair in label_text for pair in wanted):
+                total += float(line.rsplit(" ", 1)[1])
+    return total

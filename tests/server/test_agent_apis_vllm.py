@@ -8,7 +8,6 @@ The model is tiny and random: these tests check structure and accounting, never 
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +18,7 @@ import httpx
 import openai
 import pytest
 
-from scaffolds.engines.vllm_server import VLLMServer
+from scaffolds.engines.vllm_server import VLLMServer, scraped_metric
 from server.settings import Settings
 from testing.ponder import running_ponder
 from tests.server.conftest import STORE_IN_MEMORY
@@ -86,9 +85,7 @@ def test_responses_through_vllm(
 
 def run_tokens(ponder: str) -> float:
     """Ponder's ``ponder_run_tokens_total`` of completions, over every scaffold."""
-    text = httpx.get(f"{ponder}/metrics").text
-    found = re.findall(r'^ponder_run_tokens_total{kind="completion",.*} (\S+)$', text, re.M)
-    return sum(map(float, found))
+    return scraped_metric(f"{ponder}/metrics", "ponder_run_tokens_total", kind="completion")
 
 
 LONG = 1800
@@ -173,9 +170,7 @@ def stops_early(vllm_server: VLLMServer, ponder: str, calls: Callable[[], object
 
 def cancelled_calls(ponder: str) -> float:
     """Ponder's engine calls that it cancelled (``ponder_engine_calls_total``)."""
-    lines = httpx.get(f"{ponder}/metrics").text.splitlines()
-    calls = [line for line in lines if line.startswith("ponder_engine_calls_total{")]
-    return sum(float(line.rsplit(" ", 1)[1]) for line in calls if 'outcome="cancelled"' in line)
+    return scraped_metric(f"{ponder}/metrics", "ponder_engine_calls_total", outcome="cancelled")
 
 
 def test_a_client_that_leaves_a_responses_pass_through_stops_vllm(

@@ -8,11 +8,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-import httpx
 import openai
 import pytest
 
-from scaffolds.engines.vllm_server import VLLMServer
+from scaffolds.engines.vllm_server import VLLMServer, scraped_metric
 from server.settings import Settings
 from testing.ponder import running_ponder
 
@@ -113,9 +112,7 @@ def _leave_a_long_stream(
 
 
 def _cancelled_calls(ponder: str) -> float:
-    lines = httpx.get(f"{ponder}/metrics").text.splitlines()
-    calls = [line for line in lines if line.startswith("ponder_engine_calls_total{")]
-    return sum(float(line.rsplit(" ", 1)[1]) for line in calls if 'outcome="cancelled"' in line)
+    return scraped_metric(f"{ponder}/metrics", "ponder_engine_calls_total", outcome="cancelled")
 
 
 EVERY_SCAFFOLD = {  # engine calls for n=2 choices
