@@ -52,6 +52,7 @@ from typing import Any, Literal
 
 from scaffolds.core.errors import EngineError, InvalidRequestError, PonderError
 from scaffolds.engines.context_fit import no_room
+from scaffolds.engines.local_fields import check_fields, template_options
 from scaffolds.engines.local_generate import (
     Cancelled,
     Sample,
@@ -196,6 +197,7 @@ class LocalEngine:
         sample's text as it grows."""
         if self._closed:
             raise EngineError("LocalEngine is closed")
+        check_fields(request.params.extra)
         cancel = threading.Event()
         self._active.add(cancel)
         loop = asyncio.get_running_loop()
@@ -216,6 +218,12 @@ class LocalEngine:
             raise EngineError(f"local generation failed: {exc}") from exc
         finally:
             self._active.discard(cancel)
+
+    def check_fields(self, fields: Mapping[str, Any]) -> None:
+        """Refuse, with a 400 naming this engine and the field, a request field that it
+        cannot honour (:func:`~scaffolds.engines.local_fields.check_fields`): the server
+        asks before a run starts, and :meth:`generate` asks again for each call."""
+        check_fields(fields)
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamItem]:
         """Each sample's text as it is generated, then the result; leaving the stream
@@ -305,7 +313,7 @@ class LocalEngine:
         prompt_ids = encode_prompt(
             self._tokenizer,
             request.prompt,
-            self.chat_template_kwargs,
+            self.chat_template_kwargs | template_options(params.extra),
             add_special_tokens=self.add_special_tokens,
             continue_final=request.continue_final,
         )

@@ -29,9 +29,13 @@ The engine's semantics follow vLLM's OpenAI server where they can:
   chat template's ``continue_final_message`` and no generation prompt;
 - ``seed`` makes sampling reproducible (torch's global RNG is forked for the call, so
   a seeded call leaves it as it was); unseeded calls draw from torch's global RNG;
-- ``extra`` understands ``ignore_eos``, ``top_k`` and ``min_tokens``; other keys are
-  ignored. ``generation_kwargs`` (e.g. ``top_k``, ``min_p``, ``repetition_penalty``) go
-  to every ``generate``; the request's own settings win over them.
+- ``extra`` (the request's other fields) is read as vLLM reads it where
+  :mod:`scaffolds.engines.local_fields` says it is honoured (``top_k``, ``min_p``,
+  ``min_tokens``, ``ignore_eos``, the penalties, ``logit_bias``, the chat template's
+  ``chat_template_kwargs`` and ``reasoning_effort``); the engine refuses every other
+  field that asks for something (:func:`~scaffolds.engines.local_fields.check_fields`).
+  ``generation_kwargs`` (e.g. ``top_k``, ``min_p``, ``repetition_penalty``) go to every
+  ``generate``; the request's own settings win over them.
 
 >>> import threading
 >>> watcher = StopWatcher(None, 3, 2, frozenset({0}), ["</s>", "\\n"], threading.Event())
@@ -48,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scaffolds.core.errors import EngineError, InvalidRequestError
+from scaffolds.engines.local_fields import generation_options
 from scaffolds.engines.protocol import Completion, GenerateRequest, Prompt
 
 __all__ = [
@@ -220,6 +225,10 @@ def generate_rows(
         kwargs["streamer"] = streamer(rows, lambda row: watcher.finished_at[row] is not None)
     if extra.get("min_tokens"):
         kwargs["min_new_tokens"] = int(extra["min_tokens"])
+    for key, value in generation_options(extra, len(prompt_ids), _vocab(model, tokenizer)).items():
+        if key == "logits_processor":  # after any the engine's generation_kwargs give
+            value = transformers.LogitsProcessorList([*kwargs.get(key, ()), *value])
+        kwargs[key] = value
     if params.temperature == 0.0:
         for key in SAMPLING_KEYS:
             kwargs.pop(key, None)
@@ -231,7 +240,7 @@ def generate_rows(
             do_sample=True,
             temperature=1.0 if params.temperature is None else params.temperature,
             top_p=1.0 if top_p is None else float(top_p),
-            top_k=int(top_k or 0),
+            top_k=max(int(top_k or 0), 0),  # vLLM's -1: no limit
         )
     input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=device_of(model))
     with torch.no_grad():
@@ -285,6 +294,12 @@ def completion_of(
         logprobs=tuple(sample.logprobs) if logprobs and sample.logprobs is not None else None,
         top_logprobs=None if sample.top is None else tuple(tuple(t) for t in sample.top),
     )
+
+
+def _vocab(model: Any, tokenizer: Any) -> int:
+    """The number of token ids the model scores (its config's, else the tokenizer's)."""
+    size = getattr(getattr(model, "config", None), "vocab_size", None)
+    return int(size) if isinstance(size, int) else len(tokenizer)
 
 
 def device_of(model: Any) -> Any:

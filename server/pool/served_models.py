@@ -75,6 +75,16 @@ class ServedModel:
         strategy.check_prompt_set(self.config.prompts)
         check_scaffold_templates(self.prompt_files, strategy, where)
 
+    def check_fields(self, fields: Mapping[str, Any]) -> None:
+        """Every engine of the model can honour ``fields`` (a request's pass-through
+        fields), by its own word where it gives one (``check_fields``: the in-process
+        engine's); else its 400 naming the field. An HTTP engine's server answers for
+        itself."""
+        for engine in getattr(self.engine, "replicas", (self.engine,)):
+            check = getattr(engine, "check_fields", None)
+            if check is not None:
+                check(fields)
+
 
 def model_verifier(
     config: ModelConfig, models: Mapping[str, HelperModel], where: str

@@ -92,6 +92,7 @@ def plan_run(
     elif "(" in req.model:  # a spec in the model id (aliases were checked at start)
         models.check_named_models(strategy, "model")
     every, final = engine_fields(strategy, req)
+    served.check_fields(every | final)  # what its engine cannot honour: a 400 before any run
     served.check_prompts(strategy, "scaffold" if req.scaffold is not None else "model")
     if isinstance(req, ChatCompletionRequest):
         messages = messages_from_openai([m.model_dump() for m in req.messages])
