@@ -134,37 +134,47 @@ REFUSED: Mapping[str, str] = {
 }
 """Fields the in-process engine cannot honour, and why."""
 
+_OFF: tuple[Any, ...] = (False, 0, "", [], {})
+"""The values that ask for nothing, for a field without :data:`_DEFAULTS`."""
+
 _DEFAULTS: Mapping[str, tuple[Any, ...]] = {
     "tool_choice": ("none", "auto"),
     "best_of": (1,),
-    "length_penalty": (1.0,),
+    "length_penalty": (1,),
     "skip_special_tokens": (True,),
     "spaces_between_special_tokens": (True,),
     "add_generation_prompt": (True,),
-    "modalities": (["text"],),
-    "repetition_penalty": (1.0,),
+    "modalities": (["text"], []),
+    "repetition_penalty": (1,),
+    "logprobs": (False,),  # a completions request's logprobs: 0 asks for them
+    "echo": (False,),
 }
-"""Values besides the generic off values that ask for nothing (a field's default)."""
-
-_OFF: tuple[Any, ...] = (None, False, 0, "", [], {})
+"""The values that ask for nothing, for a field whose default is not a generic off
+value (or where one of those asks for something)."""
 
 
 def _is_off(name: str, value: Any) -> bool:
-    """Whether ``value`` of field ``name`` asks for nothing.
+    """Whether ``value`` of field ``name`` asks for nothing (``None`` never does).
 
     >>> _is_off("tool_choice", "auto"), _is_off("tool_choice", "required"), _is_off("n", 0.0)
-    (True, False, False)
+    (True, False, True)
     >>> _is_off("response_format", {"type": "text"}), _is_off("logprobs", 0)
     (True, False)
+    >>> _is_off("skip_special_tokens", False), _is_off("length_penalty", 1.0)
+    (False, True)
     """
     if value is None:
         return True
     if name == "response_format" and isinstance(value, Mapping):
         return value.get("type") == "text"
-    if name in ("logprobs", "echo"):  # a completions request's logprobs: 0 asks for them
-        return value is False
-    offs = (*_OFF, *_DEFAULTS.get(name, ()))
-    return any(value == off and type(value) is type(off) for off in offs)
+    return any(_same(value, off) for off in _DEFAULTS.get(name, _OFF))
+
+
+def _same(value: Any, off: Any) -> bool:
+    """``value`` is ``off``: equal and of one kind (``0`` is not ``false``; ``1.0`` is ``1``)."""
+    if _number(value) and _number(off):
+        return bool(value == off)
+    return bool(value == off) and type(value) is type(off)
 
 
 def check_fields(fields: Mapping[str, Any]) -> None:
