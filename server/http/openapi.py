@@ -192,9 +192,18 @@ def statuses(method: str, path: str, has_body: bool) -> list[int]:
     return sorted(out)
 
 
-def _error(status: int) -> dict[str, Any]:
+_RUN_400 = (
+    "The request is invalid, or sets a field the model's engine cannot honour (code "
+    "unsupported_parameter: the in-process transformers engine refuses tools, tool_choice, "
+    "response_format, logprobs...; docs/request-fields.md); the error's param names the field."
+)
+"""A run route's 400: what :data:`_WHY` says, and the fields an engine refuses."""
+
+
+def _error(status: int, run: bool = False) -> dict[str, Any]:
     schema = {"$ref": "#/components/schemas/Error"}
-    return {"description": _WHY[status], "content": {"application/json": {"schema": schema}}}
+    why = _RUN_400 if run and status == 400 else _WHY[status]
+    return {"description": why, "content": {"application/json": {"schema": schema}}}
 
 
 def _document(app: FastAPI) -> dict[str, Any]:
@@ -222,7 +231,7 @@ def _document(app: FastAPI) -> dict[str, Any]:
             elif path == "/metrics":
                 ok["content"] = {"text/plain": {"schema": {"type": "string"}}}
             for status in statuses(method, path, "requestBody" in operation):
-                responses[str(status)] = _error(status)
+                responses[str(status)] = _error(status, key in RUN_ROUTES)
             if path == "/ready":  # not ready: the same per-model detail, not an error
                 responses["503"] = {"description": "Some model has no reachable engine.",
                                     "content": {"application/json": {"schema": {

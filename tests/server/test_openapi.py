@@ -50,3 +50,12 @@ def test_every_error_is_documented_in_the_openai_shape() -> None:
     assert sorted(runs) == ["200", "400", "401", "404", "413", "429", "502", "503", "504"]
     assert sorted(runs["200"]["content"]) == ["application/json", "text/event-stream"]
     assert list(doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"]) == ["text/plain"]
+
+
+def test_a_run_routes_400_names_the_fields_an_engine_refuses() -> None:
+    """Issue 49: the in-process engine refuses what it cannot honour with a 400; the
+    document says so on every route that runs a scaffold."""
+    doc = APP.openapi()
+    for path in ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"):
+        why = doc["paths"][path]["post"]["responses"]["400"]["description"]
+        assert "unsupported_parameter" in why and "in-process transformers engine" in why, path
