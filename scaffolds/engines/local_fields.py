@@ -216,6 +216,21 @@ def _bias(value: Any) -> bool:
     )
 
 
+_RENDERING = frozenset(
+    {
+        "add_generation_prompt",
+        "continue_final_message",
+        "tokenize",
+        "tools",
+        "documents",
+        "conversation",
+        "chat_template",
+        "return_dict",
+    }
+)
+"""Arguments of ``apply_chat_template`` that the engine sets itself (or refuses): a
+request's ``chat_template_kwargs`` may not set them."""
+
 _EXPECTED: Mapping[str, tuple[Callable[[Any], bool], str]] = {
     "presence_penalty": (lambda v: _number(v) and -2 <= v <= 2, "a number in [-2, 2]"),
     "frequency_penalty": (lambda v: _number(v) and -2 <= v <= 2, "a number in [-2, 2]"),
@@ -225,7 +240,10 @@ _EXPECTED: Mapping[str, tuple[Callable[[Any], bool], str]] = {
     "min_tokens": (lambda v: _integer(v) and v >= 0, "an integer >= 0"),
     "seed": (_integer, "an integer"),
     "logit_bias": (_bias, "an object of token ids to numbers in [-100, 100]"),
-    "chat_template_kwargs": (lambda v: isinstance(v, Mapping), "an object"),
+    "chat_template_kwargs": (
+        lambda v: isinstance(v, Mapping) and not set(v) & _RENDERING,
+        "an object of the template's own variables (not " + ", ".join(sorted(_RENDERING)) + ")",
+    ),
 }
 """How an honoured field's value is checked, and what it must be."""
 

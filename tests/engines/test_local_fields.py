@@ -124,6 +124,8 @@ def test_a_named_tool_choice_is_the_field_named() -> None:
         ("logit_bias", {"a": 1}),
         ("logit_bias", {"3": 101}),
         ("chat_template_kwargs", ["enable_thinking"]),
+        ("chat_template_kwargs", {"add_generation_prompt": False}),
+        ("chat_template_kwargs", {"tools": []}),
     ],
 )
 def test_an_honoured_field_with_a_bad_value_is_a_400_naming_it(name: str, value: Any) -> None:
