@@ -90,9 +90,9 @@ INERT = frozenset(
 many tool calls, where tools are refused): accepted."""
 
 _NO_TOOLS = (
-    "it does not do tool calling: it neither renders tools into the prompt nor parses tool "
-    "calls back, and the chat templates of the models it serves here have no tool support; "
-    "serve the model with vLLM and a tool-call parser for tools"
+    "it does no tool calling: it neither renders tools into the prompt nor parses tool calls "
+    "back (and the chat templates of the shipped models, ponder-addition and SmolLM2, have no "
+    "tool support); serve a model whose template has with vLLM and a tool-call parser"
 )
 _NO_CONSTRAINTS = (
     "it has no constrained decoding, so it cannot guarantee the format; serve the model "
