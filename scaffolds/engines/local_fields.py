@@ -92,7 +92,8 @@ many tool calls, where tools are refused): accepted."""
 _NO_TOOLS = (
     "it does no tool calling: it neither renders tools into the prompt nor parses tool calls "
     "back (and the chat templates of the shipped models, ponder-addition and SmolLM2, have no "
-    "tool support); serve a model whose template has with vLLM and a tool-call parser"
+    "tool support); for tools, serve a model whose chat template renders them through vLLM "
+    "with a tool-call parser"
 )
 _NO_CONSTRAINTS = (
     "it has no constrained decoding, so it cannot guarantee the format; serve the model "
@@ -105,8 +106,8 @@ _NO_LOGPROBS = (
 REFUSED: Mapping[str, str] = {
     "tools": _NO_TOOLS,
     "functions": _NO_TOOLS,
-    "tool_choice": "it cannot force a tool call: " + _NO_TOOLS,
-    "function_call": "it cannot force a function call: " + _NO_TOOLS,
+    "tool_choice": "it cannot force a tool call, and " + _NO_TOOLS,
+    "function_call": "it cannot force a function call, and " + _NO_TOOLS,
     "response_format": _NO_CONSTRAINTS,
     "structured_outputs": _NO_CONSTRAINTS,
     "guided_json": _NO_CONSTRAINTS,
