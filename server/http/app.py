@@ -33,6 +33,7 @@ from server.http.agent_routes import agent_router
 from server.http.api_router import api_router, ops_router
 from server.http.auth import APIKeyAuth, RequireAPIKey
 from server.http.collector import tune_collector
+from server.http.docs import mount_docs
 from server.http.errors import install_error_handlers
 from server.http.fast_path import CompletionRoutes
 from server.http.limits import BodySizeLimit, raise_open_file_limit
@@ -76,6 +77,8 @@ def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = Non
         version=VERSION,
         summary="OpenAI-compatible reasoning scaffold server",
         lifespan=lifespan,
+        docs_url=None,  # mount_docs serves them without a CDN
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.serving = serving
@@ -86,6 +89,7 @@ def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = Non
     app.include_router(agent_router())
     app.include_router(ops_router())
     mount_playground(app)
+    mount_docs(app)
     install_openapi(app)
     # Added last = outermost: request id, then auth, then the body limit, then the
     # completion routes served without FastAPI's routing (the same routes as api_router's).
