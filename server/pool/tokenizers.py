@@ -345,10 +345,14 @@ class Tokenizers:
 
     async def versions(self) -> dict[str, dict[str, Any]]:
         """Per base model: its engine's kind and version (None where none is known)."""
-        out: dict[str, dict[str, Any]] = {}
-        for name in self.served.models:
-            tokenizer = self._base(name)
-            kind = tokenizer.kind if tokenizer is not None else None
-            version = await tokenizer.version() if tokenizer is not None else None
-            out[name] = {"engine": kind, "version": version}
-        return out
+        names = list(self.served.models)
+        found = [self._base(name) for name in names]
+        versions = await asyncio.gather(*(_version_of(t) for t in found))
+        return {
+            name: {"engine": t.kind if t is not None else None, "version": version}
+            for name, t, version in zip(names, found, versions, strict=True)
+        }
+
+
+async def _version_of(tokenizer: Tokenizer | None) -> str | None:
+    return None if tokenizer is None else await tokenizer.version()
