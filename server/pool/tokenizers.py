@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -172,13 +172,14 @@ class LocalTokenizer:
         self._context: int | None = None
         self._lock = asyncio.Lock()
 
-    async def _run(self, work: Any, body: Mapping[str, Any]) -> dict[str, Any]:
-        """``work(tokenizer, body)`` on a thread, one at a time (loading first)."""
+    async def _run(
+        self, work: Callable[[Mapping[str, Any]], dict[str, Any]], body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """``work(body)`` on a thread, one call at a time (the tokenizer loaded first)."""
         async with self._lock:  # one thread at a time uses the tokenizer
             if self._tokenizer is None:
                 await asyncio.to_thread(self._load)
-            result: dict[str, Any] = await asyncio.to_thread(work, body)
-            return result
+            return await asyncio.to_thread(work, body)
 
     def _load(self) -> None:
         transformers = module("transformers")
