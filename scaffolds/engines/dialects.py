@@ -156,6 +156,16 @@ class Dialect:
         ``/tokenize``), or None when the server has none."""
         return None
 
+    def detokenize_route(self) -> tuple[bool, str] | None:
+        """``(at_root, path)`` of a route that turns token ids back into text (vLLM's
+        ``/detokenize``), or None when the server has none."""
+        return None
+
+    def version_route(self) -> tuple[bool, str] | None:
+        """``(at_root, path)`` of a route whose JSON ``version`` is the server's own
+        (vLLM's ``/version``), or None when the server has none."""
+        return None
+
     def abort_ids(self, body: Mapping[str, Any]) -> list[str]:
         """The ids to abort when the call of ``body`` is cancelled (none: no abort)."""
         return []
@@ -199,7 +209,7 @@ class OpenAIDialect(Dialect, name="openai"):
 
 class VLLMDialect(Dialect, name="vllm"):
     """vLLM: token ids with logprobs, and ``logprobs: 0`` (the sampled token) on text;
-    prompt tokens counted by ``POST /tokenize``.
+    prompt tokens counted by ``POST /tokenize`` (``/detokenize`` and ``/version`` beside it).
 
     >>> VLLMDialect().request_fields(chat=False, logprobs=True)
     {'logprobs': 0, 'return_tokens_as_token_ids': True}
@@ -209,6 +219,12 @@ class VLLMDialect(Dialect, name="vllm"):
 
     def tokenize_route(self) -> tuple[bool, str] | None:
         return (True, "/tokenize")
+
+    def detokenize_route(self) -> tuple[bool, str] | None:
+        return (True, "/detokenize")
+
+    def version_route(self) -> tuple[bool, str] | None:
+        return (True, "/version")
 
     def greedy_samples(self) -> bool:
         return False

@@ -7,7 +7,7 @@
 ...     engines={"m": MockEngine(lambda r: "ok")},
 ... )
 >>> sorted(app.openapi()["paths"])[:3]
-['/health', '/metrics', '/playground/spec']
+['/detokenize', '/health', '/metrics']
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from server.http.agent_routes import agent_router
 from server.http.api_router import api_router, ops_router
 from server.http.auth import APIKeyAuth, RequireAPIKey
 from server.http.collector import tune_collector
+from server.http.companion_routes import companion_router
+from server.http.docs import mount_docs
 from server.http.errors import install_error_handlers
 from server.http.fast_path import CompletionRoutes
 from server.http.limits import BodySizeLimit, raise_open_file_limit
@@ -41,6 +43,7 @@ from server.http.logs import RequestContext, configure_logging
 from server.http.metrics import MULTIPROC_ENV, Metrics
 from server.http.openapi import install_openapi
 from server.http.playground import mount_playground
+from server.pool.tokenizers import Tokenizers
 from server.serving.handler import Serving
 from server.settings import Settings
 
@@ -76,16 +79,21 @@ def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = Non
         version=VERSION,
         summary="OpenAI-compatible reasoning scaffold server",
         lifespan=lifespan,
+        docs_url=None,  # mount_docs serves them without a CDN
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.serving = serving
     app.state.metrics = metrics
     app.state.auth = auth
+    app.state.tokenizers = Tokenizers(serving.served)
     install_error_handlers(app)
     app.include_router(api_router())
     app.include_router(agent_router())
+    app.include_router(companion_router())
     app.include_router(ops_router())
     mount_playground(app)
+    mount_docs(app)
     install_openapi(app)
     # Added last = outermost: request id, then auth, then the body limit, then the
     # completion routes served without FastAPI's routing (the same routes as api_router's).

@@ -62,17 +62,18 @@ async def require_api_key(request: Request) -> None:
     auth.check(request.headers.get("authorization"))
 
 
-GUARDED_PREFIXES = ("/v1", "/playground/")
+GUARDED_PREFIXES = ("/v1", "/playground/", "/tokenize", "/detokenize")
 OPEN_PREFIXES = ("/playground/static/",)
 
 
 def guarded(path: str) -> bool:
-    """Whether ``path`` needs a key: the API and the playground's API, not its page files.
+    """Whether ``path`` needs a key: the API (vLLM's tokenizer routes too) and the
+    playground's API, not its page files.
 
     >>> [guarded(p) for p in ("/v1/models", "/playground/spec", "/playground/static/app.js")]
     [True, True, False]
-    >>> [guarded(p) for p in ("/", "/health", "/v1", "/v10")]
-    [False, False, True, False]
+    >>> [guarded(p) for p in ("/", "/health", "/v1", "/v10", "/tokenize", "/version")]
+    [False, False, True, False, True, False]
     """
     if path.startswith(OPEN_PREFIXES):
         return False

@@ -7,7 +7,8 @@ once, from rules that follow the code: every ``/v1`` and ``/playground`` route m
 answer 401 (:mod:`server.http.auth`), every route with a body 400 and 413
 (:mod:`server.http.errors`, :class:`~server.http.limits.BodySizeLimit`), a route that
 runs a scaffold 404 (unknown model), 429 (admission), 502, 503 and 504 (the engine), and
-the stored-response routes 404 and 503 (the store); 200 bodies get the schemas below,
+the stored-response routes 404 and 503 (the store), the tokenizer routes 404 (unknown
+model) and the engine's 502, 503 and 504; 200 bodies get the schemas below,
 and a run's 200 is JSON or, streamed, ``text/event-stream``.
 
 >>> from scaffolds.engines.mock import MockEngine
@@ -134,6 +135,56 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "usage": _OBJECT,
         },
     },
+    "InputItemList": {
+        "type": "object",
+        "description": "A stored response's input items, one page.",
+        "required": ["object", "data", "first_id", "last_id", "has_more"],
+        "properties": {
+            "object": {"const": "list"},
+            "data": {"type": "array", "items": _OBJECT},
+            "first_id": _NULLABLE_STRING,
+            "last_id": _NULLABLE_STRING,
+            "has_more": {"type": "boolean"},
+        },
+    },
+    "TokenCount": {
+        "type": "object",
+        "description": "Anthropic's count of a message's input tokens.",
+        "required": ["input_tokens"],
+        "properties": {"input_tokens": {"type": "integer"}},
+    },
+    "Tokenized": {
+        "type": "object",
+        "description": "vLLM's /tokenize answer.",
+        "required": ["count", "tokens"],
+        "properties": {
+            "count": {"type": "integer"},
+            "max_model_len": {"type": ["integer", "null"]},
+            "tokens": {"type": "array", "items": {"type": "integer"}},
+            "token_strs": {"type": ["array", "null"], "items": {"type": "string"}},
+        },
+    },
+    "Detokenized": {
+        "type": "object",
+        "description": "vLLM's /detokenize answer.",
+        "required": ["prompt"],
+        "properties": {"prompt": {"type": "string"}},
+    },
+    "Version": {
+        "type": "object",
+        "description": "Ponder's version, and per base model its engine's kind and version.",
+        "required": ["version", "engines"],
+        "properties": {
+            "version": {"type": "string"},
+            "engines": {
+                "type": "object",
+                "additionalProperties": {
+                    "type": "object",
+                    "properties": {"engine": _NULLABLE_STRING, "version": _NULLABLE_STRING},
+                },
+            },
+        },
+    },
     "Health": {
         "type": "object",
         "required": ["status"],
@@ -155,13 +206,24 @@ _OK: dict[tuple[str, str], str] = {
     ("get", "/v1/models/{model_id}"): "Model",
     ("get", "/v1/responses/{response_id}"): "Response",
     ("delete", "/v1/responses/{response_id}"): "ResponseDeleted",
+    ("get", "/v1/responses/{response_id}/input_items"): "InputItemList",
+    ("post", "/v1/messages/count_tokens"): "TokenCount",
+    ("post", "/tokenize"): "Tokenized",
+    ("post", "/detokenize"): "Detokenized",
+    ("get", "/version"): "Version",
     ("get", "/health"): "Health",
     ("get", "/ready"): "Readiness",
 }
+_TOKENIZER_STATUSES = (404, 502, 503, 504)
+"""A tokenizer route's: an unknown model; the engine's failure, absence or timeout."""
 _EXTRA: dict[tuple[str, str], tuple[int, ...]] = {
     ("get", "/v1/models/{model_id}"): (404,),
     ("get", "/v1/responses/{response_id}"): (404, 503),
     ("delete", "/v1/responses/{response_id}"): (404, 503),
+    ("get", "/v1/responses/{response_id}/input_items"): (400, 404, 503),
+    ("post", "/v1/messages/count_tokens"): _TOKENIZER_STATUSES,
+    ("post", "/tokenize"): _TOKENIZER_STATUSES,
+    ("post", "/detokenize"): _TOKENIZER_STATUSES,
     ("get", "/ready"): (503,),
 }
 _WHY = {

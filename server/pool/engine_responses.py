@@ -37,24 +37,25 @@ from scaffolds.engines.protocol import Engine, GenerateRequest, GenerateResult, 
 from server.pool.metered import MeteredEngine
 from server.pool.replica_engine import ReplicaEngine
 
-__all__ = ["EngineResponses", "engine_responses", "responses_usage"]
+__all__ = ["EngineResponses", "engine_leaves", "engine_responses", "responses_usage"]
 
 _ANY = GenerateRequest("")
 """What a replica is picked for: no affinity (the least busy replica)."""
 
 
-def _leaves(engine: Any) -> list[Any]:
+def engine_leaves(engine: Any) -> list[Any]:
+    """The engines that answer ``engine``'s calls: under its metering, each replica's."""
     if isinstance(engine, MeteredEngine):
-        return _leaves(engine.inner)
+        return engine_leaves(engine.inner)
     if isinstance(engine, ReplicaEngine):
-        return [leaf for r in engine.replicas for leaf in _leaves(r.engine)]
+        return [leaf for r in engine.replicas for leaf in engine_leaves(r.engine)]
     return [engine]
 
 
 def engine_responses(engine: Engine, mode: str) -> EngineResponses | None:
     """The Responses calls of ``engine`` (its metered, replicated form), or None when
     ``mode`` is ``"off"`` or some replica is not an HTTP engine."""
-    if mode == "off" or not all(responses_capable(leaf) for leaf in _leaves(engine)):
+    if mode == "off" or not all(responses_capable(leaf) for leaf in engine_leaves(engine)):
         return None
     return EngineResponses(engine, mode)
 

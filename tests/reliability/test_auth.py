@@ -42,8 +42,10 @@ OPEN = {
     "/docs",
     "/docs/oauth2-redirect",
     "/redoc",
+    "/version",
 }
-"""Routes open without a key, on purpose (probes, metrics scrapes, the API's own docs)."""
+"""Routes open without a key, on purpose (probes, metrics scrapes, versions as vLLM's
+``/version`` is, the API's own docs)."""
 
 
 def guarded_routes(app: FastAPI) -> list[tuple[str, str]]:
