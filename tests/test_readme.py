@@ -46,7 +46,7 @@ from scaffolds.models import get_model
 from scaffolds.processes.children import popen_owned, stop_group
 from server.pool.model_settings import ModelConfig
 from server.settings import Settings
-from testing.fake_engine import FakeEngineConfig, running_fake_engine
+from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from testing.ponder import running_ponder
 from tests.server.conftest import wait_until
 
@@ -131,7 +131,7 @@ RUN_HERE = {
     ("README.md", "-H 'Authorization: Bearer sk-local'"): "test_serving_section_as_pasted",
     ("README.md", 'extra_body={"return_trace": True}'): "test_serving_section_as_pasted",
     ("README.md", "from anthropic import Anthropic"): "test_serving_section_as_pasted",
-    ("README.md", "from scaffolds import solve"): "test_from_python_against_an_engine",
+    ("README.md", "from scaffolds import solve"): "test_from_python_against_make_serve_s_names",
     ("README.md", "ponder eval make-addition"): "test_evaluating_scaffolds_as_pasted",
     ("docker/README.md", '"ponder-addition+maj8"'): "test_docker_compose_cpu_curl",
     ("deploy/README.md", "--engine http://gpu-a:8000/v1"): "test_deploy_replicas_as_pasted",
@@ -284,10 +284,12 @@ def assert_no_error(output: str) -> None:
 
 
 @contextlib.contextmanager
-def embedded_names() -> Iterator[str]:
+def embedded_names(engine: FakeEngineHandle | None = None) -> Iterator[str]:
     """Ponder on loopback serving the embedded default's models and aliases by name, each in
-    front of one fake engine; yields its root URL."""
-    with running_fake_engine() as engine:
+    front of one fake engine (``engine``, else a new one); yields its root URL."""
+    with contextlib.ExitStack() as stack:
+        if engine is None:
+            engine = stack.enter_context(running_fake_engine())
         models = tuple(
             ModelConfig(
                 name=name,
@@ -338,14 +340,14 @@ def test_serving_section_as_pasted(workdir: Workdir) -> None:
         assert all("sk-local" not in str(r.headers) for r in engine.state.requests)
 
 
-def test_from_python_against_an_engine(workdir: Workdir) -> None:
-    """``## From Python``: ``solve`` with an OpenAI-compatible engine on 8001."""
+def test_from_python_against_make_serve_s_names(workdir: Workdir) -> None:
+    """``## From Python``: ``solve`` with an OpenAI-compatible engine, here Ponder serving the
+    embedded default's names (``gsr(n=4)``: the candidates in one call of n=4, a refinement)."""
     example = block("README.md", "from scaffolds import solve")
-    with running_fake_engine(FakeEngineConfig(model="my-model")) as engine:
-        engine_port = int(engine.base_url.rsplit(":", 1)[1].split("/")[0])
-        printed = workdir.python(on_port(example.text, {"8001": engine_port}))
+    with running_fake_engine() as engine:
+        with embedded_names(engine) as url:
+            printed = workdir.python(on_port(example.text, {"8000": int(url.rsplit(":", 1)[1])}))
         assert engine.state.calls == 2 and engine.state.requests[0].body["n"] == 4
-        assert {r.body["model"] for r in engine.state.requests} == {"my-model"}
     answer, _, usage = printed.partition(" ")
     assert answer.strip() and "calls=2" in usage
 
@@ -364,8 +366,12 @@ def test_evaluating_scaffolds_as_pasted(workdir: Workdir) -> None:
         )
         printed = workdir.bash(on_port(example.text, {"8000": port}))
     assert (workdir.path / "runs" / "addition.jsonl").read_text().count("\n") == 200
-    report = json.loads((workdir.path / "runs" / "gsm8k" / "report.json").read_text())
-    assert "gsr(n=4)" in json.dumps(report) and "rc(steps=3)" in json.dumps(report)
+    run = workdir.path / "runs" / "gsm8k"
+    results = [json.loads(row) for row in (run / "results.jsonl").read_text().splitlines()]
+    assert len(results) == 8 * 3 * 4, "8 problems (the stand-in), 3 scaffolds, 4 samples"
+    assert [r["error"] for r in results if r.get("error")] == []
+    report = (run / "report.json").read_text()
+    assert "gsr(n=4)" in report and "rc(steps=3)" in report
     assert printed.strip()
 
 
