@@ -27,9 +27,11 @@ default in a clean clone; the other blocks run here:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -186,6 +188,72 @@ def test_every_command_block_runs_here_or_says_why_not(capsys: pytest.CaptureFix
     ]
     with capsys.disabled():  # in CI's log even when it passes
         print("\n".join(lines))
+
+
+COMMAND = re.compile(
+    r"^(?:nohup )?(?P<head>(?:\.venv/bin/)?ponder"
+    r"|(?:\.venv/bin/)?python3? -m (?:experiments|benchmarks)\S*)\s+(?P<rest>.*)"
+)
+"""A line of a marked block that runs this repository's code: ``ponder ...`` or
+``python -m experiments...``/``benchmarks...``."""
+
+
+def command_help(argv: list[str]) -> str | None:
+    """The ``--help`` of ``ponder ARGS`` (in process) or ``python -m MODULE ARGS``; None when
+    that is not a command."""
+    if argv[0] == "ponder":
+        from typer.testing import CliRunner
+
+        from clients.cli import app
+
+        result = CliRunner().invoke(app, [*argv[1:], "--help"], env={"COLUMNS": "300"})
+        return result.output if result.exit_code == 0 else None
+    # a process of its own: some stages start themselves again (os.execv) with other settings
+    done = subprocess.run(
+        [sys.executable, *argv[1:], "--help"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "300"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return done.stdout if done.returncode == 0 and done.stdout else None
+
+
+def test_marked_blocks_name_real_commands_and_flags() -> None:
+    """A block that is not run still names real subcommands and flags: each ``ponder ...``
+    and ``python -m experiments...``/``benchmarks...`` line of a marked block is checked
+    against its ``--help`` (of the longest run of leading subcommand-like words that has one)."""
+    helps: dict[tuple[str, ...], str | None] = {}
+    wrong: list[str] = []
+    checked = 0
+    for found in all_blocks():
+        if found.reason is None or found.lang != "bash":
+            continue
+        for line in re.sub(r"\\\n\s*", " ", found.text).splitlines():
+            matched = COMMAND.match(line.partition(" #")[0].strip())
+            if not matched:
+                continue
+            head = matched["head"].removeprefix(".venv/bin/").split()
+            words = shlex.split(re.sub(r"\$\([^)]*\)|[<>&].*", "X", matched["rest"]))
+            sub = list(itertools.takewhile(re.compile(r"[a-z][a-z0-9_-]*").fullmatch, words))
+            base = ["ponder"] if head == ["ponder"] else ["python", "-m", head[-1]]
+            for k in range(len(sub), -1, -1):
+                key = (*base, *sub[:k])
+                if key not in helps:
+                    helps[key] = command_help(list(key))
+                if (text := helps[key]) is not None:
+                    break
+            else:
+                wrong.append(f"{found}: no --help for {line.strip()[:80]}")
+                continue
+            checked += 1
+            flags = [w.partition("=")[0] for w in words if w.startswith("--")]
+            unknown = [f for f in flags if not re.search(re.escape(f) + r"(?![\w-])", text)]
+            if unknown:
+                wrong.append(f"{found}: {' '.join(key)} has no {unknown}")
+    assert not wrong, "\n".join(wrong)
+    assert checked >= 20, checked
 
 
 # -- running blocks -------------------------------------------------------------------------
