@@ -501,7 +501,6 @@ def test_deploy_replicas_as_pasted(workdir: Workdir) -> None:
 
 def test_training_data_as_pasted(workdir: Workdir) -> None:
     """training/README.md's ``ponder train data`` against Ponder serving the embedded names."""
-    pytest.importorskip("trl", reason="the train extra")
     example = block("training/README.md", "ponder train data runs/gsr")
     with embedded_names() as url:
         workdir.bash(on_port(example.text, {"8000": int(url.rsplit(":", 1)[1])}))
@@ -516,7 +515,6 @@ def test_experiment_reports_rebuild_as_pasted(workdir: Workdir, holding: str) ->
     """experiments/README.md's report commands, run in a copy of ``experiments/`` (they write
     beside the committed rows): each block exits 0, writes its reports again, and every
     ``.json`` and ``.md`` it writes is the committed file, byte for byte (the README's claim)."""
-    pytest.importorskip("matplotlib")
     copy = workdir.path / "experiments"
     shutil.copytree(ROOT / "experiments", copy, ignore=shutil.ignore_patterns("__pycache__"))
     started = time.time()
