@@ -174,11 +174,12 @@ def progress_bar(description: str, total: int, *, enabled: bool = True) -> Itera
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
-        Progress,
         TextColumn,
         TimeElapsedColumn,
         TimeRemainingColumn,
     )
+
+    from scaffolds.terminal import progress
 
     columns = (
         TextColumn("[progress.description]{task.description}"),
@@ -187,6 +188,6 @@ def progress_bar(description: str, total: int, *, enabled: bool = True) -> Itera
         TimeElapsedColumn(),
         TimeRemainingColumn(),
     )
-    with Progress(*columns, transient=False) as progress:
-        task = progress.add_task(description, total=total)
-        yield lambda k=1: progress.advance(task, k)
+    with progress(*columns, transient=False) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda k=1: bar.advance(task, k)

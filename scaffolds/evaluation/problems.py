@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scaffolds.core.dependencies import require
 from scaffolds.core.problem import Problem
 from scaffolds.engines.protocol import Message
 from scaffolds.evaluation.named_datasets import NAMED, named_dataset_file
@@ -204,11 +205,9 @@ def _jsonl_rows(path: Path) -> Iterable[tuple[int, Any]]:
 
 def _hf_rows(name: str, split: str, config: str | None) -> Iterable[tuple[int, Any]]:
     """Rows of a Hugging Face dataset: a saved folder, a local script/data folder, or a hub
-    name. ``datasets`` is imported only here (``pip install datasets``)."""
-    try:
-        datasets: Any = importlib.import_module("datasets")
-    except ImportError as err:
-        raise ValueError(f"{name!r} is not a file; `pip install datasets` to load it") from err
+    name. ``datasets`` is imported only here (the ``train`` extra)."""
+    require("train", f"{name!r} is not a file; loading it as a dataset", modules=("datasets",))
+    datasets: Any = importlib.import_module("datasets")
     path = Path(name)
     if (path / "dataset_info.json").is_file() or (path / "state.json").is_file():
         data = datasets.load_from_disk(str(path))
