@@ -40,6 +40,7 @@ _PROBLEM_KEYS = ("problem", "question", "prompt", "input")
 _ANSWER_KEYS = ("answer", "expected_answer", "final_answer", "target")
 _NOT_META = {"id", "custom_id", "body", "method", "url", "solution", *_PROBLEM_KEYS, *_ANSWER_KEYS}
 _CHAT_URL = "/v1/chat/completions"
+_NO_ANSWER = f"expected one of {', '.join(_ANSWER_KEYS)}; its samples are not graded"
 
 
 @dataclass(frozen=True)
@@ -100,11 +101,14 @@ class BadLine:
 
 @dataclass
 class Loaded:
-    """The problems of a source and the lines that were skipped."""
+    """The problems of a source, the lines that were skipped, and the lines of problems
+    that have no reference answer (``unanswered``: kept, but their samples cannot be
+    graded)."""
 
     problems: list[ProblemRow]
     bad: list[BadLine]
     source: str
+    unanswered: list[BadLine] = field(default_factory=list)
 
 
 def _text(value: Any) -> str | None:
@@ -169,6 +173,7 @@ def parse_row(row: Any, fallback_id: str) -> ProblemRow:
 def _from_rows(rows: Iterable[tuple[int, Any]], source: str) -> Loaded:
     problems: list[ProblemRow] = []
     bad: list[BadLine] = []
+    unanswered: list[BadLine] = []
     seen: set[str] = set()
     for number, row in rows:
         if isinstance(row, BadLine):
@@ -184,7 +189,9 @@ def _from_rows(rows: Iterable[tuple[int, Any]], source: str) -> Loaded:
             continue
         seen.add(problem.id)
         problems.append(problem)
-    return Loaded(problems, bad, source)
+        if problem.answer is None:
+            unanswered.append(BadLine(number, f"{problem.id!r} has no answer ({_NO_ANSWER})"))
+    return Loaded(problems, bad, source, unanswered)
 
 
 def _jsonl_rows(path: Path) -> Iterable[tuple[int, Any]]:
