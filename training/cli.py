@@ -113,6 +113,8 @@ def data(args: DataCommand) -> None:
         raise _fail("--rc-summaries must be next_correct or all")
     try:
         problems = read_problems(args.dataset, limit=args.limit)
+        if not problems:
+            raise ValueError(f"no usable problems in {args.dataset}")
         scheme = engine_scheme(args.engine)
         options = EngineOptions(
             model=args.model, api_key=args.api_key, threads=args.threads, load=True
@@ -162,12 +164,8 @@ def data(args: DataCommand) -> None:
         table.add_row(kind, str(count), str(report.paths[kind]))
     table.add_row("sft (mix)", str(report.sft_rows), str(report.paths["sft"]))
     out.print(table)
-    if report.sft_rows == 0:
-        err.print(
-            "[yellow]no SFT rows[/yellow]: a row is kept only when the text it trains toward "
-            "is graded correct, and no traced text of this run was; try more --samples, "
-            "another --temperature, an easier --dataset or a stronger model"
-        )
+    if reasons := report.why_no_sft_rows():
+        err.print(f"[yellow]no SFT rows[/yellow]: {escape('; '.join(reasons))}")
     for line in report.collected.errors[:10]:
         err.print(f"[yellow]failed[/yellow] {line}")
     if report.collected.failed:
@@ -179,11 +177,12 @@ def sft(args: SftCommand) -> None:
     """Supervised fine-tuning on DATA (loss on the completion only); with --lora, a LoRA
     adapter (final/ holds only the adapter). Progress also goes to OUT/train.log."""
     require("train", "ponder train sft")
-    from training.runs import prompt_set_of, read_rows
+    from training.runs import check_sft_rows, prompt_set_of, read_rows
     from training.sft import run_sft
 
     try:
         rows = read_rows(args.data)
+        check_sft_rows(args.data, rows)
     except (OSError, ValueError) as exc:
         raise _fail(str(exc)) from None
     if not rows:
