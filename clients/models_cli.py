@@ -22,7 +22,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from scaffolds.core.errors import PonderError
+from scaffolds.core.errors import MissingDependencyError, PonderError
 from scaffolds.terminal import console
 
 __all__ = ["models_app"]
@@ -122,6 +122,8 @@ def prepare(
                 err.log(step)
 
             path = prepare_model(name, say)
+    except MissingDependencyError:
+        raise  # ponder's top says it in one line, exit 2
     except PonderError as exc:
         raise _fail(exc) from None
     print(path)

@@ -185,3 +185,26 @@ def test_each_extras_modules_come_from_that_extras_distributions() -> None:
                 continue
             found = {d.lower().replace("_", "-") for d in providers.get(module, [])}
             assert found & listed, (extra.name, module, found, listed)
+
+
+def test_preparing_an_adapter_model_without_torch(tmp_path: Path) -> None:
+    """``ponder models prepare`` of a shipped adapter merges it into its base with torch:
+    without it, one line and exit 2 (the base is the prepared one, linked in)."""
+    from scaffolds.models import model_status
+
+    base = model_status("smollm2-135m-instruct")
+    if not base.ready:
+        pytest.skip("smollm2-135m-instruct is not prepared here")
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "smollm2-135m-instruct").symlink_to(base.path)
+    done = run_ponder(
+        ["models", "prepare", "smollm2-135m-gsr"],
+        missing=["torch"],
+        env={"PONDER_HOME": str(tmp_path)},
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "error: merging a LoRA adapter into its base needs torch, which is not installed: "
+        "pip install -e '.[local]'"
+    )
