@@ -29,13 +29,19 @@ from typer.core import TyperGroup
 
 @dataclass(frozen=True)
 class Subcommand:
-    """Where a subcommand's typer app lives, and what ``ponder --help`` says of it."""
+    """Where a subcommand's typer app lives, what ``ponder --help`` says of it, and the
+    extra of ``pyproject.toml`` its module needs to import (None: the core's)."""
 
     target: str
     summary: str
+    extra: str | None = None
 
     def load(self, name: str) -> Any:
         """Import the app and turn it into its click command, named ``name``."""
+        if self.extra is not None:
+            from scaffolds.core.dependencies import require
+
+            require(self.extra, f"ponder {name}")
         module, _, attribute = self.target.partition(":")
         command = typer.main.get_command(getattr(importlib.import_module(module), attribute))
         command.name = name
@@ -47,6 +53,7 @@ SUBCOMMANDS: Mapping[str, Subcommand] = MappingProxyType(
         "serve": Subcommand(
             "server.cli:serve_app",
             "Serve an OpenAI-compatible API that answers each request with a scaffold run.",
+            extra="server",
         ),
         "eval": Subcommand(
             "clients.eval.cli:eval_app",
@@ -64,8 +71,37 @@ SUBCOMMANDS: Mapping[str, Subcommand] = MappingProxyType(
 )
 
 
+PIPED_HELP_WIDTH = 1000
+"""The width of ``--help`` when stdout is not a terminal: no line is wrapped."""
+
+
 class LazyGroup(TyperGroup):
-    """A typer group that imports a subcommand from :data:`SUBCOMMANDS` on first use."""
+    """A typer group that imports a subcommand from :data:`SUBCOMMANDS` on first use.
+
+    It is the top of every ``ponder`` command: a missing optional dependency
+    (:class:`~scaffolds.core.errors.MissingDependencyError`, wherever it is raised) ends
+    the command here with its one line, naming the install command, and exit status 2.
+    """
+
+    def main(self, *args: Any, **extra: Any) -> Any:
+        """Run the command line; piped, ``--help`` is laid out unwrapped (click would
+        squeeze it into 80 columns), on a terminal at the window's full width."""
+        import shutil
+        import sys
+
+        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else PIPED_HELP_WIDTH
+        extra.setdefault("terminal_width", width)
+        extra.setdefault("max_content_width", width)
+        return super().main(*args, **extra)
+
+    def invoke(self, ctx: Any) -> Any:
+        from scaffolds.core.errors import MissingDependencyError
+
+        try:
+            return super().invoke(ctx)
+        except MissingDependencyError as err:
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(2) from None
 
     def list_commands(self, ctx: Any) -> list[str]:
         return list(dict.fromkeys([*SUBCOMMANDS, *super().list_commands(ctx)]))

@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from scaffolds.core.errors import PonderError
+from scaffolds.core.errors import MissingDependencyError, PonderError
+from scaffolds.terminal import console
 
 __all__ = ["models_app"]
 
@@ -30,12 +31,13 @@ models_app = typer.Typer(
     help="Models Ponder ships or prepares from a package: list, prepare, path.",
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,
 )
-err = Console(stderr=True)
+err = console(stderr=True)
 
 
 def _fail(error: PonderError) -> typer.Exit:
-    err.print(f"[red]error:[/red] {error.message}")
+    err.print(f"[red]error:[/red] {escape(error.message)}")
     return typer.Exit(1)
 
 
@@ -49,7 +51,7 @@ def list_models() -> None:
         status = model_status(model.name)
         where = str(status.path) if status.ready else status.detail
         table.add_row(model.name, model.prompts, "yes" if status.ready else "no", where)
-    Console().print(table)
+    console().print(table)
 
 
 def _base_of(adapter: Path, base: str | None) -> str:
@@ -120,6 +122,8 @@ def prepare(
                 err.log(step)
 
             path = prepare_model(name, say)
+    except MissingDependencyError:
+        raise  # ponder's top says it in one line, exit 2
     except PonderError as exc:
         raise _fail(exc) from None
     print(path)

@@ -29,10 +29,12 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from scaffolds.cli_options import build, command_function, field_options
+from scaffolds.core.dependencies import require
+from scaffolds.terminal import console, progress
 from training.cli_settings import (
     DataCommand,
     GrpoCommand,
@@ -50,14 +52,14 @@ train_app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-out = Console()
-err = Console(stderr=True)
+out = console()
+err = console(stderr=True)
 T = TypeVar("T")
 S = TypeVar("S")
 
 
 def _fail(message: str) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}", markup=True, highlight=False)
+    err.print(f"[red]error:[/red] {escape(message)}", markup=True, highlight=False)
     return typer.Exit(2)
 
 
@@ -111,6 +113,8 @@ def data(args: DataCommand) -> None:
         raise _fail("--rc-summaries must be next_correct or all")
     try:
         problems = read_problems(args.dataset, limit=args.limit)
+        if not problems:
+            raise ValueError(f"no usable problems in {args.dataset}")
         scheme = engine_scheme(args.engine)
         options = EngineOptions(
             model=args.model, api_key=args.api_key, threads=args.threads, load=True
@@ -160,12 +164,8 @@ def data(args: DataCommand) -> None:
         table.add_row(kind, str(count), str(report.paths[kind]))
     table.add_row("sft (mix)", str(report.sft_rows), str(report.paths["sft"]))
     out.print(table)
-    if report.sft_rows == 0:
-        err.print(
-            "[yellow]no SFT rows[/yellow]: a row is kept only when the text it trains toward "
-            "is graded correct, and no traced text of this run was; try more --samples, "
-            "another --temperature, an easier --dataset or a stronger model"
-        )
+    if reasons := report.why_no_sft_rows():
+        err.print(f"[yellow]no SFT rows[/yellow]: {escape('; '.join(reasons))}")
     for line in report.collected.errors[:10]:
         err.print(f"[yellow]failed[/yellow] {line}")
     if report.collected.failed:
@@ -176,11 +176,13 @@ def data(args: DataCommand) -> None:
 def sft(args: SftCommand) -> None:
     """Supervised fine-tuning on DATA (loss on the completion only); with --lora, a LoRA
     adapter (final/ holds only the adapter). Progress also goes to OUT/train.log."""
-    from training.runs import prompt_set_of, read_rows
+    require("train", "ponder train sft")
+    from training.runs import check_sft_rows, prompt_set_of, read_rows
     from training.sft import run_sft
 
     try:
         rows = read_rows(args.data)
+        check_sft_rows(args.data, rows)
     except (OSError, ValueError) as exc:
         raise _fail(str(exc)) from None
     if not rows:
@@ -206,6 +208,7 @@ def verifier(args: VerifierCommand) -> None:
     """A generative verifier: SFT of a LoRA adapter on MODEL to answer yes (right) or no
     (wrong) about each graded sample of RESULTS; serve OUT/final with --verifier
     local:OUT/final, or through vLLM with the adapter."""
+    require("train", "ponder train verifier")
     from scaffolds.evaluation.problems import load_problems
     from scaffolds.evaluation.results import read_results
     from training.sft import run_sft
@@ -245,7 +248,7 @@ def _process_rows(
 ) -> list[dict[str, Any]]:
     """The per-step rows of ``--process`` (samples of the ``kept`` problem ids): rollouts
     through ``--engine``, graded as the records were, with progress and an ETA."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TimeRemainingColumn
 
     from scaffolds.core.errors import PonderError
     from scaffolds.engines.factory import EngineOptions, engine_from_url
@@ -276,7 +279,7 @@ def _process_rows(
     )
     total = sum(len(labels.step_prefixes(s.solution, sep)) - 1 for s in samples)
     columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=err, disable=not args.train.progress) as bar:
+    with progress(*columns, console=err, disable=not args.train.progress) as bar:
         task = bar.add_task("rollouts (requests)", total=total)
         try:
             labelled, usage = asyncio.run(
@@ -313,6 +316,7 @@ def _process_rows(
 @_command(GrpoCommand)
 def grpo(args: GrpoCommand) -> None:
     """GRPO where each group samples one scaffold step (its MIX mode) from a shared context."""
+    require("train", "ponder train grpo")
     from training.grpo import run_grpo
     from training.rewards import reward_functions
     from training.runs import RunDir, read_rows
@@ -349,6 +353,7 @@ def grpo(args: GrpoCommand) -> None:
 @_command(VerlCommand)
 def verl(args: VerlCommand) -> None:
     """Write verl's train.parquet and the agent-loop YAML for the scaffold rollout."""
+    require("train", "ponder train verl", modules=("datasets",))
     from training.pipeline import verl_rows
     from training.verl_loop import write_agent_loop_config
 

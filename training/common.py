@@ -2,8 +2,9 @@
 
 ``TrainSettings`` holds the knobs both trainers take; :func:`trainer_args` turns them
 into the keyword arguments of a TRL config. Training logs go to ``log.jsonl`` in the
-output directory, progress to a rich bar and to ``train.log`` (one line per log: step,
-loss, tokens/s, ETA; ``tail -f`` it when training runs in the background), checkpoints
+output directory, progress to a rich bar (on a terminal; piped, to stderr as
+``train.log``'s lines) and to ``train.log`` (one line per log: step and percent, loss,
+tokens/s, ETA; ``tail -f`` it when training runs in the background), checkpoints
 to ``checkpoint-N/`` (a rerun resumes from the newest), and the finished model to
 ``final/`` with a
 ``ponder_training.json`` that names the prompt set it was trained with (a served model
@@ -22,9 +23,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TextIO
 
 from scaffolds.cli_options import Flag
+from scaffolds.terminal import console
 
 __all__ = [
     "MALLOC_RETAIN",
@@ -183,10 +185,11 @@ def _clock(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def progress_log_callback(path: str | Path) -> Any:
+def progress_log_callback(path: str | Path, echo: TextIO | None = None) -> Any:
     """A trainer callback that appends a readable line per log entry to ``path``: the
-    step, the loss, training tokens per second and the ETA (from the steps this process
-    has trained, so a resumed run's ETA is right too)."""
+    step (and its percent of all), the loss, training tokens per second and the ETA
+    (from the steps this process has trained, so a resumed run's ETA is right too).
+    With ``echo``, each line is also written there (the progress of a piped run)."""
     from transformers import TrainerCallback
 
     target = Path(path)
@@ -196,8 +199,12 @@ def progress_log_callback(path: str | Path) -> Any:
 
         def _write(self, line: str) -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
+            stamped = time.strftime("%H:%M:%S ") + line + "\n"
             with target.open("a", encoding="utf-8") as handle:
-                handle.write(time.strftime("%H:%M:%S ") + line + "\n")
+                handle.write(stamped)
+            if echo is not None:
+                echo.write(stamped)
+                echo.flush()
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             self.start = (time.monotonic(), state.global_step)
@@ -212,7 +219,8 @@ def progress_log_callback(path: str | Path) -> Any:
             done = state.global_step - first_step
             left = max(0, state.max_steps - state.global_step)
             eta = elapsed / done * left if done else 0.0
-            parts = [f"step {state.global_step}/{state.max_steps}"]
+            share = f" ({100 * state.global_step // state.max_steps}%)" if state.max_steps else ""
+            parts = [f"step {state.global_step}/{state.max_steps}{share}"]
             if "loss" in logs:
                 parts.append(f"loss {float(logs['loss']):.4f}")
             if tokens and elapsed > 0 and done:
@@ -228,11 +236,16 @@ def progress_log_callback(path: str | Path) -> Any:
 
 
 def trainer_callbacks(settings: TrainSettings, output_dir: str | Path) -> list[Any]:
+    """The log callbacks, and with ``settings.progress`` the progress: a rich bar on a
+    terminal, else ``train.log``'s lines echoed to stderr (a bar piped is one line at
+    its end)."""
+    terminal = console(stderr=True).is_terminal
+    echo = sys.stderr if settings.progress and not terminal else None
     callbacks = [
         log_callback(Path(output_dir) / "log.jsonl"),
-        progress_log_callback(Path(output_dir) / "train.log"),
+        progress_log_callback(Path(output_dir) / "train.log", echo=echo),
     ]
-    if settings.progress:
+    if settings.progress and terminal:
         from trl.trainer.callbacks import RichProgressCallback
 
         progress: Any = RichProgressCallback  # untyped in TRL

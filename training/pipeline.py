@@ -36,6 +36,7 @@ from training.collect import CollectStats, GradeBook, collect
 from training.data import build_rows, mix_rows, right_solutions, row_kinds, sft_columns
 from training.rollouts import context_columns
 from training.runs import RunDir, progress_bar
+from training.traces import TraceRecord
 
 __all__ = ["DataReport", "make_data", "verl_rows"]
 
@@ -50,6 +51,51 @@ class DataReport:
     paths: dict[str, Path] = field(default_factory=dict)
     grade: GradeBook | None = None
     """The verdicts on every traced text, for rows built after (``training.regroup``)."""
+    empty_texts: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Per step template with any: (empty texts, all its texts) of the traces."""
+    sft_kinds: list[str] = field(default_factory=list)
+    """The kinds chosen for ``sft.jsonl`` (besides direct rows)."""
+    direct_ratio: float | None = None
+
+    def why_no_sft_rows(self) -> list[str]:
+        """Why ``sft.jsonl`` is empty, each cause in a sentence (none if it is not).
+
+        >>> report = DataReport(CollectStats(), 2, 2, counts={"direct": 3}, direct_ratio=0.25,
+        ...                     empty_texts={"gsr_refine": (2, 2)})
+        >>> for reason in report.why_no_sft_rows():
+        ...     print(reason.partition(":")[0])
+        2 of 2 gsr_refine texts came back empty (the thinking ran to --max-tokens?)
+        --direct-ratio mixes direct rows in beside the other kinds' rows, and there were none
+        """
+        if self.sft_rows:
+            return []
+        reasons = []
+        if not self.counts:
+            reasons.append(
+                "a row is kept only when the text it trains toward is graded correct, and "
+                "no traced text of this run was; try more --samples, another --temperature, "
+                "an easier --dataset or a stronger model"
+            )
+        for template, (empty, total) in self.empty_texts.items():
+            reasons.append(
+                f"{empty} of {total} {template} texts came back empty (the thinking ran to "
+                "--max-tokens?): an empty text is never right, so it makes no row"
+            )
+        direct = self.counts.get("direct", 0)
+        if direct and self.direct_ratio is not None:
+            reasons.append(
+                "--direct-ratio mixes direct rows in beside the other kinds' rows, and there "
+                f"were none: nothing to mix the {direct} direct rows into (--sft-kinds direct "
+                "trains on them alone)"
+            )
+        elif self.counts:
+            chosen = ", ".join(self.sft_kinds) or "none but direct"
+            reasons.append(
+                f"the kinds chosen for it ({chosen}) have no rows; rows were made of "
+                f"{', '.join(self.counts)} (--sft-kinds chooses; direct rows also go in "
+                "with --direct-ratio)"
+            )
+        return reasons
 
 
 async def make_data(
@@ -137,6 +183,7 @@ async def make_data(
         ):
             by_kind[row["kind"]].append(row)
     report = DataReport(stats, len(problems), len(records), grade=grade)
+    report.empty_texts = _empty_texts(records)
     for kind, rows in by_kind.items():
         if rows:
             report.counts[kind] = len(rows)
@@ -148,8 +195,25 @@ async def make_data(
     else:
         mixed = main + (by_kind["direct"] if "direct" in chosen else [])
     report.sft_rows = len(mixed)
+    report.sft_kinds = [kind for kind in chosen if kind != "direct"]
+    report.direct_ratio = direct_ratio
     report.paths["sft"] = run.write_rows("sft", sft_columns(mixed))
     return report
+
+
+def _empty_texts(records: Sequence[TraceRecord]) -> dict[str, tuple[int, int]]:
+    """Per step template (else kind): how many of its traced texts were empty (or a
+    helper's empty answer that the run replaced), and how many it had; only templates
+    with an empty one."""
+    empty: Counter[str] = Counter()
+    texts: Counter[str] = Counter()
+    for record in records:
+        for step in record.view().steps:
+            name = step.template or step.kind
+            for sample, text in enumerate(step.texts):
+                texts[name] += 1
+                empty[name] += sample in step.substitutes or not text.strip()
+    return {name: (count, texts[name]) for name, count in empty.items() if count}
 
 
 def verl_rows(

@@ -136,9 +136,59 @@ class RunDir:
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a JSONL file (blank lines skipped)."""
+    """Rows of a JSONL file (blank lines skipped); a line that is not a JSON object is a
+    ValueError naming the file and the line.
+
+    >>> import tempfile
+    >>> bad = Path(tempfile.mkdtemp()) / "rows.jsonl"
+    >>> _ = bad.write_text('{"prompt": "a", "completion": "b"}\\n\\n{"prompt": "a",\\n')
+    >>> try:
+    ...     read_rows(bad)
+    ... except ValueError as err:
+    ...     print(str(err).replace(str(bad), "rows.jsonl"))
+    rows.jsonl line 3: invalid JSON (Expecting property name enclosed in double quotes at column 16)
+    """
+    rows = []
     with Path(path).open(encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+        for number, line in enumerate(handle, start=1):
+            if not (text := line.strip()):
+                continue
+            try:
+                row = json.loads(text)
+            except json.JSONDecodeError as err:
+                raise ValueError(
+                    f"{path} line {number}: invalid JSON ({err.msg} at column {err.colno})"
+                ) from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path} line {number}: not a JSON object")
+            rows.append(row)
+    return rows
+
+
+SFT_FIELDS = ("prompt", "completion")
+"""The fields an SFT row needs (what ``ponder train data`` writes to ``data/sft.jsonl``)."""
+
+
+def check_sft_rows(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    """A ValueError, in one line naming the file, the row and the fields expected, for
+    the first row that is not an SFT row (a problems file, say).
+
+    >>> check_sft_rows("sft.jsonl", [{"prompt": "1+1=", "completion": "2"}])
+    >>> try:
+    ...     check_sft_rows("p.jsonl", [{"id": "a", "problem": "1+1=", "answer": "2"}])
+    ... except ValueError as err:
+    ...     print(str(err).partition(":")[2].partition(" (")[0])
+     row 1 needs prompt and completion to be an SFT row
+    """
+    for number, row in enumerate(rows, start=1):
+        if all(row.get(name) not in (None, "") for name in SFT_FIELDS):
+            continue
+        problems = "problem" in row or "question" in row
+        hint = ": a problems file? `ponder train data` turns problems into SFT rows" * problems
+        raise ValueError(
+            f"{path}: row {number} needs {' and '.join(SFT_FIELDS)} to be an SFT row "
+            f"(it has {', '.join(row) or 'no fields'}{hint})"
+        )
 
 
 def prompt_set_of(data: Path, rows: Sequence[Mapping[str, Any]]) -> str | None:
@@ -174,11 +224,12 @@ def progress_bar(description: str, total: int, *, enabled: bool = True) -> Itera
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
-        Progress,
         TextColumn,
         TimeElapsedColumn,
         TimeRemainingColumn,
     )
+
+    from scaffolds.terminal import progress
 
     columns = (
         TextColumn("[progress.description]{task.description}"),
@@ -187,6 +238,6 @@ def progress_bar(description: str, total: int, *, enabled: bool = True) -> Itera
         TimeElapsedColumn(),
         TimeRemainingColumn(),
     )
-    with Progress(*columns, transient=False) as progress:
-        task = progress.add_task(description, total=total)
-        yield lambda k=1: progress.advance(task, k)
+    with progress(*columns, transient=False) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda k=1: bar.advance(task, k)

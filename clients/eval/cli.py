@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
-from rich.console import Console
+from rich.markup import escape
+
+from scaffolds.core.dependencies import require
+from scaffolds.terminal import console
 
 if TYPE_CHECKING:
     from clients.eval.served import Card
@@ -32,12 +35,15 @@ eval_app = typer.Typer(
     help="Evaluate scaffolds on a dataset: run, grade, report accuracy against compute.",
     no_args_is_help=False,
     add_completion=False,
+    rich_markup_mode=None,
 )
-err = Console(stderr=True)
+err = console(stderr=True)
+UNANSWERED_SHOWN = 10
+"""How many problems without an answer are named, each by its line; the rest counted."""
 
 
 def _fail(message: str) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}")
+    err.print(f"[red]error:[/red] {escape(message)}")
     return typer.Exit(2)
 
 
@@ -193,6 +199,7 @@ def run(
         err.print(ctx.get_help())
         raise _fail(f"missing {', '.join(missing)}")
     assert base_url and model and dataset and out
+    require("eval", "ponder eval")
     if answer_format not in ("auto", "boxed", "lenient"):
         raise _fail(f"--answer-format must be auto, boxed or lenient (got {answer_format!r})")
     try:
@@ -206,7 +213,12 @@ def run(
         answer_format = _answer_format_of(card, body)
     fmt = cast("AnswerFormat", answer_format)
     for bad in loaded.bad:
-        err.print(f"[yellow]skipped[/yellow] {dataset} {bad}")
+        err.print(f"[yellow]skipped[/yellow] {dataset} {escape(str(bad))}")
+    for line in loaded.unanswered[:UNANSWERED_SHOWN]:
+        err.print(f"[yellow]warning[/yellow] {dataset} {escape(str(line))}")
+    if len(loaded.unanswered) > UNANSWERED_SHOWN:
+        more = len(loaded.unanswered) - UNANSWERED_SHOWN
+        err.print(f"[yellow]warning[/yellow] {dataset}: {more} more problems have no answer")
     if not loaded.problems:
         raise _fail(f"no usable problems in {dataset}")
     try:

@@ -21,6 +21,7 @@ from rich.table import Table
 
 from clients.eval.report import Cluster, saved_line, summarize_scaffold, tokens_saved
 from clients.eval.resume import run_formats
+from scaffolds import terminal
 from scaffolds.evaluation.results import Record, read_results
 from scaffolds.evaluation.stats import paired
 
@@ -137,7 +138,7 @@ def _values(s: Mapping[str, Any] | None) -> list[Any]:
 
 def print_comparison(result: Mapping[str, Any], console: Console | None = None) -> None:
     """One table per scaffold pair: metric, A, B, B - A."""
-    console = console or Console()
+    console = console or terminal.console()
     formats = result.get("answer_format") or {}
     if formats.get("a") != formats.get("b"):
         console.print(

@@ -24,6 +24,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from scaffolds.core.dependencies import require
+
 __all__ = ["Label", "place_labels", "plot_accuracy_vs_tokens", "plot_rc_steps", "write_plots"]
 
 OFFSETS = tuple(
@@ -37,6 +39,7 @@ FONT_SIZE = 7
 
 
 def _pyplot() -> Any:
+    require("eval", "ponder eval's plots", modules=("matplotlib",))
     import matplotlib
 
     matplotlib.use("Agg")

@@ -25,6 +25,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from scaffolds import terminal
 from scaffolds.core.errors import PonderError
 from scaffolds.evaluation.results import Record
 from scaffolds.spec.build import build_strategy
@@ -150,6 +151,7 @@ async def summarize_scaffold(
         "samples": len(good),
         "graded": len(graded),
         "errors": len(records) - len(good),
+        "ungraded": len(good) - len(graded),
         "accuracy": _mean([float(bool(r["correct"])) for r in graded]),
         "pass_at": pass_at,
         "maj_at": await _maj_at(groups, ks, cluster) if ks else {},
@@ -265,7 +267,8 @@ def _top(table: Mapping[str, float | None]) -> tuple[str, float | None]:
 
 def _row(s: Mapping[str, Any]) -> list[str]:
     """Cells: scaffold, problems, samples, acc, pass@k, maj@k, prompt/completion tokens,
-    calls, latency p50 and p90, cut off, errors."""
+    calls, latency p50 and p90, cut off, errors, ungraded (samples of problems with no
+    answer, or that no grader could grade)."""
     _, pass_k = _top(s["pass_at"])
     _, maj_k = _top(s["maj_at"])
     lat = s["latency_s"]
@@ -283,6 +286,7 @@ def _row(s: Mapping[str, Any]) -> list[str]:
         _num(lat["p90"], 2),
         str(s["cut_off"]),
         str(s["errors"]),
+        str(s.get("ungraded", 0)),
     ]
 
 
@@ -300,10 +304,11 @@ HEADERS = [
     "latency p90 s",
     "cut off",
     "errors",
+    "ungraded",
 ]
 SHORT = ["scaffold", "n", "acc%", "pass%", "maj%", "tok in", "tok out", "calls", "p50 s"]
-SHORT += ["cut", "err"]
-_TERMINAL = [0, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12]  # the columns of _row that SHORT names
+SHORT += ["cut", "err", "ungraded"]
+_TERMINAL = [0, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13]  # the columns of _row that SHORT names
 
 
 def _k_note(report: Mapping[str, Any]) -> str:
@@ -333,7 +338,7 @@ def print_table(report: Mapping[str, Any], console: Console | None = None) -> No
     for summary in report["scaffolds"]:
         cells = _row(summary)
         table.add_row(*(cells[i] for i in _TERMINAL))
-    console = console or Console()
+    console = console or terminal.console()
     console.print(table)
     for saving in report.get("tokens_saved", ()):
         console.print(f"  {saved_line(saving)}")

@@ -42,6 +42,8 @@ from rich.console import Console
 
 from clients.eval.resume import check_resume
 from clients.eval.served import DEFAULT_CONCURRENCY, card_concurrency, served_card
+from scaffolds import terminal
+from scaffolds.core.dependencies import require
 from scaffolds.core.errors import PonderError, SpecError
 from scaffolds.evaluation.answers import (
     ANSWER_FORMATS,
@@ -216,6 +218,7 @@ class _Client:
     """Answers one job with one chat request; the loop grades and stores the record."""
 
     def __init__(self, config: EvalConfig) -> None:
+        require("eval", "ponder eval", modules=("openai",))
         import httpx2  # the openai SDK's HTTP client
         from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
@@ -334,7 +337,7 @@ async def run_eval(
         if wanted and not record.get("error") and int(record["sample"]) < config.samples:
             tallies[record["scaffold"]].add(record)
     already_done = sum(t.done for t in tallies.values())
-    console = console or Console(stderr=True)
+    console = console or terminal.console(stderr=True)
     board = Board(
         tallies,
         len(problems) * config.samples,

@@ -77,6 +77,20 @@ class ScaffoldLoadError(PonderError):
     code = "scaffold_load_error"
 
 
+class MissingDependencyError(PonderError):
+    """An optional dependency is not installed. The message is one line that names what
+    needed it and the command that installs it (``install``); the ``ponder`` command
+    prints it and exits 2, never a traceback. Raised by
+    :func:`scaffolds.core.dependencies.require`."""
+
+    code = "missing_dependency"
+
+    def __init__(self, message: str, *, module: str, install: str):
+        super().__init__(message)
+        self.module = module
+        self.install = install
+
+
 class EngineError(PonderError):
     """An engine failed in a way that is not the caller's fault."""
 

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from scaffolds.core.dependencies import require
 from scaffolds.engines.protocol import Engine
 
 __all__ = [
@@ -86,6 +87,7 @@ def _http(url: str, options: EngineOptions) -> Engine:
 
 
 def _local(path: str, options: EngineOptions) -> Engine:
+    require("local", "the local engine (local:DIR)", modules=("torch", "transformers"))
     from scaffolds.engines.local import LocalEngine
 
     engine = LocalEngine(path, threads=options.threads, max_model_len=options.max_model_len)
@@ -95,6 +97,7 @@ def _local(path: str, options: EngineOptions) -> Engine:
 
 
 def _vllm(path: str, options: EngineOptions) -> Engine:
+    require("vllm", "the in-process vLLM engine (vllm:DIR)")
     from scaffolds.engines.vllm_inprocess import InProcessVLLMEngine
 
     return InProcessVLLMEngine(path)

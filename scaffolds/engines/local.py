@@ -25,7 +25,7 @@ Semantics follow vLLM's OpenAI server where they can; the rules are listed in
 ``generate`` passes on each sample's settled text as it grows.
 
 torch and transformers are imported lazily, on the worker thread, when the model is
-first needed (``pip install torch transformers``).
+first needed (the ``local`` extra: ``pip install -e '.[local]'``).
 
 >>> engine = LocalEngine("scaffolds/models/ponder-addition", max_batch=16)
 >>> engine.model_dir.name, engine.max_batch, engine.logprobs, engine.loaded

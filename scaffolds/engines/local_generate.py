@@ -51,7 +51,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scaffolds.core.errors import EngineError, InvalidRequestError
+from scaffolds.core.dependencies import require
+from scaffolds.core.errors import InvalidRequestError
 from scaffolds.engines.local_fields import generation_options
 from scaffolds.engines.protocol import Completion, GenerateRequest, Prompt
 
@@ -78,12 +79,8 @@ SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "typical_p")
 
 def module(name: str) -> Any:
     """Import an optional heavy dependency lazily (typed ``Any``: no stubs needed)."""
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise EngineError(
-            f"LocalEngine needs {name!r}: pip install torch transformers", code="engine_error"
-        ) from exc
+    require("local", "the local engine (local:DIR)", modules=(name.partition(".")[0],))
+    return importlib.import_module(name)
 
 
 def encode_prompt(

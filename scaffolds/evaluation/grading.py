@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from string import Template
 from typing import Any, Protocol
 
+from scaffolds.core.dependencies import require
 from scaffolds.evaluation.answer_pool import AnswerChecker
 from scaffolds.evaluation.answers import (
     AnswerFormat,
@@ -268,6 +269,7 @@ class JudgeGrader:
         max_retries: int = 3,
         timeout_s: float = 600.0,
     ) -> None:
+        require("eval", "the judge grader", modules=("openai",))
         from openai import AsyncOpenAI
 
         self.model = model

@@ -177,18 +177,19 @@ class Board:
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
-            Progress,
             TextColumn,
             TimeElapsedColumn,
             TimeRemainingColumn,
         )
+
+        from scaffolds.terminal import progress
 
         self.tallies = dict(tallies)
         self.clock = clock
         self.started = clock()
         self.generated = dict.fromkeys(self.tallies, 0)
         """Completion tokens of the samples that landed since the board was made."""
-        self.bar = Progress(
+        self.bar = progress(
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
@@ -209,11 +210,12 @@ class Board:
         """Count one finished (or failed) sample of ``arm``."""
         tally = self.tallies[arm]
         tally.add(record)
-        if not record.get("error"):
-            self.bar.advance(self.tasks[arm])
+        done = 0 if record.get("error") else 1
+        if done:
             usage = record.get("usage") or {}
             self.generated[arm] += int(usage.get("completion_tokens") or 0)
-        self.bar.update(self.tasks[arm], stats=self.stats(arm))
+        # One update, so a progress line (piped) shows the stats with this sample in.
+        self.bar.update(self.tasks[arm], advance=done, stats=self.stats(arm))
 
     def stats(self, arm: str) -> str:
         """``arm``'s tally and its generated tokens per second so far in this session."""

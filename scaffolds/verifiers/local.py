@@ -50,6 +50,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from scaffolds.core.dependencies import require
 from scaffolds.engines.local_generate import encode_prompt
 from scaffolds.engines.protocol import Usage, Verdicts
 from scaffolds.verifiers.batching import RowBatcher
@@ -72,6 +73,7 @@ class LocalVerifier:
     def __init__(
         self, model_dir: str | Path, *, max_batch: int = MAX_BATCH, dtype: str = "auto"
     ) -> None:
+        require("local", "a local verifier (local:DIR)", modules=("torch", "transformers"))
         self.model_dir = Path(model_dir)
         self.dtype = dtype
         if not self.model_dir.exists():  # a known model's name: unknown ones fail here
@@ -186,6 +188,7 @@ def _merged_adapter(folder: Path, dtype: str) -> Any:
     weights (in float32, then cast to ``dtype``; ``auto``: the base's saved dtype).
     Unmerged, peft's float32 adapter layers on a bfloat16 base ran a CPU forward 25x
     slower than the merged model."""
+    require("train", "a local verifier's LoRA adapter", modules=("peft",))
     import torch
     from peft.tuners.tuners_utils import BaseTunerLayer
     from transformers import AutoConfig, AutoModelForCausalLM
