@@ -97,6 +97,12 @@ def test_a_streamed_prompt_past_the_context_ends_in_that_error(embedded: str) ->
     assert [e["code"] for e in errors] == ["context_length_exceeded"]
 
 
+def test_the_openapi_document_names_the_code(embedded: str) -> None:
+    document = httpx.get(f"{embedded}/openapi.json", timeout=TIMEOUT).json()
+    answers = document["paths"]["/v1/chat/completions"]["post"]["responses"]
+    assert "context_length_exceeded" in answers["400"]["description"]
+
+
 @pytest.fixture
 def fake() -> Iterator[FakeEngineHandle]:
     with running_fake_engine(FakeEngineConfig()) as handle:
