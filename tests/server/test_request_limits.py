@@ -216,6 +216,18 @@ def test_max_tokens_bounds_each_choice_and_the_tightest_limit_wins(
     assert 0 < capped["usage"]["completion_tokens"] <= 20
 
 
+def test_a_scaffolds_steps_get_the_models_per_call_default_within_the_bound(
+    fake: FakeEngineHandle,
+) -> None:
+    # max_tokens bounds the run, not each step: gsr's calls take the model's default.
+    chat = _bodies(f"{MODEL}+gsr2", "What is 2+2?", max_tokens=1000)[0][1]
+    with running_ponder(_settings(fake, default_max_tokens=12)) as url:
+        out = _post(url, "/v1/chat/completions", chat).json()
+    calls = [r.body for r in fake.state.requests if r.path == "/v1/chat/completions"]
+    assert [(b["n"], b["max_tokens"]) for b in calls] == [(2, 12), (1, 12)]
+    assert out["ponder"]["cut_reason"] is None
+
+
 def test_max_tokens_on_single_is_one_call_as_asked(wordy: FakeEngineHandle) -> None:
     # Pass-through: the call's own limit, the engine's own finish, no run cut.
     chat = _bodies(MODEL, "What is 2+2?", max_tokens=48)[0][1]
