@@ -17,9 +17,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
-from scaffolds.core.errors import ContextFullError
+from scaffolds.core.errors import ContextFullError, ContextLengthError, EngineRejectedError
 from scaffolds.core.fanout import gather
 from scaffolds.core.forcing import plan_forced
 from scaffolds.core.ledger import Ledger
@@ -179,7 +179,7 @@ class StepCalls:
         if source.parent_step is None and self.parent is not None:
             source = StepPrompt(source.prompt, source.template, source.fields, *self.parent)
         wanted = max_tokens if max_tokens is not None else state.params.max_tokens
-        grant = state.ledger.reserve(n, wanted)
+        grant = state.ledger.reserve(n, wanted, choice=self.choice)
         try:
             step_id = self._next_step_id()
             changes: dict[str, Any] = {"n": n, "max_tokens": grant.call_tokens}
@@ -203,13 +203,17 @@ class StepCalls:
                 continue_final=continue_final,
             )
             read = self._answer_reader(thinking)
-            result = await self._recorded_call(
-                request, step_id, kind=kind, label=label, final=final and self.final,
-                source=source, engine=engine, answer_of=read,
-            )  # fmt: skip
+            try:
+                result = await self._recorded_call(
+                    request, step_id, kind=kind, label=label, final=final and self.final,
+                    source=source, engine=engine, answer_of=read,
+                )  # fmt: skip
+            except EngineRejectedError as exc:  # an engine that checks the context itself
+                if exc.code != ContextLengthError.code:
+                    raise
+                self._context_full(label, exc.message)
             if result.no_room:
-                state.ledger.cut("context")
-                raise ContextFullError(f"the {label} step's prompt fills the model's context")
+                self._context_full(label, None)
             completions = list(result.completions)
             if helper:
                 completions = self._usable(completions, thinking, step_id)
@@ -242,7 +246,9 @@ class StepCalls:
         Raises :class:`BudgetExhaustedError` if no budget is left to start."""
         state = self._state
         count, calls = len(candidates), verifier.requests(len(candidates))
-        grant = state.ledger.reserve(count, verifier.generated_tokens, calls=calls)
+        grant = state.ledger.reserve(
+            count, verifier.generated_tokens, calls=calls, choice=self.choice
+        )
         try:
             step_id = self._next_step_id()
             fields = {"candidates": list(candidates), "verifier": verifier.name, **(values or {})}
@@ -257,6 +263,22 @@ class StepCalls:
             )  # fmt: skip
         finally:
             state.ledger.release(count, grant, calls=calls)
+
+    def _context_full(self, label: str, detail: str | None) -> NoReturn:
+        """A step's prompt left no room in the model's context: on the run's first call
+        (none has finished) the request's prompt itself does not fit, a
+        :class:`ContextLengthError`; later the run's growth ends, cut short
+        (:class:`ContextFullError`, ``cut_reason`` "context")."""
+        ledger = self._state.ledger
+        if ledger.usage.calls == 0:
+            raise ContextLengthError(
+                detail
+                or "the prompt leaves no room in the model's context (its maximum context "
+                "length): reduce the length of the messages or prompt",
+                param="messages" if self._state.chat else "prompt",
+            )
+        ledger.cut("context")
+        raise ContextFullError(f"the {label} step's prompt fills the model's context")
 
     def _route(self, model: str | None, helper: bool) -> tuple[Engine, Thinking]:
         """The engine and thinking of the model a step runs on: ``model``, else (for a

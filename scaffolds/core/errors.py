@@ -64,6 +64,15 @@ class UnsupportedError(InvalidRequestError):
     code = "unsupported"
 
 
+class ContextLengthError(InvalidRequestError):
+    """The request's prompt does not fit the model's context: a run's first engine call
+    had no room for a token (a 400 ``context_length_exceeded``, as vLLM and OpenAI
+    answer). A later step that outgrows the context is a :class:`ContextFullError`:
+    the run ends cut short instead."""
+
+    code = "context_length_exceeded"
+
+
 class NotFoundError(PonderError):
     """A named thing (model, alias, strategy) does not exist."""
 

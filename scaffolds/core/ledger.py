@@ -40,6 +40,9 @@ class Grant:
     left too little to hold any back)."""
     bound: bool = False
     """Whether the budget, not the caller, bounds this call: a sample it ends is a cut."""
+    choice: int | None = None
+    """The response choice the call serves (its tokens count against that choice's own
+    limit, :attr:`Budget.max_choice_tokens`); None: the run as a whole."""
 
     @property
     def tokens(self) -> int:
@@ -59,6 +62,9 @@ class Ledger:
     cut_reason: str | None = None
     """Why the run was first cut short: "deadline", "calls", "tokens", or "context" (a
     step's prompt left no room in the model's context)."""
+    choice_spent: dict[int, int] = field(default_factory=dict)
+    """Generated tokens per response choice (for :attr:`Budget.max_choice_tokens`)."""
+    choice_reserved: dict[int, int] = field(default_factory=dict)
 
     @classmethod
     def start(cls, budget: Budget) -> Ledger:
@@ -70,9 +76,12 @@ class Ledger:
         """Record that the budget cut the run short (the first reason sticks)."""
         self.cut_reason = self.cut_reason or reason
 
-    def charge(self, usage: Usage) -> None:
-        """Account a finished call's usage."""
+    def charge(self, usage: Usage, choice: int | None = None) -> None:
+        """Account a finished call's usage (to ``choice`` too, when it serves one)."""
         self.usage = self.usage + usage
+        if choice is not None:
+            spent = self.choice_spent.get(choice, 0)
+            self.choice_spent[choice] = spent + usage.completion_tokens
 
     def loop_deadline(self) -> float | None:
         """The deadline on the running event loop's clock (for ``asyncio.timeout_at``)."""
@@ -80,10 +89,14 @@ class Ledger:
             return None
         return asyncio.get_running_loop().time() + self.deadline - time.monotonic()
 
-    def reserve(self, n: int, wanted: int | None, calls: int = 1) -> Grant:
+    def reserve(
+        self, n: int, wanted: int | None, calls: int = 1, choice: int | None = None
+    ) -> Grant:
         """Check the budget and reserve what a call of ``n`` samples may spend, each
         ``wanted`` tokens at most (None: as many as the budget allows), as ``calls``
-        engine requests (a verifier's batch may take several).
+        engine requests (a verifier's batch may take several), for response choice
+        ``choice`` (None: the run as a whole; a choice also keeps within
+        :attr:`Budget.max_choice_tokens`).
 
         Raises :class:`DeadlineExceededError` or :class:`BudgetExhaustedError` (and
         records the cut) when the call may not start.
@@ -97,9 +110,9 @@ class Ledger:
         ):
             self.cut("calls")
             raise BudgetExhaustedError("the run's engine-call budget is spent", limit="calls")
-        grant = Grant(wanted, 0)
-        if budget.max_tokens is not None:
-            left = budget.max_tokens - self.usage.completion_tokens - self.reserved_tokens
+        grant = Grant(wanted, 0, choice=choice)
+        left = self._tokens_left(choice)
+        if left is not None:
             share = left // n
             if wanted is None or share < wanted:
                 # The budget, not the caller, bounds this call: hold back room for a
@@ -108,13 +121,28 @@ class Ledger:
                 if share - held < 1:
                     self.cut("tokens")
                     raise BudgetExhaustedError("the run's token budget is spent", limit="tokens")
-                grant = Grant(share - held, held, bound=True)
-            self.reserved_tokens += n * grant.tokens
+                grant = Grant(share - held, held, bound=True, choice=choice)
+            self._hold(n * grant.tokens, choice)
         self.reserved_calls += calls
         return grant
 
     def release(self, n: int, grant: Grant, calls: int = 1) -> None:
         """Return a finished call's reservation (its usage is charged separately)."""
         self.reserved_calls -= calls
-        if self.budget.max_tokens is not None:
-            self.reserved_tokens -= n * grant.tokens
+        if self._tokens_left(grant.choice) is not None:
+            self._hold(-n * grant.tokens, grant.choice)
+
+    def _tokens_left(self, choice: int | None) -> int | None:
+        """The tokens a call for ``choice`` may still reserve (None: no token limit)."""
+        budget, lefts = self.budget, []
+        if budget.max_tokens is not None:
+            lefts.append(budget.max_tokens - self.usage.completion_tokens - self.reserved_tokens)
+        if budget.max_choice_tokens is not None and choice is not None:
+            spent = self.choice_spent.get(choice, 0) + self.choice_reserved.get(choice, 0)
+            lefts.append(budget.max_choice_tokens - spent)
+        return min(lefts) if lefts else None
+
+    def _hold(self, tokens: int, choice: int | None) -> None:
+        self.reserved_tokens += tokens
+        if choice is not None:
+            self.choice_reserved[choice] = self.choice_reserved.get(choice, 0) + tokens

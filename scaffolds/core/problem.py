@@ -43,6 +43,9 @@ class Budget:
     ``max_tokens`` caps the *generated* tokens of all engine calls together (prompt
     tokens are bounded by ``max_calls``). A call never gets more ``max_tokens`` than
     what is left; parallel calls reserve their share before they start.
+    ``max_choice_tokens`` caps those of each response choice (a request's
+    ``max_completion_tokens``, reasoning included, as OpenAI bounds each choice of a
+    reasoning model), where a run's choices are solved apart.
 
     >>> Budget(max_calls=0)
     Traceback (most recent call last):
@@ -53,9 +56,10 @@ class Budget:
     max_tokens: int | None = None
     max_calls: int | None = None
     timeout_s: float | None = None
+    max_choice_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_tokens", "max_calls"):
+        for name in ("max_tokens", "max_calls", "max_choice_tokens"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise InvalidRequestError(
@@ -79,6 +83,7 @@ class Budget:
             tighter(self.max_tokens, cap.max_tokens),
             tighter(self.max_calls, cap.max_calls),
             tighter(self.timeout_s, cap.timeout_s),
+            tighter(self.max_choice_tokens, cap.max_choice_tokens),
         )
 
 

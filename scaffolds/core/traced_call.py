@@ -48,7 +48,7 @@ async def traced_call(
     recorder.emit(started)
     with step_failures_traced(step_id, recorder, ledger):
         result = await _call(engine, request, step_id, recorder, ledger)
-    ledger.charge(result.usage)
+    ledger.charge(result.usage, started.choice)
     completions = result.completions
     recorder.emit(
         StepFinished(

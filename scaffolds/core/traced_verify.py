@@ -59,7 +59,7 @@ async def traced_verify(
                 f"verifier {verifier.name!r} gave {len(verdicts.scores)} scores for "
                 f"{len(candidates)} candidates"
             )
-    ledger.charge(verdicts.usage)
+    ledger.charge(verdicts.usage, started.choice)
     count = len(candidates)
     recorder.emit(
         StepFinished(

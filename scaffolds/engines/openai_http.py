@@ -29,14 +29,20 @@ from typing import Any, Self
 
 import httpx
 
-from scaffolds.core.errors import EngineRejectedError, EngineTimeoutError, EngineUnavailableError
+from scaffolds.core.errors import EngineTimeoutError, EngineUnavailableError
 from scaffolds.core.fanout import gather
 from scaffolds.engines.context_fit import no_room
 from scaffolds.engines.dialects import Dialect, error_message, get_dialect
 from scaffolds.engines.greedy import greedy_samples, one_by_one
 from scaffolds.engines.http_transport import AiohttpTransport, FastResponse, aiohttp_available
 from scaffolds.engines.openai_context import ContextWindow
-from scaffolds.engines.openai_parse import Choice, ResponseParser, parse_retry_after, retry_status
+from scaffolds.engines.openai_parse import (
+    Choice,
+    ResponseParser,
+    parse_retry_after,
+    rejection,
+    retry_status,
+)
 from scaffolds.engines.openai_retry import RetryableStatus, RetryPolicy
 from scaffolds.engines.prompt_lists import split_result
 from scaffolds.engines.protocol import (
@@ -435,7 +441,6 @@ class OpenAIEngine:
         if retry_status(status):
             retry_after = parse_retry_after(response.headers.get("retry-after"))
             raise RetryableStatus(status, message, retry_after)
-        raise EngineRejectedError(
-            f"engine {self.base_url} rejected the request (HTTP {status}): {message}",
-            status=status,
+        raise rejection(
+            f"engine {self.base_url} rejected the request (HTTP {status})", message, status
         )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import email.utils
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -33,12 +34,36 @@ __all__ = [
     "is_int",
     "own_fields",
     "parse_retry_after",
+    "rejection",
     "retry_status",
     "stop_string_matched",
 ]
 
 _SNIPPET = 500
 _TOKEN_ID_PREFIX = "token_id:"
+
+
+_CONTEXT_LENGTH = re.compile(
+    r"maximum context length|maximum model length|context_length_exceeded", re.IGNORECASE
+)
+"""How servers say a prompt does not fit the model's context (vLLM: "This model's
+maximum context length is 2048 tokens. However, your prompt contains ...")."""
+
+
+def rejection(where: str, message: str, status: int) -> EngineRejectedError:
+    """An engine's refusal of a request (``where``: which engine, how). One that says the
+    prompt does not fit the model's context is the engine's own message with code
+    ``context_length_exceeded``, which a run reads as a prompt with no room.
+
+    >>> err = rejection("engine e (HTTP 400)", "This model's maximum context length is 8", 400)
+    >>> err.code, err.message
+    ('context_length_exceeded', "This model's maximum context length is 8")
+    >>> rejection("engine e (HTTP 400)", "bad n", 400).message
+    'engine e (HTTP 400): bad n'
+    """
+    if status == 400 and _CONTEXT_LENGTH.search(message):
+        return EngineRejectedError(message, status=status, code="context_length_exceeded")
+    return EngineRejectedError(f"{where}: {message}", status=status)
 
 
 def retry_status(status: int) -> bool:
@@ -68,10 +93,10 @@ class ResponseParser:
             raise self.malformed("expected a JSON object")
         if "choices" not in data and (report := reported_error(data)) is not None:
             message, code = report
-            text = f"engine {self.base_url} reported an error: {message}"
+            where = f"engine {self.base_url} reported an error"
             if code is not None and 400 <= code < 500 and not retry_status(code):
-                raise EngineRejectedError(text, status=code)  # the request's fault
-            raise EngineError(text, status=code)
+                raise rejection(where, message, code)  # the request's fault
+            raise EngineError(f"{where}: {message}", status=code)
         choices = data.get("choices") or []
         if not isinstance(choices, list):
             raise self.malformed("'choices' is not a list of objects")

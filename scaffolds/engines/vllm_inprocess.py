@@ -190,7 +190,9 @@ class InProcessVLLMEngine:
         if room < 1:
             raise EngineRejectedError(
                 f"prompt of {prompt_len} tokens leaves no room in the model's "
-                f"{self._max_model_len}-token context"
+                f"{self._max_model_len}-token context",
+                status=400,
+                code="context_length_exceeded",
             )
         known = set(vllm.SamplingParams.__struct_fields__)  # a msgspec Struct
         extra = {k: v for k, v in p.extra.items() if k in known and not k.startswith("_")}

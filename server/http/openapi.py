@@ -227,7 +227,8 @@ _EXTRA: dict[tuple[str, str], tuple[int, ...]] = {
     ("get", "/ready"): (503,),
 }
 _WHY = {
-    400: "The request is invalid (the error's param names the field).",
+    400: "The request is invalid (the error's param names the field; code "
+    "context_length_exceeded: the prompt does not fit the model's context).",
     401: "No API key, or a wrong one (Authorization: Bearer, or x-api-key).",
     404: "No such model (or stored response).",
     413: "The body is larger than the server's limit.",

@@ -123,9 +123,17 @@ def plan_run(
     budget = (
         Budget(asked.max_tokens, asked.max_calls, asked.timeout_s) if asked else Budget()
     ).capped_by(settings.budget_cap())
+    max_tokens = req.requested_max_tokens()
+    if max_tokens is not None:  # each choice's generated tokens, every step's together
+        budget = budget.capped_by(
+            Budget(max_tokens=max_tokens * req.n, max_choice_tokens=max_tokens)
+        )
+    # A call's own limit: the request's on pass-through; a multi-step scaffold's steps
+    # that set none get the model's per-call default, within the run's bound.
+    call_tokens = max_tokens if strategy.passes_through else None
     params = SamplingParams(
         n=1,
-        max_tokens=req.requested_max_tokens() or served.config.default_max_tokens,
+        max_tokens=call_tokens or served.config.default_max_tokens,
         temperature=served.config.default_temperature
         if req.temperature is None
         else req.temperature,

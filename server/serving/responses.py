@@ -128,8 +128,11 @@ class ChunkMaker:
 
 
 def finish_reasons(result: RunResult) -> list[str]:
-    """Per choice: ``length`` when the solution was cut short, else the finish reason the
+    """Per choice: ``length`` when the run was cut short (``cut_reason`` is set: a limit
+    ended it, whatever choice it cut) or the solution was, else the finish reason the
     engine gave its generation (``stop``, ``length``, ``tool_calls``...)."""
+    if result.cut_reason:
+        return ["length"] * len(result.solutions)
     steps = _finished_steps(result)
     return [
         _finish_reason(solution, choice, steps) for choice, solution in enumerate(result.solutions)

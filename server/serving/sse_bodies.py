@@ -55,7 +55,9 @@ async def chat_sse(
     plan: RunPlan, run: RunOnce, observe: Callable[[int], None]
 ) -> AsyncIterator[bytes]:
     """The SSE body of a chat or completions stream: role chunks, reasoning/content
-    deltas, finish, usage, [DONE].
+    deltas, finish, usage, [DONE]. Ponder's fields (``ponder``: the scaffold and
+    ``cut_reason``) ride on the usage chunk, else the trace chunk, else, when the run was
+    cut, the last finish chunk: a stream always says why it was cut.
 
     ``run`` runs the plan into a live recorder; ``observe`` records the request's final
     status (499 when the client left)."""
@@ -73,9 +75,14 @@ async def chat_sse(
             if out := b"".join(_event_chunks(plan, batch, router, chunk)):
                 yield out
         result = await task
-        for i, reason in enumerate(finish_reasons(result)):
-            yield chunk([delta_choice(plan.endpoint, i, finish_reason=reason)])
         extra = response_extra(plan, result, recorder)
+        reasons = finish_reasons(result)
+        # A cut run says why on its last finish chunk when no usage or trace chunk
+        # (which carry Ponder's fields) follows it.
+        said = bool(result.cut_reason) and not (plan.include_usage or plan.return_trace)
+        for i, reason in enumerate(reasons):
+            finish = [delta_choice(plan.endpoint, i, finish_reason=reason)]
+            yield chunk(finish, extra=extra) if said and i == len(reasons) - 1 else chunk(finish)
         if plan.include_usage:
             thought = reasoning_tokens(result)
             yield chunk([], usage=result.usage, extra=extra, reasoning_tokens=thought)

@@ -13,6 +13,7 @@ import json
 import pytest
 
 from scaffolds import Budget, solve
+from scaffolds.core.errors import ContextLengthError
 from scaffolds.core.trace import StepFinished, StepStarted
 from scaffolds.engines import OpenAIEngine
 from scaffolds.engines.messages import chat
@@ -192,12 +193,14 @@ async def test_every_scaffold_with_its_defaults_fits_a_short_context(
     assert finished and all(e.error is None for e in finished)
 
 
-async def test_a_prompt_longer_than_the_context_ends_cut_short(vllm_server: VLLMServer) -> None:
+async def test_a_prompt_longer_than_the_context_is_context_length_exceeded(
+    vllm_server: VLLMServer,
+) -> None:
+    # The request's own prompt (a run's first call) does not fit: the caller's to fix, as
+    # vLLM answers it (a later step that outgrows the context ends the run cut short).
+    before = vllm_server.metric("vllm:prompt_tokens_total")
     async with _engine(vllm_server) as engine:
-        result = await solve(
-            "single", LONG_PROBLEM * 6, engine, params=SamplingParams(max_tokens=64)
-        )
-    [solution] = result.solutions
-    [step] = [e for e in result.events if isinstance(e, StepFinished)]
-    assert solution.text == "" and step.finish_reasons == ("length",) and step.error is None
-    assert result.usage.calls == 0  # nothing was sent: it could not fit
+        with pytest.raises(ContextLengthError) as caught:
+            await solve("single", LONG_PROBLEM * 6, engine, params=SamplingParams(max_tokens=64))
+    assert caught.value.code == "context_length_exceeded"
+    assert vllm_server.metric("vllm:prompt_tokens_total") == before  # nothing was sent

@@ -31,7 +31,9 @@ async def test_every_scaffold_answers_both_apis(make_client: Any, name: str) -> 
         kinds = [item["type"] for item in plain.json()["output"]]
         assert kinds[-1] == "message" and set(kinds) <= {"reasoning", "message"}
         assert "\\boxed{4}" in plain.json()["output"][-1]["content"][0]["text"]
-        body = {"model": "m", "max_tokens": 64, "scaffold": name, "stream": True,
+        # Messages' max_tokens bounds the whole run (thinking included, as Anthropic's
+        # does): room for every step of the scaffold's defaults.
+        body = {"model": "m", "max_tokens": 4096, "scaffold": name, "stream": True,
                 "messages": [{"role": "user", "content": "2+2?"}]}  # fmt: skip
         streamed = await client.post("/v1/messages", json=body)
         assert streamed.status_code == 200

@@ -155,3 +155,30 @@ def test_every_scaffold_through_ponder_matches_vllm(
     assert vllm_server.metric("vllm:generation_tokens_total") - before == (
         out.usage.completion_tokens
     )
+
+
+@pytest.mark.parametrize("told", [None, 100_000])
+def test_a_prompt_past_vllms_context_is_its_400(vllm_server: VLLMServer, told: int | None) -> None:
+    """A prompt past vLLM's 2048-token context: a 400 ``context_length_exceeded`` on
+    pass-through and on a scaffold's first call, whether Ponder sees it first (the
+    context it reads from vLLM) or vLLM refuses it (Ponder told a larger context)."""
+    import httpx
+
+    settings = Settings(
+        model="tiny", engines=(vllm_server.base_url,), engine_model=vllm_server.model,
+        aliases={"gsr2": "gsr(n=2)"}, default_max_tokens=12, engine_max_retries=0,
+        max_model_len=told,
+    )  # fmt: skip
+    long = "word " * 3000
+    with running_ponder(settings) as url:
+        for model in ("tiny", "tiny+gsr2"):
+            for path, body in (
+                ("/v1/chat/completions", {"messages": [{"role": "user", "content": long}]}),
+                ("/v1/completions", {"prompt": long}),
+            ):
+                r = httpx.post(f"{url}{path}", json={"model": model, **body}, timeout=300)
+                assert r.status_code == 400, (model, path, r.text)
+                error = r.json()["error"]
+                assert error["code"] == "context_length_exceeded", (model, path, error)
+                if told is not None:  # vLLM's own words
+                    assert error["message"].startswith("This model's maximum context length")
