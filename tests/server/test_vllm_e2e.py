@@ -14,6 +14,7 @@ import pytest
 from scaffolds.engines.vllm_server import VLLMServer, scraped_metric
 from server.settings import Settings
 from testing.ponder import running_ponder
+from testing.vllm import ABORT_TEST_BOUND_S, ABORT_TEST_TIMEOUT_S
 
 pytestmark = pytest.mark.vllm
 
@@ -55,8 +56,12 @@ SAMPLES = 16
 cannot all write before the abort lands."""
 
 
+@pytest.mark.timeout(ABORT_TEST_TIMEOUT_S)
 def test_stream_and_disconnect_stops_generation(vllm_server: VLLMServer, ponder: str) -> None:
-    client = openai.OpenAI(base_url=f"{ponder}/v1", api_key="unused", max_retries=0)
+    deadline = time.monotonic() + ABORT_TEST_BOUND_S
+    client = openai.OpenAI(
+        base_url=f"{ponder}/v1", api_key="unused", max_retries=0, timeout=ABORT_TEST_BOUND_S
+    )
     content = ""
     # No end of sequence: unseeded, about 1 sample in 1,000 ended at once with no content.
     with client.chat.completions.create(
@@ -74,7 +79,7 @@ def test_stream_and_disconnect_stops_generation(vllm_server: VLLMServer, ponder:
     # all 28,800 once): of up to 3 leaves, one must show that vLLM stopped early.
     written: list[float] = []
     for attempt in (1, 2, 3):
-        written.append(_leave_a_long_stream(client, vllm_server, ponder, attempt))
+        written.append(_leave_a_long_stream(client, vllm_server, ponder, attempt, deadline))
         if written[-1] < FULL:
             break
     assert written[-1] < FULL, written
@@ -84,11 +89,13 @@ FULL = SAMPLES * 1800
 
 
 def _leave_a_long_stream(
-    client: openai.OpenAI, vllm_server: VLLMServer, ponder: str, attempt: int
+    client: openai.OpenAI, vllm_server: VLLMServer, ponder: str, attempt: int, deadline: float
 ) -> float:
     """Leave a 16 x 1800-token stream once its samples are being written; the tokens
-    vLLM wrote for it, once it ran none (Ponder's own cancel is checked on the spot)."""
+    vLLM wrote for it, once it ran none (Ponder's own cancel is checked on the spot).
+    Every wait ends by ``deadline`` (``time.monotonic()``)."""
     before = vllm_server.metric("vllm:generation_tokens_total")
+    calls = _engine_calls(ponder)
     with client.chat.completions.create(
         model="tiny", messages=[{"role": "user", "content": "count"}], stream=True,
         max_tokens=1800, n=SAMPLES, extra_body={"ignore_eos": True},
@@ -98,10 +105,13 @@ def _leave_a_long_stream(
             written += sum(bool(c.delta.content) for c in chunk.choices)
             if written >= 3:
                 break
-    deadline = time.monotonic() + 300  # a bound only: the loops end once the call is gone
-    while _cancelled_calls(ponder) < attempt and time.monotonic() < deadline:
+        else:
+            pytest.fail(f"the stream ended with {written} samples' text: the client never left")
+    # The engine call ends (Ponder records it at once); it must have ended cancelled.
+    while _engine_calls(ponder) == calls and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _cancelled_calls(ponder) == attempt  # Ponder cancelled the engine call
+    outcomes = {o: _engine_calls(ponder, outcome=o) for o in ("ok", "error", "cancelled")}
+    assert outcomes["cancelled"] == attempt, outcomes  # Ponder cancelled the engine call
     while vllm_server.metric("vllm:num_requests_running") > 0 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert vllm_server.metric("vllm:num_requests_running") == 0
@@ -111,8 +121,9 @@ def _leave_a_long_stream(
     return generated
 
 
-def _cancelled_calls(ponder: str) -> float:
-    return scraped_metric(f"{ponder}/metrics", "ponder_engine_calls_total", outcome="cancelled")
+def _engine_calls(ponder: str, **outcome: str) -> float:
+    """Ponder's engine calls (``ponder_engine_calls_total``), of one ``outcome`` if given."""
+    return scraped_metric(f"{ponder}/metrics", "ponder_engine_calls_total", **outcome)
 
 
 EVERY_SCAFFOLD = {  # engine calls for n=2 choices
