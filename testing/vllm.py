@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from scaffolds.core.run import RunResult
 
 __all__ = [
+    "ABORT_TEST_BOUND_S",
+    "ABORT_TEST_TIMEOUT_S",
     "CACHE",
     "MODEL_NAME",
     "assert_accounts_every_token",
@@ -34,6 +36,17 @@ __all__ = [
 
 MODEL_NAME = "tiny-llama"
 CACHE = ROOT / ".cache"
+
+ABORT_TEST_TIMEOUT_S = 600
+"""The pytest timeout of a test that leaves or ends long vLLM calls (up to 3 tries of
+16 x 1800 tokens) and waits for Ponder's cancel and vLLM's abort. Beside two CPU hogs (one
+per core) such a test took 3 to 27 s, a leave's cancel, release and record came within
+1.1 s and vLLM was idle within 2.1 s (``benchmarks/client_leave.py``, in
+benchmarks/RESULTS.md); its slowest path, vLLM writing every token of 3 tries before its
+abort lands, is 3 whole streams, 14.5 s each there: 10 times slower still fits."""
+ABORT_TEST_BOUND_S = ABORT_TEST_TIMEOUT_S - 60
+"""Such a test's own bound on all its waits together, below its pytest timeout: past it
+the test fails on an assertion that says what it saw, not on a timeout."""
 
 
 def vllm_python_or_skip() -> Path:

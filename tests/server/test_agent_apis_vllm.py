@@ -21,6 +21,7 @@ import pytest
 from scaffolds.engines.vllm_server import VLLMServer, scraped_metric
 from server.settings import Settings
 from testing.ponder import running_ponder
+from testing.vllm import ABORT_TEST_BOUND_S, ABORT_TEST_TIMEOUT_S
 from tests.server.conftest import STORE_IN_MEMORY
 
 pytestmark = pytest.mark.vllm
@@ -113,11 +114,11 @@ def capped(vllm_server: VLLMServer) -> Iterator[str]:
         yield url
 
 
-def tokens_of(vllm_server: VLLMServer, calls: Callable[[], object]) -> float:
-    """The tokens vLLM generated for ``calls``, counted once it has no request left."""
+def tokens_of(vllm_server: VLLMServer, calls: Callable[[], object], deadline: float) -> float:
+    """The tokens vLLM generated for ``calls``, counted once it has no request left
+    (waited for until ``deadline``, a ``time.monotonic()``)."""
     before = vllm_server.metric("vllm:generation_tokens_total")
     calls()
-    deadline = time.monotonic() + 300  # a bound only: the loop ends once vLLM has aborted
     while vllm_server.metric("vllm:num_requests_running") > 0 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert vllm_server.metric("vllm:num_requests_running") == 0
@@ -130,13 +131,16 @@ def at_once(call: Callable[[], T]) -> list[T]:
         return list(pool.map(lambda _: call(), range(CALLS)))
 
 
+@pytest.mark.timeout(ABORT_TEST_TIMEOUT_S)
 @pytest.mark.parametrize("stream", [False, True])
 def test_the_deadline_ends_a_responses_pass_through_on_vllm(
     vllm_server: VLLMServer, capped: str, stream: bool
 ) -> None:
     def call() -> tuple[object, str]:
         body = BODY | {"stream": stream}
-        with httpx.stream("POST", f"{capped}/v1/responses", json=body, timeout=600) as r:
+        with httpx.stream(
+            "POST", f"{capped}/v1/responses", json=body, timeout=ABORT_TEST_BOUND_S
+        ) as r:
             lines = [line for line in r.iter_lines() if line.strip()]
         if stream and r.status_code == 200:
             response = json.loads(lines[-1].removeprefix("data:"))["response"]
@@ -162,12 +166,16 @@ def stops_early(vllm_server: VLLMServer, ponder: str, calls: Callable[[], object
     leaves it directly was seen to let thousands of tokens through, and once (load 3 on
     2 cores, a CI run beside) none of a try's calls were aborted in time; with no abort
     at all every try writes all CALLS x LONG."""
+    deadline = time.monotonic() + ABORT_TEST_BOUND_S  # for all the waits together
     written: list[float] = []
     for _ in range(3):
         cancelled = cancelled_calls(ponder)
-        written.append(tokens_of(vllm_server, calls))
+        written.append(tokens_of(vllm_server, calls, deadline))
         # Ponder closed its calls (those that reached vLLM: a vLLM too busy to accept a
-        # connection within 5 s fails one instead, as a dead engine's would)
+        # connection within 5 s fails one instead, as a dead engine's would); it records
+        # a call it closes at once, which may come after vLLM has ended it.
+        while cancelled_calls(ponder) == cancelled and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert cancelled_calls(ponder) > cancelled
         if written[-1] < CALLS * LONG:
             return
@@ -179,12 +187,14 @@ def cancelled_calls(ponder: str) -> float:
     return scraped_metric(f"{ponder}/metrics", "ponder_engine_calls_total", outcome="cancelled")
 
 
+@pytest.mark.timeout(ABORT_TEST_TIMEOUT_S)
 def test_a_client_that_leaves_a_responses_pass_through_stops_vllm(
     vllm_server: VLLMServer, ponder: str
 ) -> None:
     def leave() -> None:
         body = BODY | {"stream": True}
-        with httpx.stream("POST", f"{ponder}/v1/responses", json=body, timeout=600) as r:
+        url = f"{ponder}/v1/responses"
+        with httpx.stream("POST", url, json=body, timeout=ABORT_TEST_BOUND_S) as r:
             for line in r.iter_lines():
                 if "response.output_text.delta" in line:
                     break  # leave once the answer is being written
