@@ -258,7 +258,8 @@ def statuses(method: str, path: str, has_body: bool) -> list[int]:
 _RUN_400 = (
     "The request is invalid, or sets a field the model's engine cannot honour (code "
     "unsupported_parameter: the in-process transformers engine refuses tools, tool_choice, "
-    "response_format, logprobs...; docs/request-fields.md); the error's param names the field."
+    "response_format, logprobs...; docs/request-fields.md); the error's param names the field. "
+    "Code context_length_exceeded: the prompt does not fit the model's context."
 )
 """A run route's 400: what :data:`_WHY` says, and the fields an engine refuses."""
 
