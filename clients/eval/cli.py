@@ -199,7 +199,7 @@ def run(
         err.print(ctx.get_help())
         raise _fail(f"missing {', '.join(missing)}")
     assert base_url and model and dataset and out
-    require("eval", "ponder eval")
+    require("eval", "ponder eval", modules=("openai", "matplotlib"))  # datasets: a hub name
     if answer_format not in ("auto", "boxed", "lenient"):
         raise _fail(f"--answer-format must be auto, boxed or lenient (got {answer_format!r})")
     try:

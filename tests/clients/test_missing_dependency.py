@@ -102,7 +102,7 @@ CASES = {
     ),
     "eval of a Hub dataset without datasets": (
         ("datasets",),
-        "train",
+        "eval",
         [
             "eval",
             "--base-url",
