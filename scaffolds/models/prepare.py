@@ -54,6 +54,8 @@ def prepare_model(name: str | KnownModel, say: Callable[[str], None] = lambda _:
         prepare_model(get_model(model.base), say)
     if model.prepare is None:
         raise ModelNotReadyError(f"model {name!r} is not ready ({status.detail})", param="model")
+    if model.require is not None:  # a missing extra: one line naming its install, exit 2
+        model.require()
     if model.check_source is not None and (missing := model.check_source()):
         raise ModelNotReadyError(f"cannot prepare {name!r}: install {missing}", param="model")
     home = models_home()
