@@ -4,7 +4,8 @@ Mounted by ``clients/cli.py`` as ``ponder train`` (``train_app``). Each subcomma
 options are generated from its settings dataclass (:mod:`training.cli_settings`, by
 :mod:`scaffolds.cli_options`), and the command is handed the built settings. Heavy
 imports (torch, TRL) happen inside each command. Rerunning a command on the same run or
-output directory resumes it.
+output directory resumes it. ``train data`` exits 1 when every problem it ran failed (an
+unknown model, an engine that is down), naming the first error in one line.
 
 >>> sorted(c.name or c.callback.__name__ for c in train_app.registered_commands)
 ['data', 'grpo', 'sft', 'status', 'verifier', 'verl']

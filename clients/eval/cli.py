@@ -10,6 +10,8 @@ Mounted by ``clients/cli.py`` as ``ponder eval``; also runnable on its own::
     .venv/bin/ponder eval report runs/gsm8k
 
 Rerunning the same command resumes: finished samples are skipped, failed ones retried.
+A run whose every request failed (an unknown model, an engine that is down) exits 1 with
+one line naming the first error; one where some failed says how many.
 """
 
 from __future__ import annotations
