@@ -210,13 +210,23 @@ def test_preparing_an_adapter_model_without_torch(tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.parametrize("missing", ["torch", "transformers", "gguf"])
-def test_preparing_the_gguf_model_without_the_local_extra(missing: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("name", "missing"),
+    [
+        ("smollm2-135m-instruct", "torch"),
+        ("smollm2-135m-instruct", "transformers"),
+        ("smollm2-135m-instruct", "gguf"),
+        ("smollm2-135m-gsr", "torch"),  # an adapter on it: its base is prepared first
+    ],
+)
+def test_preparing_the_gguf_model_without_the_local_extra(
+    name: str, missing: str, tmp_path: Path
+) -> None:
     """``ponder models prepare smollm2-135m-instruct`` converts a GGUF with the ``local``
     extra: without one of its modules, one line naming the install command and exit 2,
     as every other missing dependency (it was a "not ready" error, exit 1)."""
     done = run_ponder(
-        ["models", "prepare", "smollm2-135m-instruct"],
+        ["models", "prepare", name],
         missing=[missing],
         env={"PONDER_HOME": str(tmp_path)},
     )
