@@ -64,7 +64,7 @@ EXTRAS: Mapping[str, Extra] = MappingProxyType(
             ),
             Extra("postgres", ("asyncpg",)),
             Extra("eval", ("openai", "matplotlib", "datasets")),
-            Extra("local", ("torch", "transformers", "gguf")),
+            Extra("local", ("torch", "transformers", "gguf", "accelerate")),
             Extra("vllm", ("vllm",)),
             Extra(
                 "train",
