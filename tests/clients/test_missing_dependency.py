@@ -216,6 +216,7 @@ def test_preparing_an_adapter_model_without_torch(tmp_path: Path) -> None:
         ("smollm2-135m-instruct", "torch"),
         ("smollm2-135m-instruct", "transformers"),
         ("smollm2-135m-instruct", "gguf"),
+        ("smollm2-135m-instruct", "accelerate"),  # transformers' GGUF loader needs it
         ("smollm2-135m-gsr", "torch"),  # an adapter on it: its base is prepared first
     ],
 )
