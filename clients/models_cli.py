@@ -108,13 +108,14 @@ def prepare(
     """Prepare NAME once (check its source file, convert it, or merge its adapter);
     print its folder."""
     from scaffolds.models import model_status
-    from scaffolds.models.prepare import prepare_model
+    from scaffolds.models.prepare import prepare_model, require_modules
 
     try:
         if adapter is not None:
             _register(name, adapter, base, prompts, replace)
         if model_status(name).ready:
             err.print(f"{name} is already prepared")
+        require_modules(name)
         with err.status(f"preparing {name}") as spinner:
 
             def say(step: str) -> None:

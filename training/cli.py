@@ -4,7 +4,8 @@ Mounted by ``clients/cli.py`` as ``ponder train`` (``train_app``). Each subcomma
 options are generated from its settings dataclass (:mod:`training.cli_settings`, by
 :mod:`scaffolds.cli_options`), and the command is handed the built settings. Heavy
 imports (torch, TRL) happen inside each command. Rerunning a command on the same run or
-output directory resumes it.
+output directory resumes it. ``train data`` exits 1 when every problem it ran failed (an
+unknown model, an engine that is down), naming the first error in one line.
 
 >>> sorted(c.name or c.callback.__name__ for c in train_app.registered_commands)
 ['data', 'grpo', 'sft', 'status', 'verifier', 'verl']
@@ -155,6 +156,12 @@ def data(args: DataCommand) -> None:
         )
     except (OSError, ValueError, PonderError, RunConflictError) as exc:
         raise _fail(str(exc)) from None
+    collected = report.collected
+    if collected.failed and not collected.done:  # every problem of this run failed
+        first = f": {collected.errors[0]}" if collected.errors else ""
+        every = "the problem" if collected.failed == 1 else f"all {collected.failed} problems"
+        err.print(f"[red]error:[/red] {escape(f'{every} failed, none traced{first}')}")
+        raise typer.Exit(1)
     out.print(f"{report.records}/{report.problems} problems traced in {args.run_dir}")
     table = Table()
     table.add_column("dataset")
@@ -166,10 +173,11 @@ def data(args: DataCommand) -> None:
     out.print(table)
     if reasons := report.why_no_sft_rows():
         err.print(f"[yellow]no SFT rows[/yellow]: {escape('; '.join(reasons))}")
-    for line in report.collected.errors[:10]:
-        err.print(f"[yellow]failed[/yellow] {line}")
-    if report.collected.failed:
-        err.print(f"{report.collected.failed} problems failed; rerun to retry them")
+    for line in collected.errors[:10]:
+        err.print(f"[yellow]failed[/yellow] {escape(line)}")
+    if collected.failed:
+        total = collected.failed + collected.done
+        err.print(f"{collected.failed} of {total} problems failed; rerun to retry them")
 
 
 @_command(SftCommand)

@@ -10,6 +10,8 @@ Mounted by ``clients/cli.py`` as ``ponder eval``; also runnable on its own::
     .venv/bin/ponder eval report runs/gsm8k
 
 Rerunning the same command resumes: finished samples are skipped, failed ones retried.
+A run whose every request failed (an unknown model, an engine that is down) exits 1 with
+one line naming the first error; one where some failed says how many.
 """
 
 from __future__ import annotations
@@ -191,7 +193,7 @@ def run(
     from clients.interrupt import INTERRUPTED_STATUS, Interrupted, run_interruptible
     from scaffolds.core.errors import SpecError
     from scaffolds.evaluation.problems import load_problems
-    from scaffolds.evaluation.results import read_results
+    from scaffolds.evaluation.results import Record, read_results
 
     missing = [n for n, v in (("--base-url", base_url), ("--model", model),
                               ("--dataset", dataset), ("--out", out)) if not v]  # fmt: skip
@@ -199,7 +201,7 @@ def run(
         err.print(ctx.get_help())
         raise _fail(f"missing {', '.join(missing)}")
     assert base_url and model and dataset and out
-    require("eval", "ponder eval")
+    require("eval", "ponder eval", modules=("openai", "matplotlib"))  # datasets: a hub name
     if answer_format not in ("auto", "boxed", "lenient"):
         raise _fail(f"--answer-format must be auto, boxed or lenient (got {answer_format!r})")
     try:
@@ -266,9 +268,22 @@ def run(
     def stopping() -> None:
         err.print("\n[yellow]stopping[/yellow]: cancelling requests in flight (again to quit now)")
 
+    failures: list[str] = []
+
+    def note(record: Record) -> None:
+        if record.get("error") and not failures:
+            failures.append(str(record["error"]))
+
     try:
         outcome, report = run_interruptible(
-            evaluate(config, loaded.problems, grade, dataset=dataset, progress=progress),
+            evaluate(
+                config,
+                loaded.problems,
+                grade,
+                dataset=dataset,
+                progress=progress,
+                on_record=note,
+            ),
             on_first=stopping,
         )
     except Interrupted:
@@ -276,11 +291,28 @@ def run(
         err.print(f"interrupted: {kept} finished samples are saved in {config.results_path};")
         err.print("rerun the same command to resume.")
         raise typer.Exit(INTERRUPTED_STATUS) from None
+    if outcome.errors and not outcome.finished:
+        raise _failed(base_url, outcome.errors, failures)
     print_table(report)
     err.print(
         f"{outcome.already_done} samples were already done, {outcome.finished} finished now, "
         f"{outcome.errors} failed (rerun to retry). Report: {out / 'report.md'}"
     )
+    if outcome.errors:
+        total = outcome.errors + outcome.finished
+        first = f"; the first: {failures[0]}" if failures else ""
+        err.print(
+            f"[yellow]warning:[/yellow] {outcome.errors} of {total} requests failed{escape(first)}"
+        )
+
+
+def _failed(base_url: str, errors: int, failures: list[str]) -> typer.Exit:
+    """Every request of the run failed: one line with the first error, exit 1."""
+    first = f": {failures[0]}" if failures else ""
+    every = "the request" if errors == 1 else f"all {errors} requests"
+    said = f"{every} to {base_url} failed, none succeeded{first}"
+    err.print(f"[red]error:[/red] {escape(said)}")
+    return typer.Exit(1)
 
 
 @eval_app.command()

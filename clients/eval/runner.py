@@ -214,6 +214,26 @@ def _message(data: Mapping[str, Any]) -> tuple[str, str | None, str | None]:
     return str(message.get("content") or ""), reasoning, first.get("finish_reason")
 
 
+def _error_text(err: BaseException) -> str:
+    """A failed request's error in one line, with its cause where the SDK's own message
+    is generic (``APIConnectionError: Connection error.`` says neither host nor why).
+
+    >>> try:
+    ...     try:
+    ...         raise OSError("[Errno 111] Connection refused")
+    ...     except OSError as cause:
+    ...         raise RuntimeError("Connection error.") from cause
+    ... except RuntimeError as err:
+    ...     print(_error_text(err))
+    RuntimeError: Connection error. (OSError: [Errno 111] Connection refused)
+    """
+    text = f"{type(err).__name__}: {err}"
+    cause = err.__cause__
+    if cause is not None and str(cause) and str(cause) not in text:
+        text += f" ({type(cause).__name__}: {cause})"
+    return " ".join(text.split())[:2000]
+
+
 class _Client:
     """Answers one job with one chat request; the loop grades and stores the record."""
 
@@ -270,7 +290,7 @@ class _Client:
             )
             data: dict[str, Any] = reply.model_dump(mode="json")
         except Exception as err:  # recorded, counted, and retried by the next run
-            record["error"] = f"{type(err).__name__}: {err}"[:2000]
+            record["error"] = _error_text(err)
             record["latency_s"] = time.perf_counter() - started
             record["time"] = time.time()
             return record

@@ -63,8 +63,8 @@ EXTRAS: Mapping[str, Extra] = MappingProxyType(
                 ),
             ),
             Extra("postgres", ("asyncpg",)),
-            Extra("eval", ("openai", "matplotlib")),
-            Extra("local", ("torch", "transformers", "gguf")),
+            Extra("eval", ("openai", "matplotlib", "datasets")),
+            Extra("local", ("torch", "transformers", "gguf", "accelerate")),
             Extra("vllm", ("vllm",)),
             Extra(
                 "train",
@@ -73,7 +73,8 @@ EXTRAS: Mapping[str, Extra] = MappingProxyType(
         )
     }
 )
-"""Each extra by name (``tests/test_dependencies.py`` checks them against pyproject.toml)."""
+"""Each extra by name (``tests/clients/test_missing_dependency.py`` checks them against
+pyproject.toml)."""
 
 
 def installed(module: str) -> bool:

@@ -144,6 +144,7 @@ def _adapter_model(
         fingerprint=adapter_digest(folder),
         prepare=functools.partial(merge_lora, folder_of(base), folder),
         check_source=None,
+        require=None,  # merge_lora says what it needs itself
         base=base.name,
         verifies=str(info["verifies"]) if info.get("verifies") else None,
     )

@@ -39,6 +39,10 @@ class KnownModel:
     prepare: Callable[[Path, Callable[[str], None]], None] | None = None
     check_source: Callable[[], str | None] | None = None
     """None when the source is there, else what to install to get it."""
+    require: Callable[[], None] | None = None
+    """Raises :class:`~scaffolds.core.errors.MissingDependencyError` (one line naming the
+    install command) when a module ``prepare`` imports is not installed
+    (:func:`scaffolds.models.prepare.require_modules`)."""
     max_model_len: int = 2048
     """The context to serve it with."""
     vllm_dtype: str = "bfloat16"

