@@ -63,7 +63,8 @@ EXTRAS: Mapping[str, Extra] = MappingProxyType(
                 ),
             ),
             Extra("postgres", ("asyncpg",)),
-            Extra("eval", ("openai", "matplotlib", "datasets")),
+            Extra("eval", ("openai", "matplotlib")),
+            Extra("hub", ("datasets",)),
             Extra("local", ("torch", "transformers", "gguf", "accelerate")),
             Extra("vllm", ("vllm",)),
             Extra(

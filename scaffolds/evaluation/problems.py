@@ -212,8 +212,8 @@ def _jsonl_rows(path: Path) -> Iterable[tuple[int, Any]]:
 
 def _hf_rows(name: str, split: str, config: str | None) -> Iterable[tuple[int, Any]]:
     """Rows of a Hugging Face dataset: a saved folder, a local script/data folder, or a hub
-    name. ``datasets`` is imported only here (the ``eval`` extra; ``train`` has it too)."""
-    require("eval", f"{name!r} is not a file; loading it as a dataset", modules=("datasets",))
+    name. ``datasets`` is imported only here (the ``hub`` extra; ``train`` has it too)."""
+    require("hub", f"{name!r} is not a file; loading it as a dataset", modules=("datasets",))
     datasets: Any = importlib.import_module("datasets")
     path = Path(name)
     if (path / "dataset_info.json").is_file() or (path / "state.json").is_file():

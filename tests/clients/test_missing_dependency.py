@@ -102,7 +102,7 @@ CASES = {
     ),
     "eval of a Hub dataset without datasets": (
         ("datasets",),
-        "eval",
+        "hub",
         [
             "eval",
             "--base-url",
