@@ -193,7 +193,8 @@ class Serving:
             live: LiveRun | None = None
             if plan.stream and direct is None:  # up to its first answer: a 4xx before it
                 run = functools.partial(self._run, plan)  # is this request's answer
-                live = await self._until_disconnect(receive, start_live(run))
+                first = start_live(run, every_event=plan.stream_trace)
+                live = await self._until_disconnect(receive, first)
         except BaseException as exc:
             slot.release()
             self._observe(labels, _status_of(exc), started)

@@ -53,14 +53,16 @@ RunOnce = Callable[[TraceRecorder], Awaitable[RunResult]]
 __all__ = ["RunOnce", "chat_sse", "start_live", "wire_sse"]
 
 
-async def start_live(run: RunOnce) -> LiveRun:
+async def start_live(run: RunOnce, *, every_event: bool = False) -> LiveRun:
     """Start ``run`` into a live recorder and wait for its first answer (see
     :func:`_answers`), or its end without one. A run that fails before it answers, for
     the request's fault (a 4xx: its prompt past the model's context, an engine's 400 on
     the first call), raises that error here, before the stream's 200 is sent, as vLLM
     answers; any other failure is left to the stream's error event, as once it began.
     Cancelled (the client left), the run is cancelled too. The events read here are the
-    returned run's first batch."""
+    returned run's first batch. ``every_event`` (a ``stream_trace`` request, whose every
+    trace event is its stream's content, as the playground draws a step once it starts):
+    any event is an answer."""
     recorder = TraceRecorder(live=True)
     batches = recorder.subscribe_batches()
     task = asyncio.ensure_future(run(recorder))
@@ -68,7 +70,7 @@ async def start_live(run: RunOnce) -> LiveRun:
     try:
         async for batch in batches:
             seen += batch
-            if any(_answers(event) for event in batch):
+            if every_event or any(_answers(event) for event in batch):
                 break
         else:  # the run ended (its recorder closed) before it answered
             await asyncio.wait({task})
