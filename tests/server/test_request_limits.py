@@ -7,6 +7,7 @@ run says so (``finish_reason: "length"``, ``ponder.cut_reason``), streamed or no
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +23,7 @@ from testing.fake_engine import (
     running_fake_engine,
 )
 from testing.ponder import running_ponder
+from tests.server.conftest import wait_until
 
 MODEL = "fake-model"
 LONG = "1+" * 1500 + "1="
@@ -336,3 +338,27 @@ def test_an_engines_context_length_400_on_a_stream_is_ponders_400(
         chat = _bodies(model, "What is 2+2?")[0][1]
         failed = _stream_post(url, "/v1/chat/completions", chat)
         assert failed.status_code == 200 and "engine_unavailable" in failed.text
+
+
+def test_a_client_that_leaves_before_the_streams_headers_cancels_its_engine_call(
+    fake: FakeEngineHandle,
+) -> None:
+    # A plain stream's headers wait for its run's first answer: a client that leaves
+    # meanwhile (here while the engine holds the call) cancels the call and frees its slot.
+    chat = _bodies(MODEL, "What is 2+2?")[0][1] | {"stream": True}
+    body = json.dumps(chat).encode()
+    head = "POST /v1/chat/completions HTTP/1.1\r\nHost: ponder\r\nContent-Type: "
+    head += f"application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    cancelled, calls = fake.state.cancelled, fake.state.calls
+    fake.config.hold = True
+    try:
+        with running_ponder(_settings(fake, max_concurrent_runs=1, queue_size=0)) as url:
+            host, port = url.removeprefix("http://").split(":")
+            with socket.create_connection((host, int(port))) as client:
+                client.sendall(head.encode() + body)
+                assert wait_until(lambda: fake.state.calls == calls + 1, within=60)
+            assert wait_until(lambda: fake.state.cancelled == cancelled + 1, within=60)
+            fake.config.hold = False
+            assert _stream_post(url, "/v1/chat/completions", chat).status_code == 200
+    finally:
+        fake.config.hold = False
