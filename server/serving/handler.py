@@ -49,9 +49,9 @@ from server.serving.responses import (
     finish_reasons,
     response_body,
 )
-from server.serving.sse_bodies import chat_sse, wire_sse
+from server.serving.sse_bodies import chat_sse, start_live, wire_sse
 from server.serving.streaming import SSEResponse
-from server.serving.wire import DirectCall, WireFormat
+from server.serving.wire import DirectCall, LiveRun, WireFormat
 from server.settings import Settings
 
 log = logging.getLogger("ponder.server")
@@ -190,6 +190,11 @@ class Serving:
             else:
                 await self._until_disconnect(receive, slot.acquire())
             direct = await self._direct(receive, plan, wire)
+            live: LiveRun | None = None
+            if plan.stream and direct is None:  # up to its first answer: a 4xx before it
+                run = functools.partial(self._run, plan)  # is this request's answer
+                first = start_live(run, every_event=plan.stream_trace)
+                live = await self._until_disconnect(receive, first)
         except BaseException as exc:
             slot.release()
             self._observe(labels, _status_of(exc), started)
@@ -206,15 +211,20 @@ class Serving:
                     self._observe(labels, status, started)
 
             def close() -> None:
+                if live is not None:  # a body that never began leaves its run to us
+                    live.result.cancel()
                 slot.release()
                 observe(499)  # counts a client that left before its stream began
 
-            run = functools.partial(self._run, plan)
-            sse = (
-                chat_sse(plan, run, observe)
-                if wire is None
-                else wire_sse(plan, run, observe, wire, direct)
-            )
+            if live is not None:
+                sse = (
+                    chat_sse(plan, live, observe)
+                    if wire is None
+                    else wire_sse(plan, live, observe, wire)
+                )
+            else:
+                assert wire is not None and direct is not None  # the engine's own stream
+                sse = wire_sse(plan, direct, observe, wire)
             return SSEResponse(sse, on_close=close)
         try:
             if direct is not None:

@@ -9,7 +9,8 @@ batches in, its final result awaited at the end), and an error met once a stream
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+import asyncio
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
 from scaffolds.core.run import RunResult
@@ -23,12 +24,13 @@ __all__ = ["DirectCall", "LiveRun", "WireFormat"]
 
 class LiveRun:
     """A streamed run as a wire format reads it: its event batches as they come, then
-    its result (and the recorder, for ``return_trace``)."""
+    its result (its task: cancelled when the stream ends first), and the recorder (for
+    ``return_trace``)."""
 
     def __init__(
         self,
         batches: AsyncIterator[list[TraceEvent]],
-        result: Awaitable[RunResult],
+        result: asyncio.Future[RunResult],
         recorder: TraceRecorder,
     ):
         self.batches = batches

@@ -176,12 +176,24 @@ def test_responses_budget_trace_and_engine_errors(ponder: str, fake: FakeEngineH
     fake.config.failures.append(Failure(status=400, message="prompt too long"))
     with pytest.raises(openai.BadRequestError):
         client.responses.create(model=MODEL, input="hi")
+    # Streamed, the engine's 400 on the run's first call is the request's 400, before
+    # the stream begins (as vLLM answers); a later failure is the stream's error event.
     fake.config.failures.append(Failure(status=400, message="prompt too long"))
+    with pytest.raises(openai.BadRequestError), client.responses.stream(model=MODEL, input="hi"):
+        pass
+    fake.config.failures.append(Failure(status=503, message="engine down"))
     with client.responses.stream(model=MODEL, input="hi") as stream:
         events = [event.type for event in stream]
     assert events[0] == "response.created" and events[-1] == "response.failed"
 
     fake.config.failures.append(Failure(status=400, message="prompt too long"))
+    streamed = claude(ponder).messages.stream(
+        model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+    )
+    with pytest.raises(anthropic.BadRequestError), streamed as messages:
+        for _ in messages:
+            pass
+    fake.config.failures.append(Failure(status=503, message="engine down"))
     streamed = claude(ponder).messages.stream(
         model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "hi"}]
     )
@@ -194,9 +206,11 @@ def test_responses_budget_trace_and_engine_errors(ponder: str, fake: FakeEngineH
 def test_a_client_that_leaves_cancels_the_engine_call(
     ponder: str, fake: FakeEngineHandle, api: str
 ) -> None:
+    # stream_trace: the stream begins at the run's first event (a plain stream's headers
+    # wait for its first answer, which the held engine never gives).
     bodies = {
-        "responses": {"model": MODEL, "input": "hi", "stream": True},
-        "messages": {"model": MODEL, "max_tokens": 8, "stream": True,
+        "responses": {"model": MODEL, "input": "hi", "stream": True, "stream_trace": True},
+        "messages": {"model": MODEL, "max_tokens": 8, "stream": True, "stream_trace": True,
                      "messages": [{"role": "user", "content": "hi"}]},
     }  # fmt: skip
     cancelled, calls = fake.state.cancelled, fake.state.calls

@@ -7,6 +7,7 @@ run says so (``finish_reason: "length"``, ``ponder.cut_reason``), streamed or no
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +23,7 @@ from testing.fake_engine import (
     running_fake_engine,
 )
 from testing.ponder import running_ponder
+from tests.server.conftest import wait_until
 
 MODEL = "fake-model"
 LONG = "1+" * 1500 + "1="
@@ -87,14 +89,6 @@ def test_a_prompt_past_the_in_process_models_context_is_a_400(embedded: str, mod
     # A prompt that fits is answered as before.
     fits = _post(embedded, "/v1/chat/completions", _bodies(model, "12+30=")[0][1])
     assert fits.status_code == 200
-
-
-def test_a_streamed_prompt_past_the_context_ends_in_that_error(embedded: str) -> None:
-    body = {"model": EMBEDDED_MODEL, "prompt": LONG, "stream": True}
-    with httpx.stream("POST", f"{embedded}/v1/completions", json=body, timeout=TIMEOUT) as r:
-        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
-    errors = [json.loads(e)["error"] for e in events if e.startswith('{"error"')]
-    assert [e["code"] for e in errors] == ["context_length_exceeded"]
 
 
 def test_the_openapi_document_names_the_code(embedded: str) -> None:
@@ -288,3 +282,83 @@ def test_a_cut_stream_says_why_without_include_usage(fake: FakeEngineHandle) -> 
     assert with_usage[-1]["ponder"]["cut_reason"] == "tokens" and "usage" in with_usage[-1]
     assert [c for c in with_usage if "ponder" in c] == [with_usage[-1]]
     assert not any("ponder" in c for c in plain)  # a run not cut adds nothing
+
+
+# -- a streamed prompt past the context: the 400 comes before the stream ---------------------
+
+
+def _stream_post(url: str, path: str, body: dict[str, Any]) -> httpx.Response:
+    """``body`` streamed (``stream: true``), its whole answer read."""
+    with httpx.stream("POST", url + path, json=body | {"stream": True}, timeout=TIMEOUT) as r:
+        r.read()
+    return r
+
+
+def _refused_before_the_stream(path: str, response: httpx.Response) -> dict[str, Any]:
+    """A JSON 400 (no SSE stream began): its error."""
+    assert response.status_code == 400, (path, response.text)
+    assert response.headers["content-type"].startswith("application/json"), path
+    error: dict[str, Any] = response.json()["error"]
+    if path != "/v1/messages":  # Anthropic's error has no code: its type says it
+        assert error["code"] == "context_length_exceeded", (path, error)
+        assert error["type"] == "invalid_request_error"
+    return error
+
+
+@pytest.mark.parametrize("model", [EMBEDDED_MODEL, f"{EMBEDDED_MODEL}+maj8"])
+def test_a_streamed_prompt_past_the_in_process_models_context_is_a_400(
+    embedded: str, model: str
+) -> None:
+    # Was a 200 whose stream ended in an error event; vLLM answers a plain 400 before
+    # any stream starts.
+    for path, body in _bodies(model, LONG):
+        error = _refused_before_the_stream(path, _stream_post(embedded, path, body))
+        assert "context" in error["message"], (path, error)
+    # A prompt that fits streams as before.
+    for path, body in _bodies(model, "12+30="):
+        fits = _stream_post(embedded, path, body)
+        assert fits.status_code == 200, (path, fits.text)
+        assert fits.headers["content-type"].startswith("text/event-stream")
+        assert "context_length_exceeded" not in fits.text, path
+
+
+@pytest.mark.parametrize("model", [MODEL, f"{MODEL}+gsr2"])
+def test_an_engines_context_length_400_on_a_stream_is_ponders_400(
+    fake: FakeEngineHandle, model: str
+) -> None:
+    # The stream's first engine call decides: the engine's 400 is Ponder's, before the
+    # stream's 200 (was a 200 and an error event).
+    with running_ponder(_settings(fake)) as url:
+        for path, body in _bodies(model, "What is 2+2?"):
+            fake.config.fail_next(400, message=VLLM_SAYS)
+            error = _refused_before_the_stream(path, _stream_post(url, path, body))
+            assert error["message"] == VLLM_SAYS, path
+        # Past the first call the stream has begun: a later failure is its error event.
+        fake.config.fail_next(503)
+        chat = _bodies(model, "What is 2+2?")[0][1]
+        failed = _stream_post(url, "/v1/chat/completions", chat)
+        assert failed.status_code == 200 and "engine_unavailable" in failed.text
+
+
+def test_a_client_that_leaves_before_the_streams_headers_cancels_its_engine_call(
+    fake: FakeEngineHandle,
+) -> None:
+    # A plain stream's headers wait for its run's first answer: a client that leaves
+    # meanwhile (here while the engine holds the call) cancels the call and frees its slot.
+    chat = _bodies(MODEL, "What is 2+2?")[0][1] | {"stream": True}
+    body = json.dumps(chat).encode()
+    head = "POST /v1/chat/completions HTTP/1.1\r\nHost: ponder\r\nContent-Type: "
+    head += f"application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    cancelled, calls = fake.state.cancelled, fake.state.calls
+    fake.config.hold = True
+    try:
+        with running_ponder(_settings(fake, max_concurrent_runs=1, queue_size=0)) as url:
+            host, port = url.removeprefix("http://").split(":")
+            with socket.create_connection((host, int(port))) as client:
+                client.sendall(head.encode() + body)
+                assert wait_until(lambda: fake.state.calls == calls + 1, within=60)
+            assert wait_until(lambda: fake.state.cancelled == cancelled + 1, within=60)
+            fake.config.hold = False
+            assert _stream_post(url, "/v1/chat/completions", chat).status_code == 200
+    finally:
+        fake.config.hold = False
