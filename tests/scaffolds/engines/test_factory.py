@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from scaffolds.core.dependencies import installed
+from scaffolds.core.errors import MissingDependencyError
 from scaffolds.engines.factory import (
     SCHEMES,
     EngineOptions,
@@ -50,6 +52,10 @@ def test_load_now_fails_on_a_bad_directory(tmp_path: Path) -> None:
 
 
 def test_vllm_runs_a_directory_in_vllms_engine(tmp_path: Path) -> None:
+    if not installed("vllm"):  # the development venv: vLLM lives in .venv-vllm
+        with pytest.raises(MissingDependencyError, match=r"pip install -e '\.\[vllm\]'"):
+            engine_from_url(f"vllm:{tmp_path}")
+        return
     engine = engine_from_url(f"vllm:{tmp_path}")
     assert isinstance(engine, InProcessVLLMEngine) and engine.model == str(tmp_path)
     assert not engine.started
