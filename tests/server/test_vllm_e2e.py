@@ -182,10 +182,14 @@ def test_a_prompt_past_vllms_context_is_its_400(vllm_server: VLLMServer, told: i
     import httpx
 
     settings = Settings(
-        model="tiny", engines=(vllm_server.base_url,), engine_model=vllm_server.model,
-        aliases={"gsr2": "gsr(n=2)"}, default_max_tokens=12, engine_max_retries=0,
+        model="tiny",
+        engines=(vllm_server.base_url,),
+        engine_model=vllm_server.model,
+        aliases={"gsr2": "gsr(n=2)"},
+        default_max_tokens=12,
+        engine_max_retries=0,
         max_model_len=told,
-    )  # fmt: skip
+    )
     long = "word " * 3000
     with running_ponder(settings) as url:
         for model in ("tiny", "tiny+gsr2"):
