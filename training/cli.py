@@ -245,9 +245,15 @@ def verifier(args: VerifierCommand) -> None:
     right = sum(bool(r["correct"]) for r in rows)
     out.print(f"{len(rows)} rows: {right} right, {len(rows) - right} wrong")
     final = run_sft(
-        args.model, rows, args.output, args.train, prompt_set=None,
-        max_length=args.max_length, lora=args.adapter, resume=args.resume,
-    )  # fmt: skip
+        args.model,
+        rows,
+        args.output,
+        args.train,
+        prompt_set=None,
+        max_length=args.max_length,
+        lora=args.adapter,
+        resume=args.resume,
+    )
     out.print(f"saved {final}")
 
 
@@ -294,12 +300,18 @@ def _process_rows(
                 _closing(
                     engine,
                     labels.label_samples(
-                        engine, samples, params, sep=sep, soft=args.soft, chat=args.chat,
+                        engine,
+                        samples,
+                        params,
+                        sep=sep,
+                        soft=args.soft,
+                        chat=args.chat,
                         grade=labels.rollout_grade(answer_format, thinking),
-                        on_done=lambda k: bar.advance(task, k), concurrency=args.concurrency,
+                        on_done=lambda k: bar.advance(task, k),
+                        concurrency=args.concurrency,
                     ),
                 )
-            )  # fmt: skip
+            )
         except PonderError as exc:
             raise _fail(f"the rollouts failed: {exc}") from None
     out.print(

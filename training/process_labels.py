@@ -93,8 +93,9 @@ def process_samples(
             continue
         if problem is None or problem.answer is None:
             continue
-        out.append(Sample(problem.id, problem.problem, str(problem.answer), text,
-                          bool(record["correct"])))  # fmt: skip
+        out.append(
+            Sample(problem.id, problem.problem, str(problem.answer), text, bool(record["correct"]))
+        )
     return out
 
 

@@ -64,8 +64,9 @@ def regrouped_refine_rows(
                 lent += 1
             else:
                 continue
-            prompt = render_step(REFINE, record.problem, {"candidates": group},
-                                 prompts=record.prompt_set)  # fmt: skip
+            prompt = render_step(
+                REFINE, record.problem, {"candidates": group}, prompts=record.prompt_set
+            )
             rows.append(_row(record, prompt, target, source, len(own), n))
     return rows
 
@@ -107,18 +108,21 @@ def grpo_refine_rows(
     (a group whose rewards are all equal has no GRPO advantage to learn from)."""
     rows: list[Row] = []
     for record in records:
-        for index, (group, flags) in enumerate(candidate_groups(record, grade, n=n,
-                                                                registry=registry)):  # fmt: skip
+        for index, (group, flags) in enumerate(
+            candidate_groups(record, grade, n=n, registry=registry)
+        ):
             if mixed_only and (all(flags) or not any(flags)):
                 continue
-            rows.append({
-                "prompt": record.prompt_for(record.problem),
-                "answer": record.answer,
-                "id": f"{record.id}#{index}",
-                "mode": "gsr_refine",
-                "candidates": group,
-                "candidates_correct": sum(flags),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "prompt": record.prompt_for(record.problem),
+                    "answer": record.answer,
+                    "id": f"{record.id}#{index}",
+                    "mode": "gsr_refine",
+                    "candidates": group,
+                    "candidates_correct": sum(flags),
+                }
+            )
     return rows
 
 

@@ -195,8 +195,16 @@ def run(
     from scaffolds.evaluation.problems import load_problems
     from scaffolds.evaluation.results import Record, read_results
 
-    missing = [n for n, v in (("--base-url", base_url), ("--model", model),
-                              ("--dataset", dataset), ("--out", out)) if not v]  # fmt: skip
+    missing = [
+        n
+        for n, v in (
+            ("--base-url", base_url),
+            ("--model", model),
+            ("--dataset", dataset),
+            ("--out", out),
+        )
+        if not v
+    ]
     if missing:
         err.print(ctx.get_help())
         raise _fail(f"missing {', '.join(missing)}")

@@ -150,8 +150,9 @@ def place_labels(
         width, height = sizes[label.text]
         best: tuple[float, int, int, tuple[float, float, float, float]] | None = None
         for dx, dy in OFFSETS:
-            box = _box_at(x + dx * pixels_per_point, y + dy * pixels_per_point,
-                          width, height, dx, dy)  # fmt: skip
+            box = _box_at(
+                x + dx * pixels_per_point, y + dy * pixels_per_point, width, height, dx, dy
+            )
             cost = sum(_overlap(box, other) for other in taken)
             cost += _overlap(box, box) - _overlap(box, inside)  # what sticks out (0.0 if none)
             if best is None or cost < best[0]:  # the first that fits, else the least
@@ -207,10 +208,19 @@ def _annotation(ax: Any, label: Label, dx: float, dy: float, *, leader: bool = F
     text's box, which costs a Bezier split per line at every draw)."""
     ha = "left" if dx > 0 else "right" if dx < 0 else "center"
     va = "bottom" if dy > 0 else "top" if dy < 0 else "center"
-    anchor = ({"left": 0.0, "center": 0.5, "right": 1.0}[ha],
-              {"bottom": 0.0, "center": 0.5, "top": 1.0}[va])  # fmt: skip
-    leader_line = {"arrowstyle": "-", "color": label.color, "lw": 0.6, "shrinkA": 1,
-                   "shrinkB": 3, "relpos": anchor, "patchA": None}  # fmt: skip
+    anchor = (
+        {"left": 0.0, "center": 0.5, "right": 1.0}[ha],
+        {"bottom": 0.0, "center": 0.5, "top": 1.0}[va],
+    )
+    leader_line = {
+        "arrowstyle": "-",
+        "color": label.color,
+        "lw": 0.6,
+        "shrinkA": 1,
+        "shrinkB": 3,
+        "relpos": anchor,
+        "patchA": None,
+    }
     return ax.annotate(
         label.text,
         (label.x, label.y),
@@ -253,8 +263,9 @@ def plot_rc_steps(report: Mapping[str, Any], path: Path) -> Path | None:
         ys = [100 * float(p["accuracy"] or 0.0) for p in points]
         ax.plot(xs, ys, marker="o", color=f"C{index % 10}", label=s["scaffold"])
         for p, x, y in zip(points, xs, ys, strict=True):
-            ax.annotate(str(p["step"]), (x, y), textcoords="offset points", xytext=(3, 4),
-                        fontsize=7)  # fmt: skip
+            ax.annotate(
+                str(p["step"]), (x, y), textcoords="offset points", xytext=(3, 4), fontsize=7
+            )
     ax.set_xlabel("cumulative completion tokens per problem")
     ax.set_ylabel("accuracy (%)")
     ax.set_ylim(-2, 102)

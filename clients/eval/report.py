@@ -355,8 +355,10 @@ def markdown_report(report: Mapping[str, Any], plots: Sequence[str] = ()) -> str
             lines.append(f"- **thinking_markers**: `{marks.get('start')}` … `{marks.get('end')}`")
     lines += ["", _k_note(report).capitalize() + " (one scaffold run answering once).", ""]
     lines += ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in _row(s)) + " |"
-              for s in report["scaffolds"]]  # fmt: skip
+    lines += [
+        "| " + " | ".join(c.replace("|", "\\|") for c in _row(s)) + " |"
+        for s in report["scaffolds"]
+    ]
     for s in report["scaffolds"]:
         if len(s["pass_at"]) > 1:
             ks = sorted(s["pass_at"], key=int)

@@ -205,9 +205,15 @@ class StepCalls:
             read = self._answer_reader(thinking)
             try:
                 result = await self._recorded_call(
-                    request, step_id, kind=kind, label=label, final=final and self.final,
-                    source=source, engine=engine, answer_of=read,
-                )  # fmt: skip
+                    request,
+                    step_id,
+                    kind=kind,
+                    label=label,
+                    final=final and self.final,
+                    source=source,
+                    engine=engine,
+                    answer_of=read,
+                )
             except EngineRejectedError as exc:  # an engine that checks the context itself
                 if exc.code != ContextLengthError.code:
                     raise
@@ -219,9 +225,15 @@ class StepCalls:
                 completions = self._usable(completions, thinking, step_id)
             if force_answer and grant.held > 0:
                 completions = await self._force_answers(
-                    source.prompt, completions, label, grant.held, step_id, continue_final,
-                    engine=engine, thinking=thinking,
-                )  # fmt: skip
+                    source.prompt,
+                    completions,
+                    label,
+                    grant.held,
+                    step_id,
+                    continue_final,
+                    engine=engine,
+                    thinking=thinking,
+                )
             cut = grant.bound and any(c.truncated for c in completions)
             if cut:  # the budget ended a sample: the run reports why
                 state.ledger.cut("tokens")
@@ -253,14 +265,24 @@ class StepCalls:
             step_id = self._next_step_id()
             fields = {"candidates": list(candidates), "verifier": verifier.name, **(values or {})}
             started = StepStarted(
-                step_id=step_id, parent_id=self.scope_id, kind="verify",
-                label=" > ".join((*self.scope, label)), n=count, choice=self.choice,
-                template="verify", fields=fields,
-            )  # fmt: skip
+                step_id=step_id,
+                parent_id=self.scope_id,
+                kind="verify",
+                label=" > ".join((*self.scope, label)),
+                n=count,
+                choice=self.choice,
+                template="verify",
+                fields=fields,
+            )
             return await traced_verify(
-                verifier, problem, candidates, started, recorder=state.recorder,
-                ledger=state.ledger, step=step,
-            )  # fmt: skip
+                verifier,
+                problem,
+                candidates,
+                started,
+                recorder=state.recorder,
+                ledger=state.ledger,
+                step=step,
+            )
         finally:
             state.ledger.release(count, grant, calls=calls)
 
@@ -352,9 +374,13 @@ class StepCalls:
             sample=source.sample,
         )
         return await traced_call(
-            engine or state.engine, request, started, recorder=state.recorder, ledger=state.ledger,
+            engine or state.engine,
+            request,
+            started,
+            recorder=state.recorder,
+            ledger=state.ledger,
             answer_of=answer_of or self.answer,
-        )  # fmt: skip
+        )
 
     async def _force_answers(
         self,
@@ -379,9 +405,13 @@ class StepCalls:
             if not completion.truncated:
                 return completion
             plan = plan_forced(
-                prompt, completion, self._state.prompts, thinking, continued=continued,
+                prompt,
+                completion,
+                self._state.prompts,
+                thinking,
+                continued=continued,
                 answered=lambda text: self.answer(text, thinking) is not None,
-            )  # fmt: skip
+            )
             if plan is None:
                 return completion
             self._state.ledger.cut("tokens")

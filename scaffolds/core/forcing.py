@@ -124,9 +124,11 @@ def continued_prompt(
     """
     if isinstance(prompt, str):
         return prompt + completion.text + cue
-    block = "" if continued or not completion.reasoning else (
-        thinking.start + completion.reasoning + thinking.end
-    )  # fmt: skip
+    block = (
+        ""
+        if continued or not completion.reasoning
+        else (thinking.start + completion.reasoning + thinking.end)
+    )
     body = block + completion.text + cue
     if continued and prompt and prompt[-1].role == "assistant":
         return (*prompt[:-1], Message("assistant", prompt[-1].content + body))

@@ -60,8 +60,10 @@ async def vote_groups(samples: Sequence[Solution], ctx: Context) -> list[list[in
     if not any(s.tool_call for s in samples):
         return await ctx.cluster([s.answer for s in samples])
     texts = [i for i, s in enumerate(samples) if s.tool_call is None]
-    groups = [[texts[j] for j in cluster] for cluster in await ctx.cluster(
-        [samples[i].answer for i in texts])]  # fmt: skip
+    groups = [
+        [texts[j] for j in cluster]
+        for cluster in await ctx.cluster([samples[i].answer for i in texts])
+    ]
     by_call: dict[str, list[int]] = {}
     for i, s in enumerate(samples):
         if s.tool_call is not None:

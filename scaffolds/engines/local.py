@@ -116,9 +116,14 @@ class LocalEngine:
         self.model_dir = Path(model_dir)
         self.device = device
         self._configure(
-            threads, max_batch, logprobs, default_max_tokens, generation_kwargs,
-            chat_template_kwargs, add_special_tokens,
-        )  # fmt: skip
+            threads,
+            max_batch,
+            logprobs,
+            default_max_tokens,
+            generation_kwargs,
+            chat_template_kwargs,
+            add_special_tokens,
+        )
         if max_model_len is not None and max_model_len < 1:
             raise ValueError(f"max_model_len must be >= 1 (got {max_model_len})")
         self.max_model_len = max_model_len
@@ -144,9 +149,14 @@ class LocalEngine:
         engine.model_dir = None
         engine.device = str(device_of(model))
         engine._configure(
-            threads, max_batch, logprobs, default_max_tokens, generation_kwargs,
-            chat_template_kwargs, add_special_tokens,
-        )  # fmt: skip
+            threads,
+            max_batch,
+            logprobs,
+            default_max_tokens,
+            generation_kwargs,
+            chat_template_kwargs,
+            add_special_tokens,
+        )
         engine._model, engine._tokenizer = model, tokenizer
         return engine
 
@@ -378,9 +388,14 @@ class LocalEngine:
 
         def build(rows: int, finished: Callable[[int], bool]) -> RowStreamer:
             streamer = RowStreamer(
-                self._tokenizer, rows=rows, emit=emit, stop=request.params.stop,
-                finished=finished, offset=offset, copies=copies,
-            )  # fmt: skip
+                self._tokenizer,
+                rows=rows,
+                emit=emit,
+                stop=request.params.stop,
+                finished=finished,
+                offset=offset,
+                copies=copies,
+            )
             streamers.append(streamer)
             return streamer
 
@@ -407,9 +422,17 @@ class LocalEngine:
     ) -> list[Sample]:
         eos_ids = self._eos_ids(bool(request.params.extra.get("ignore_eos")))
         samples, spent = generate_rows(
-            self._model, self._tokenizer, request, prompt_ids, rows, max_tokens, cancel,
-            eos_ids=eos_ids, generation_kwargs=self.generation_kwargs,
-            raw_logprobs=self.logprobs == "raw", streamer=streamer,
-        )  # fmt: skip
+            self._model,
+            self._tokenizer,
+            request,
+            prompt_ids,
+            rows,
+            max_tokens,
+            cancel,
+            eos_ids=eos_ids,
+            generation_kwargs=self.generation_kwargs,
+            raw_logprobs=self.logprobs == "raw",
+            streamer=streamer,
+        )
         self.generated_tokens += spent
         return samples

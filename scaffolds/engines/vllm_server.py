@@ -142,12 +142,24 @@ def running_vllm(
     seeded request's prefill is split). ``abort`` set while it starts stops the start."""
     port = free_port() if port is None else port
     command = [
-        str(python), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model_dir), "--served-model-name", served_name,
-        "--host", "127.0.0.1", "--port", str(port),
-        "--dtype", dtype, "--max-model-len", str(max_model_len), "--enforce-eager",
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        served_name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        dtype,
+        "--max-model-len",
+        str(max_model_len),
+        "--enforce-eager",
         "--enable-prompt-tokens-details",
-    ]  # fmt: skip
+    ]
     if not chunked_prefill:  # each prefill whole in one step: its budget fits any prompt
         command += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max_model_len)]
     if reasoning_parser is not None:

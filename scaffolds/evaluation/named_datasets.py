@@ -35,8 +35,12 @@ _PAGE = 100
 def _gsm8k(index: int, row: Mapping[str, Any]) -> dict[str, Any]:
     solution = str(row["answer"])
     answer = solution.rsplit("####", 1)[-1].strip().replace(",", "")
-    return {"id": f"gsm8k-test-{index}", "problem": row["question"], "answer": answer,
-            "solution": solution}  # fmt: skip
+    return {
+        "id": f"gsm8k-test-{index}",
+        "problem": row["question"],
+        "answer": answer,
+        "solution": solution,
+    }
 
 
 def _math500(index: int, row: Mapping[str, Any]) -> dict[str, Any]:
@@ -115,9 +119,12 @@ def _download(viewer: str, dataset: NamedDataset, timeout_s: float) -> list[Mapp
     with httpx.Client(timeout=timeout_s, follow_redirects=True) as client:
         while True:
             params: dict[str, str | int] = {
-                "dataset": dataset.hub, "config": dataset.config, "split": dataset.split,
-                "offset": len(rows), "length": _PAGE,
-            }  # fmt: skip
+                "dataset": dataset.hub,
+                "config": dataset.config,
+                "split": dataset.split,
+                "offset": len(rows),
+                "length": _PAGE,
+            }
             response = client.get(f"{viewer}/rows", params=params)
             response.raise_for_status()
             page = response.json()

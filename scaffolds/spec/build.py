@@ -176,12 +176,17 @@ def check_runs(strategy: Strategy, n: int, limits: SpecLimits) -> None:
     """
     batched = strategy.batches_samples
     bounds = (
-        ("make up to {} engine calls",
-         strategy.max_calls_many(n) if batched else n * strategy.max_calls(), limits.max_calls),
-        ("generate up to {} sequences",
-         strategy.max_samples_many(n) if batched else n * strategy.max_samples(),
-         limits.max_samples),
-    )  # fmt: skip
+        (
+            "make up to {} engine calls",
+            strategy.max_calls_many(n) if batched else n * strategy.max_calls(),
+            limits.max_calls,
+        ),
+        (
+            "generate up to {} sequences",
+            strategy.max_samples_many(n) if batched else n * strategy.max_samples(),
+            limits.max_samples,
+        ),
+    )
     for what, bound, cap in bounds:
         if bound > cap:
             raise FanOutError(

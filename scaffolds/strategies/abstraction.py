@@ -70,14 +70,20 @@ COMPACT_PROPOSE_MANY_TEMPLATE = Template("abstraction_propose_many", "$problem@$
 
 PROMPT_SETS = (
     PromptSet.of(
-        "default", PROPOSE_TEMPLATE, SOLVE_TEMPLATE, PROPOSE_MANY_TEMPLATE,
+        "default",
+        PROPOSE_TEMPLATE,
+        SOLVE_TEMPLATE,
+        PROPOSE_MANY_TEMPLATE,
         abstraction_note_heading="### Note",
     ),
     PromptSet.of(
-        "compact", COMPACT_PROPOSE_TEMPLATE, COMPACT_SOLVE_TEMPLATE, COMPACT_PROPOSE_MANY_TEMPLATE,
+        "compact",
+        COMPACT_PROPOSE_TEMPLATE,
+        COMPACT_SOLVE_TEMPLATE,
+        COMPACT_PROPOSE_MANY_TEMPLATE,
         abstraction_note_heading="#",
     ),
-)  # fmt: skip
+)
 
 TOKENS_PER_NOTE = 1024
 """The note budget per note asked, when ``abstraction_tokens`` is not set."""
@@ -149,14 +155,22 @@ def _reads_a_note(step: TracedStep, inputs: RowInputs) -> bool:
 
 
 PROPOSE = StepBuilder(
-    "abstraction_propose", "abstraction", ("abstraction_propose", "abstraction_propose_many"),
+    "abstraction_propose",
+    "abstraction",
+    ("abstraction_propose", "abstraction_propose_many"),
     propose_prompt,
     rows=_note_row,
-)  # fmt: skip
+)
 SOLVE = StepBuilder(
-    "abstraction_solve", "generate", ("abstraction_solve", "solve"), solve_prompt,
-    ("abstraction",), _one_note, "abstraction_solve", accepts=_reads_a_note,
-)  # fmt: skip
+    "abstraction_solve",
+    "generate",
+    ("abstraction_solve", "solve"),
+    solve_prompt,
+    ("abstraction",),
+    _one_note,
+    "abstraction_solve",
+    accepts=_reads_a_note,
+)
 
 
 class Abstraction(Strategy):
@@ -179,17 +193,23 @@ class Abstraction(Strategy):
 
     def needed_templates(self) -> frozenset[str]:
         many = self.notes_per_call > 1
-        return frozenset(("abstraction_propose_many" if many else "abstraction_propose",
-                          "abstraction_solve"))  # fmt: skip
+        return frozenset(
+            ("abstraction_propose_many" if many else "abstraction_propose", "abstraction_solve")
+        )
 
     async def _notes(self, problem: Problem, ctx: Context) -> list[tuple[str, tuple[str, int]]]:
         """The m notes, each with the (step id, sample) that wrote it."""
         per_call = self.notes_per_call
         made = await PROPOSE.generate(
-            ctx, problem, {"count": per_call} if per_call > 1 else {},
-            label=f"{self.m} abstractions", n=math.ceil(self.m / per_call), helper=True,
-            model=self.abstractor, max_tokens=self.abstraction_tokens or TOKENS_PER_NOTE * per_call,
-        )  # fmt: skip
+            ctx,
+            problem,
+            {"count": per_call} if per_call > 1 else {},
+            label=f"{self.m} abstractions",
+            n=math.ceil(self.m / per_call),
+            helper=True,
+            model=self.abstractor,
+            max_tokens=self.abstraction_tokens or TOKENS_PER_NOTE * per_call,
+        )
         heading = ctx.templates(Abstraction).text("abstraction_note_heading")
         notes = [
             (note, (made.step_id, i))
@@ -197,8 +217,9 @@ class Abstraction(Strategy):
             for note in (split_notes(sample.text, heading) if per_call > 1 else [sample.text])
         ]
         if len(notes) < self.m:
-            ctx.note("abstraction_notes", {"asked": self.m, "written": len(notes)},
-                     step_id=made.step_id)  # fmt: skip
+            ctx.note(
+                "abstraction_notes", {"asked": self.m, "written": len(notes)}, step_id=made.step_id
+            )
         return notes[: self.m]
 
     async def solve(self, problem: Problem, ctx: Context) -> Solution:

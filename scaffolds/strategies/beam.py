@@ -101,9 +101,16 @@ async def extend(
     chat = not isinstance(ctx.problem_prompt(problem), str)
     state = {"steps": list(path.steps), "step": sep}
     step = await SEARCH_STEP.generate(
-        ctx, problem, state, path.node, label=label, n=n, stop=[sep], max_tokens=step_tokens,
+        ctx,
+        problem,
+        state,
+        path.node,
+        label=label,
+        n=n,
+        stop=[sep],
+        max_tokens=step_tokens,
         continue_final=chat and bool(path.steps),
-    )  # fmt: skip
+    )
     children = []
     for sample, completion in enumerate(step.completions):
         text = completion.text
@@ -131,9 +138,14 @@ async def score_paths(
     """``paths`` with their scores, from one verify step that records which paths."""
     nodes = [list(p.node) for p in paths]
     verdicts = await score(
-        ctx, verifier, problem, [p.text(sep) for p in paths], label=label, step=sep,
+        ctx,
+        verifier,
+        problem,
+        [p.text(sep) for p in paths],
+        label=label,
+        step=sep,
         values={"paths": nodes},
-    )  # fmt: skip
+    )
     return [replace(p, score=aggregate(verdicts.step_scores(i), how)) for i, p in enumerate(paths)]
 
 
@@ -219,9 +231,14 @@ class Beam(Strategy):
                 if not children and stopped is not None:
                     raise stopped
                 scored = await score_paths(
-                    ctx, verifier, problem, children, sep=self.step, how=self.aggregate,
+                    ctx,
+                    verifier,
+                    problem,
+                    children,
+                    sep=self.step,
+                    how=self.aggregate,
                     label=f"verify level {level}",
-                )  # fmt: skip
+                )
             except BudgetExhaustedError as exc:
                 return await best_so_far(ctx, kept or children, self.step, exc)
             pool = [p for p in kept if p.done] + scored

@@ -99,9 +99,14 @@ class BestOfN(Strategy):
         shown = [ctx.shown(c.text) for c in candidates]
         try:
             step = await JUDGE.generate(
-                ctx, problem, {"candidates": shown}, label="judge", temperature=0.0,
-                helper=True, model=self.judge_model,
-            )  # fmt: skip
+                ctx,
+                problem,
+                {"candidates": shown},
+                label="judge",
+                temperature=0.0,
+                helper=True,
+                model=self.judge_model,
+            )
         except BudgetExhaustedError:
             return await pick_by_vote(candidates, ctx, expected=self.n + 1)
         pick = parse_pick(step.first.text, len(candidates))

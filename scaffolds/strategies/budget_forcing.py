@@ -204,9 +204,13 @@ class BudgetForcing(Strategy):
         thinking and let it answer."""
         thinking, sample = ctx.thinking, first.completions[index]
         message = _Message(
-            sample.text, sample.reasoning or None, sample.completion_tokens, sample.finish_reason,
-            (first.step_id, index), first.cut_short,
-        )  # fmt: skip
+            sample.text,
+            sample.reasoning or None,
+            sample.completion_tokens,
+            sample.finish_reason,
+            (first.step_id, index),
+            first.cut_short,
+        )
         cue = self.cue
         if cue is None:
             cue = ctx.templates(BudgetForcing).template("budget_forcing_wait").render()
@@ -234,19 +238,31 @@ class BudgetForcing(Strategy):
         return Solution(text, ctx.answer(text), message.source[0], reasoning, message.cut)
 
     async def _continue(
-        self, problem: Problem, ctx: Context, message: _Message, cue: str, label: str, *,
+        self,
+        problem: Problem,
+        ctx: Context,
+        message: _Message,
+        cue: str,
+        label: str,
+        *,
         answer: bool,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """One continuation of ``message`` after ``cue``: more thinking, up to the marker,
         or (``answer``: the cue is the marker) the answer."""
         thinking = ctx.thinking
         partial = reopened(message.text, message.reasoning, cue, thinking)
         state = {"prompt": self.prompt, "partial": partial}
         step = await CONTINUE.generate(
-            ctx, problem, state, message.source, label=label,
+            ctx,
+            problem,
+            state,
+            message.source,
+            label=label,
             max_tokens=self._message_left(message.spent) if answer else self._left(message.spent),
-            force_answer=True, continue_final=True, stop=None if answer else (thinking.end,),
-        )  # fmt: skip
+            force_answer=True,
+            continue_final=True,
+            stop=None if answer else (thinking.end,),
+        )
         message.grow(partial, step, thinking, answer=answer)
 
     def _message_left(self, spent: int) -> int | None:

@@ -142,9 +142,15 @@ class GSR(Strategy):
         shown = [ctx.shown(c.text) for c in candidates]
         try:
             step = await REFINE.generate(
-                ctx, problem, {"candidates": shown}, parent, label="refine", final=True,
-                force_answer=True, model=self.refiner,
-            )  # fmt: skip
+                ctx,
+                problem,
+                {"candidates": shown},
+                parent,
+                label="refine",
+                final=True,
+                force_answer=True,
+                model=self.refiner,
+            )
         except BudgetExhaustedError:
             return await pick_by_vote(candidates, ctx, expected=self.n + 1)
         refined = Solution.from_step(step)

@@ -99,9 +99,14 @@ class ParticleFilter(Strategy):
                 if stopped is not None:  # resampling needs every particle's weight
                     raise stopped
                 scored = await score_paths(
-                    ctx, verifier, problem, children, sep=self.step, how=self.aggregate,
+                    ctx,
+                    verifier,
+                    problem,
+                    children,
+                    sep=self.step,
+                    how=self.aggregate,
                     label=f"verify round {round_}",
-                )  # fmt: skip
+                )
             except BudgetExhaustedError as exc:
                 started = [p for p in particles if p.steps]
                 return await best_so_far(ctx, started or children, self.step, exc)

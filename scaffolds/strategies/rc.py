@@ -151,9 +151,14 @@ async def _first_summary(
     attempt = Solution(chunk.first.text, None, chunk.step_id, chunk.first.reasoning)
     thought = ctx.thought(attempt.text, attempt.reasoning)
     made = await SUMMARY.generate(
-        ctx, problem, {"attempt": thought}, attempt.source, label="summary 1",
-        max_tokens=limits.summary_tokens or limits.max_tokens, helper=True,
-    )  # fmt: skip
+        ctx,
+        problem,
+        {"attempt": thought},
+        attempt.source,
+        label="summary 1",
+        max_tokens=limits.summary_tokens or limits.max_tokens,
+        helper=True,
+    )
     return {"summary": made.first.text}
 
 
@@ -177,13 +182,23 @@ def _summary_row(step: TracedStep, sample: int, inputs: RowInputs) -> dict[str, 
 _PAIR = ("rc_reasoning_start", "rc_reasoning_continue")
 
 REASONING = StepBuilder(
-    "rc_reasoning", "reasoning", ("rc_reasoning_start", "rc_reasoning_continue", "rc_reasoning"),
-    reasoning_prompt, ("summary",), _first_summary, "rc_continue", _reasoning_row,
-)  # fmt: skip
+    "rc_reasoning",
+    "reasoning",
+    ("rc_reasoning_start", "rc_reasoning_continue", "rc_reasoning"),
+    reasoning_prompt,
+    ("summary",),
+    _first_summary,
+    "rc_continue",
+    _reasoning_row,
+)
 SUMMARY = StepBuilder(
-    "rc_summary", "summary", ("rc_summary",), summary_prompt, ("summary", "attempt"),
+    "rc_summary",
+    "summary",
+    ("rc_summary",),
+    summary_prompt,
+    ("summary", "attempt"),
     rows=_summary_row,
-)  # fmt: skip
+)
 
 
 class RC(Strategy):
@@ -226,10 +241,15 @@ class RC(Strategy):
             first = await self.solver.solve_many(problem, ctx.child("first attempt"), k)
         else:
             step = await REASONING.generate(
-                ctx, problem, self._state(), label="reasoning 1", n=k,
+                ctx,
+                problem,
+                self._state(),
+                label="reasoning 1",
+                n=k,
                 max_tokens=self.reasoning_tokens,
-                final=self.steps == 1, force_answer=True,
-            )  # fmt: skip
+                final=self.steps == 1,
+                force_answer=True,
+            )
             first = [Solution.from_step(step, i) for i in range(len(step.completions))]
         if k == 1:
             return [await self._continue(problem, ctx, first[0])]
@@ -247,16 +267,28 @@ class RC(Strategy):
             try:
                 thought = ctx.thought(attempt.text, attempt.reasoning)
                 made = await SUMMARY.generate(
-                    ctx, problem, {**summary, "attempt": thought}, attempt.source,
-                    label=f"summary {turn - 1}", max_tokens=self.summary_tokens, helper=True,
-                    model=self.summarizer, keep_thinking=self.summarizer_thinking == "same",
-                )  # fmt: skip
+                    ctx,
+                    problem,
+                    {**summary, "attempt": thought},
+                    attempt.source,
+                    label=f"summary {turn - 1}",
+                    max_tokens=self.summary_tokens,
+                    helper=True,
+                    model=self.summarizer,
+                    keep_thinking=self.summarizer_thinking == "same",
+                )
                 summary = {"summary": made.first.text}
                 state = self._state(made.first.text)
                 step = await REASONING.generate(
-                    ctx, problem, state, (made.step_id, 0), label=f"reasoning {turn}",
-                    max_tokens=self.reasoning_tokens, final=turn == self.steps, force_answer=True,
-                )  # fmt: skip
+                    ctx,
+                    problem,
+                    state,
+                    (made.step_id, 0),
+                    label=f"reasoning {turn}",
+                    max_tokens=self.reasoning_tokens,
+                    final=turn == self.steps,
+                    force_answer=True,
+                )
             except BudgetExhaustedError:
                 return attempt.marked_cut_short()
             attempt = Solution.from_step(step)

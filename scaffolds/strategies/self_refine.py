@@ -179,15 +179,23 @@ def _refine_row(step: TracedStep, sample: int, inputs: RowInputs) -> dict[str, A
 
 
 FEEDBACK = StepBuilder(
-    "self_refine_feedback", "feedback", ("self_refine_feedback", "self_refine_feedback_history"),
-    feedback_prompt, ("solution",),
+    "self_refine_feedback",
+    "feedback",
+    ("self_refine_feedback", "self_refine_feedback_history"),
+    feedback_prompt,
+    ("solution",),
     rows=_feedback_row,
-)  # fmt: skip
+)
 REFINE = StepBuilder(
-    "self_refine_refine", "refine", ("self_refine_refine", "self_refine_refine_history"),
+    "self_refine_refine",
+    "refine",
+    ("self_refine_refine", "self_refine_refine_history"),
     refine_prompt,
-    ("solution", "feedback"), _solution_and_feedback, "self_refine_refine", _refine_row,
-)  # fmt: skip
+    ("solution", "feedback"),
+    _solution_and_feedback,
+    "self_refine_refine",
+    _refine_row,
+)
 
 
 class SelfRefine(Strategy):

@@ -101,9 +101,13 @@ class GenerativeVerifier:
         self.name = name
         self.chat = chat
         self.params = SamplingParams(
-            n=1, max_tokens=1, temperature=0.0, top_logprobs=TOP_LOGPROBS,
-            top_logprob_texts=True, extra=dict(extra or {}),
-        )  # fmt: skip
+            n=1,
+            max_tokens=1,
+            temperature=0.0,
+            top_logprobs=TOP_LOGPROBS,
+            top_logprob_texts=True,
+            extra=dict(extra or {}),
+        )
 
     def _batched(self) -> bool:
         return not self.chat and batch_engine(self.engine) is not None

@@ -155,8 +155,9 @@ class LocalVerifier:
             chunk = order[start : start + self.max_batch]
             width = max(len(encoded[i]) for i in chunk)
             ids = torch.tensor([[pad] * (width - len(encoded[i])) + encoded[i] for i in chunk])
-            mask = torch.tensor([[0] * (width - len(encoded[i])) + [1] * len(encoded[i])
-                                 for i in chunk])  # fmt: skip
+            mask = torch.tensor(
+                [[0] * (width - len(encoded[i])) + [1] * len(encoded[i]) for i in chunk]
+            )
             inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, **loaded.extra}
             if loaded.position_ids:  # each row's positions start at its first real token
                 inputs["position_ids"] = (mask.cumsum(-1) - 1).clamp_min(0)

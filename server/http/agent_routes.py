@@ -50,15 +50,15 @@ def agent_router() -> APIRouter:
             raise NotFoundError(f"no stored response with id {response_id!r}", param="id")
         return stored.body
 
-    @router.delete("/responses/{response_id}", summary="Forget a stored response",
-                   tags=["responses"])  # fmt: skip
+    @router.delete(
+        "/responses/{response_id}", summary="Forget a stored response", tags=["responses"]
+    )
     async def delete_response(response_id: str, request: Request) -> dict[str, Any]:
         if not await _serving(request).responses.delete(response_id):
             raise NotFoundError(f"no stored response with id {response_id!r}", param="id")
         return {"id": response_id, "object": "response.deleted", "deleted": True}
 
-    @router.post("/messages", summary="An Anthropic message through a scaffold",
-                 tags=["anthropic"])  # fmt: skip
+    @router.post("/messages", summary="An Anthropic message through a scaffold", tags=["anthropic"])
     async def create_message(body: MessagesRequest, request: Request) -> Response:
         wire = MessagesFormat(body)
         return await _serving(request).handle("chat", wire.chat(), request.receive, wire)

@@ -63,8 +63,11 @@ def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = Non
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         models = {name: list(s.config.engines) for name, s in serving.models.items()}
-        log.info("serving %s", ", ".join(card["id"] for card in serving.model_cards()),
-                 extra={"engines": str(models)})  # fmt: skip
+        log.info(
+            "serving %s",
+            ", ".join(card["id"] for card in serving.model_cards()),
+            extra={"engines": str(models)},
+        )
         if not auth.enabled:
             log.warning("no API keys configured: /v1 is open to anyone who can reach it")
         await serving.start()

@@ -33,9 +33,21 @@ STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_
 """Chat finish reasons as Anthropic's stop reasons (anything else is ``end_turn``)."""
 
 MESSAGES_ONLY = frozenset(
-    {"messages", "system", "max_tokens", "stop_sequences", "tools", "tool_choice", "thinking",
-     "metadata", "container", "mcp_servers", "service_tier", "context_management"}
-)  # fmt: skip
+    {
+        "messages",
+        "system",
+        "max_tokens",
+        "stop_sequences",
+        "tools",
+        "tool_choice",
+        "thinking",
+        "metadata",
+        "container",
+        "mcp_servers",
+        "service_tier",
+        "context_management",
+    }
+)
 """Fields read here (or only accepted); every other field the caller sets goes on as a
 chat field (``top_k``, vLLM's extras)."""
 
@@ -125,8 +137,9 @@ def chat_messages(req: MessagesRequest) -> list[dict[str, Any]]:
                 calls.append({"id": block.get("id"), "type": "function", "function": function})
             elif kind == "tool_result" and message.role == "user":
                 result = _text(block.get("content"), f"{param}.{j}.content")
-                results.append({"role": "tool", "tool_call_id": block.get("tool_use_id"),
-                                "content": result})  # fmt: skip
+                results.append(
+                    {"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": result}
+                )
             else:
                 raise InvalidRequestError(
                     f"{param}.{j}: {kind!r} blocks are not supported in a {message.role} message",

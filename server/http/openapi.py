@@ -297,9 +297,12 @@ def _document(app: FastAPI) -> dict[str, Any]:
             for status in statuses(method, path, "requestBody" in operation):
                 responses[str(status)] = _error(status, key in RUN_ROUTES)
             if path == "/ready":  # not ready: the same per-model detail, not an error
-                responses["503"] = {"description": "Some model has no reachable engine.",
-                                    "content": {"application/json": {"schema": {
-                                        "$ref": "#/components/schemas/Readiness"}}}}  # fmt: skip
+                responses["503"] = {
+                    "description": "Some model has no reachable engine.",
+                    "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/Readiness"}}
+                    },
+                }
     return doc
 
 

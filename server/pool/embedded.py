@@ -200,10 +200,14 @@ def embedded_default(
         folders, urls = start.run(plan)
         # A verifier adapter (prepared now: no first request waits for its merge) is the
         # verifier of the model it names, not a chat model of its own.
-        verifiers = {m.verifies: f"local:{folders[m.name]}" for m in plan
-                     if m.verifies and m.name in folders}  # fmt: skip
-        served = [(model, folders[model.name], urls.get(model.name), verifiers.get(model.name))
-                  for model in plan if not model.verifies and model.name in folders]  # fmt: skip
+        verifiers = {
+            m.verifies: f"local:{folders[m.name]}" for m in plan if m.verifies and m.name in folders
+        }
+        served = [
+            (model, folders[model.name], urls.get(model.name), verifiers.get(model.name))
+            for model in plan
+            if not model.verifies and model.name in folders
+        ]
         if python is None:
             for model, *_ in served:
                 say(f"serving {model.name!r} in process (transformers)")
@@ -316,11 +320,17 @@ def _vllm_start(
         if log_path.exists():  # a restart: the dead child's log stays beside the new one
             log_path.replace(log_path.with_suffix(".previous.log"))
         with running_vllm(
-            python, folder, log_path=log_path, served_name=model.name,
-            max_model_len=model.max_model_len, dtype=model.vllm_dtype,
-            reasoning_parser=model.reasoning_parser, port=port, chunked_prefill=False,
+            python,
+            folder,
+            log_path=log_path,
+            served_name=model.name,
+            max_model_len=model.max_model_len,
+            dtype=model.vllm_dtype,
+            reasoning_parser=model.reasoning_parser,
+            port=port,
+            chunked_prefill=False,
             abort=abort,
-        ) as server:  # fmt: skip
+        ) as server:
             yield server.process
 
     return start

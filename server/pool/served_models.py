@@ -177,9 +177,14 @@ class ServedModels:
                 check_scaffold_templates(files, strategy, f"aliases.{alias}")
             engine = MeteredEngine(inner, metrics, config.name, max_sequences=config.max_sequences)
             models[config.name] = ServedModel(
-                config, engine, default, aliases, prompts=prompts, prompt_files=files,
+                config,
+                engine,
+                default,
+                aliases,
+                prompts=prompts,
+                prompt_files=files,
                 responses=engine_responses(engine, config.responses_api),
-            )  # fmt: skip
+            )
         helpers = {
             name: HelperModel(m.engine, m.config.thinking_config()) for name, m in models.items()
         }

@@ -85,8 +85,11 @@ class BlockBuilder:
         events = self._stop()
         self.blocks.append(block)
         self._open = block
-        start = {"type": "content_block_start", "index": len(self.blocks) - 1,
-                 "content_block": dict(block)}  # fmt: skip
+        start = {
+            "type": "content_block_start",
+            "index": len(self.blocks) - 1,
+            "content_block": dict(block),
+        }
         return [*events, start]
 
     def _delta(self, delta: dict[str, Any]) -> list[dict[str, Any]]:
@@ -110,12 +113,12 @@ class BlockBuilder:
         for _, entry in sorted(self._calls.items()):
             arguments = entry.get("arguments") or "{}"
             block_id = entry.get("id") or f"toolu_{secrets.token_hex(12)}"
-            block = {"type": "tool_use", "id": block_id, "name": entry.get("name", ""),
-                     "input": {}}  # fmt: skip
+            block = {"type": "tool_use", "id": block_id, "name": entry.get("name", ""), "input": {}}
             events += self._start(block)
             delta = {"type": "input_json_delta", "partial_json": arguments}
-            events.append({"type": "content_block_delta", "index": len(self.blocks) - 1,
-                           "delta": delta})  # fmt: skip
+            events.append(
+                {"type": "content_block_delta", "index": len(self.blocks) - 1, "delta": delta}
+            )
             try:
                 block["input"] = json.loads(arguments)
             except ValueError:
@@ -138,9 +141,16 @@ class MessagesFormat:
         return chat_request(self.req)
 
     def message(self, content: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
-        body = {"id": self.id, "type": "message", "role": "assistant", "model": self.req.model,
-                "content": content, "stop_reason": None, "stop_sequence": None,
-                "usage": {"input_tokens": 0, "output_tokens": 0}}  # fmt: skip
+        body = {
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.req.model,
+            "content": content,
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
         return body | fields
 
     async def body(self, plan: RunPlan, runs: list[tuple[RunResult, TraceRecorder]]) -> Any:
@@ -180,8 +190,12 @@ class MessagesFormat:
         result = await run.result
         reason = STOP_REASONS.get(finish_reasons(result)[0], "end_turn")
         end = b"".join(_sse(e) for e in out.finish())
-        delta = {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": None},
-                 "usage": _usage(result), **response_extra(plan, result, run.recorder)}  # fmt: skip
+        delta = {
+            "type": "message_delta",
+            "delta": {"stop_reason": reason, "stop_sequence": None},
+            "usage": _usage(result),
+            **response_extra(plan, result, run.recorder),
+        }
         yield end + _sse(delta) + _sse({"type": "message_stop"})
 
     def direct(self, plan: RunPlan) -> None:

@@ -106,12 +106,24 @@ class OutputBuilder:
             item["summary"].append({"type": "summary_text", "text": ""})
             index += 1
             part = {"type": "summary_text", "text": ""}
-            events.append({"type": "response.reasoning_summary_part.added", **base,
-                           "summary_index": index, "part": part})  # fmt: skip
+            events.append(
+                {
+                    "type": "response.reasoning_summary_part.added",
+                    **base,
+                    "summary_index": index,
+                    "part": part,
+                }
+            )
         text = piece.text.lstrip("\n") if not item["summary"][index]["text"] else piece.text
         item["summary"][index]["text"] += text
-        events.append({"type": "response.reasoning_summary_text.delta", **base,
-                       "summary_index": index, "delta": text})  # fmt: skip
+        events.append(
+            {
+                "type": "response.reasoning_summary_text.delta",
+                **base,
+                "summary_index": index,
+                "delta": text,
+            }
+        )
         return events
 
     def _content(self, text: str) -> list[dict[str, Any]]:
@@ -120,18 +132,31 @@ class OutputBuilder:
         base: dict[str, Any]
         if item is None or item["type"] != "message":
             events += self._close()
-            item = {"type": "message", "id": _id("msg"), "role": "assistant",
-                    "status": "in_progress", "content": []}  # fmt: skip
+            item = {
+                "type": "message",
+                "id": _id("msg"),
+                "role": "assistant",
+                "status": "in_progress",
+                "content": [],
+            }
             events += self._add(item)
             base = {"item_id": item["id"], "output_index": len(self.items) - 1}
             item["content"].append({"type": "output_text", "text": "", "annotations": []})
             part = {"type": "output_text", "text": "", "annotations": []}
-            events.append({"type": "response.content_part.added", **base,
-                           "content_index": 0, "part": part})  # fmt: skip
+            events.append(
+                {"type": "response.content_part.added", **base, "content_index": 0, "part": part}
+            )
         base = {"item_id": item["id"], "output_index": len(self.items) - 1}
         item["content"][0]["text"] += text
-        events.append({"type": "response.output_text.delta", **base, "content_index": 0,
-                       "delta": text, "logprobs": []})  # fmt: skip
+        events.append(
+            {
+                "type": "response.output_text.delta",
+                **base,
+                "content_index": 0,
+                "delta": text,
+                "logprobs": [],
+            }
+        )
         return events
 
     def _call_delta(self, call: dict[str, Any]) -> None:
@@ -148,8 +173,13 @@ class OutputBuilder:
         self._open = item
         self._part_key = None
         snapshot = fastjson.loads(fastjson.dumps(item))
-        return [{"type": "response.output_item.added", "output_index": len(self.items) - 1,
-                 "item": snapshot}]  # fmt: skip
+        return [
+            {
+                "type": "response.output_item.added",
+                "output_index": len(self.items) - 1,
+                "item": snapshot,
+            }
+        ]
 
     def _close_part(self, item: dict[str, Any], index: int) -> list[dict[str, Any]]:
         base = {"item_id": item["id"], "output_index": len(self.items) - 1, "summary_index": index}
@@ -173,14 +203,14 @@ class OutputBuilder:
             base = {"item_id": item["id"], "output_index": output_index, "content_index": 0}
             part = dict(item["content"][0])
             events += [
-                {"type": "response.output_text.done", **base, "text": part["text"],
-                 "logprobs": []},
+                {"type": "response.output_text.done", **base, "text": part["text"], "logprobs": []},
                 {"type": "response.content_part.done", **base, "part": part},
-            ]  # fmt: skip
+            ]
             item["status"] = status
         done = fastjson.loads(fastjson.dumps(item))
-        events.append({"type": "response.output_item.done", "output_index": output_index,
-                       "item": done})  # fmt: skip
+        events.append(
+            {"type": "response.output_item.done", "output_index": output_index, "item": done}
+        )
         return events
 
     def finish(self, status: str) -> list[dict[str, Any]]:
@@ -190,21 +220,36 @@ class OutputBuilder:
         if not self._calls and not any(i["type"] == "message" for i in self.items):
             events += self._content("") + self._close(status)
         for _, entry in sorted(self._calls.items()):
-            item = {"type": "function_call", "id": _id("fc"),
-                    "call_id": entry.get("call_id") or _id("call"), "name": entry.get("name", ""),
-                    "arguments": "", "status": "in_progress"}  # fmt: skip
+            item = {
+                "type": "function_call",
+                "id": _id("fc"),
+                "call_id": entry.get("call_id") or _id("call"),
+                "name": entry.get("name", ""),
+                "arguments": "",
+                "status": "in_progress",
+            }
             events += self._add(item)
             base = {"item_id": item["id"], "output_index": len(self.items) - 1}
             item["arguments"] = entry.get("arguments", "")
             item["status"] = "completed"
             events += [
-                {"type": "response.function_call_arguments.delta", **base,
-                 "delta": item["arguments"]},
-                {"type": "response.function_call_arguments.done", **base,
-                 "arguments": item["arguments"], "name": item["name"]},
-                {"type": "response.output_item.done", "output_index": len(self.items) - 1,
-                 "item": dict(item)},
-            ]  # fmt: skip
+                {
+                    "type": "response.function_call_arguments.delta",
+                    **base,
+                    "delta": item["arguments"],
+                },
+                {
+                    "type": "response.function_call_arguments.done",
+                    **base,
+                    "arguments": item["arguments"],
+                    "name": item["name"],
+                },
+                {
+                    "type": "response.output_item.done",
+                    "output_index": len(self.items) - 1,
+                    "item": dict(item),
+                },
+            ]
             self._open = None
         return events
 
@@ -214,10 +259,13 @@ class OutputBuilder:
         calls = [i for i in self.items if i["type"] == "function_call"]
         if calls:
             message["tool_calls"] = [
-                {"id": c["call_id"], "type": "function",
-                 "function": {"name": c["name"], "arguments": c["arguments"]}}
+                {
+                    "id": c["call_id"],
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": c["arguments"]},
+                }
                 for c in calls
-            ]  # fmt: skip
+            ]
         return [message]
 
 
@@ -365,6 +413,9 @@ class ResponsesFormat:
 def _usage(result: RunResult, reasoning: int) -> dict[str, Any]:
     u = result.usage
     return responses_usage(
-        u.prompt_tokens, u.completion_tokens, cached=u.cached_tokens, reasoning=reasoning,
+        u.prompt_tokens,
+        u.completion_tokens,
+        cached=u.cached_tokens,
+        reasoning=reasoning,
         calls=u.calls,
-    )  # fmt: skip
+    )

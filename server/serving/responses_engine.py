@@ -41,9 +41,18 @@ __all__ = ["EngineResponse", "history_items", "output_messages"]
 T = TypeVar("T")
 
 PONDER_FIELDS = frozenset(
-    {"model", "previous_response_id", "store", "stream", "input", "scaffold", "budget",
-     "return_trace", "stream_trace"}
-)  # fmt: skip
+    {
+        "model",
+        "previous_response_id",
+        "store",
+        "stream",
+        "input",
+        "scaffold",
+        "budget",
+        "return_trace",
+        "stream_trace",
+    }
+)
 """Request fields the engine never gets as the caller sent them."""
 
 
@@ -52,16 +61,26 @@ def history_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     for m in messages:
         if m["role"] == "tool":
-            items.append({"type": "function_call_output", "call_id": m.get("tool_call_id"),
-                          "output": m.get("content") or ""})  # fmt: skip
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": m.get("tool_call_id"),
+                    "output": m.get("content") or "",
+                }
+            )
             continue
         if m.get("content") or not m.get("tool_calls"):
             items.append({"role": m["role"], "content": m.get("content") or ""})
         for call in m.get("tool_calls") or ():
             function = call.get("function") or {}
-            items.append({"type": "function_call", "call_id": call.get("id"),
-                          "name": function.get("name"),
-                          "arguments": function.get("arguments") or ""})  # fmt: skip
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": call.get("id"),
+                    "name": function.get("name"),
+                    "arguments": function.get("arguments") or "",
+                }
+            )
     return items
 
 
@@ -76,11 +95,14 @@ def output_messages(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
     )
     message: dict[str, Any] = {"role": "assistant", "content": text}
     calls = [
-        {"id": item.get("call_id"), "type": "function",
-         "function": {"name": item.get("name"), "arguments": item.get("arguments") or ""}}
+        {
+            "id": item.get("call_id"),
+            "type": "function",
+            "function": {"name": item.get("name"), "arguments": item.get("arguments") or ""},
+        }
         for item in output
         if item.get("type") == "function_call"
-    ]  # fmt: skip
+    ]
     if calls:
         message["tool_calls"] = calls
     return [message]
@@ -102,8 +124,11 @@ class EngineResponse:
         self.id = response_id
         self._budget_binds = False
         self.request_body = self._engine_body(plan)
-        self.ponder = {"scaffold": spec_string(plan.strategy), "cut_reason": None,
-                       "engine_api": "responses"}  # fmt: skip
+        self.ponder = {
+            "scaffold": spec_string(plan.strategy),
+            "cut_reason": None,
+            "engine_api": "responses",
+        }
         self.timeout_s = plan.budget.timeout_s
         self._finished: Callable[[Usage, str | None], None] | None = None
         self._deadline: float | None = None
@@ -113,16 +138,20 @@ class EngineResponse:
 
     def _engine_body(self, plan: RunPlan) -> dict[str, Any]:
         req = self.req
-        body = {k: v for k, v in req.model_dump(exclude_none=True).items()
-                if k not in PONDER_FIELDS}  # fmt: skip
-        given = req.input if isinstance(req.input, list) else [
-            {"role": "user", "content": req.input}
-        ]  # fmt: skip
+        body = {
+            k: v for k, v in req.model_dump(exclude_none=True).items() if k not in PONDER_FIELDS
+        }
+        given = (
+            req.input if isinstance(req.input, list) else [{"role": "user", "content": req.input}]
+        )
         body["input"] = history_items(self.history) + given
         body["store"] = False
         params = plan.params
-        defaults = {"max_output_tokens": params.max_tokens, "temperature": params.temperature,
-                    "top_p": params.top_p}  # fmt: skip
+        defaults = {
+            "max_output_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+        }
         body |= {k: v for k, v in defaults.items() if v is not None and k not in body}
         if (cap := plan.budget.max_tokens) is not None:  # the budget (the server's cap)
             asked = body.get("max_output_tokens")
@@ -185,8 +214,13 @@ class EngineResponse:
 
     def _ours(self, response: dict[str, Any]) -> dict[str, Any]:
         req = self.req
-        fields = {"id": self.id, "model": req.model, "store": req.store, "ponder": self.ponder,
-                  "previous_response_id": req.previous_response_id}  # fmt: skip
+        fields = {
+            "id": self.id,
+            "model": req.model,
+            "store": req.store,
+            "ponder": self.ponder,
+            "previous_response_id": req.previous_response_id,
+        }
         out = response | fields
         if isinstance(out.get("usage"), dict):
             out["usage"] = out["usage"] | {"engine_calls": 1}
