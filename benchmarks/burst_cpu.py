@@ -41,7 +41,7 @@ from benchmarks.harness import (
     with_pylibs,
 )
 from benchmarks.saturation import ENGINE_CODE, burst, chat_body, one_request, wait_http
-from server.http.limits import raise_open_file_limit
+from server.app.limits import raise_open_file_limit
 
 # ponder serve, its collections timed; SIGUSR2 appends the totals since the last one to
 # argv[1] as a JSON line.

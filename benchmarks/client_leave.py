@@ -231,7 +231,7 @@ def main() -> None:
 
     from scaffolds.engines.vllm_server import vllm_python
     from scaffolds.processes.children import popen_owned, stop_group
-    from server.http.app import create_app
+    from server.app.app import create_app
     from server.settings import Settings
     from testing.ponder import wait_for_answer_pool
     from testing.threaded import serving_in_thread

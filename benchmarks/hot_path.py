@@ -31,7 +31,7 @@ PIECES = r"""
 import asyncio, json, time
 from scaffolds.engines.protocol import batch_engine
 from scaffolds.engines.openai_http import OpenAIEngine
-from server.http.disconnect import until_disconnect
+from server.runs.disconnect import until_disconnect
 
 def per_call(fn, n):
     fn(); start = time.process_time()

@@ -29,7 +29,7 @@ import httpx
 
 from scaffolds.engines.vllm_server import ROOT, running_vllm
 from scaffolds.models import model_path
-from server.serving import handler as serving
+from server.runs import handler as serving
 from server.settings import Settings
 from testing.ponder import running_ponder
 from testing.vllm import vllm_python_or_skip

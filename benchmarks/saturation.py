@@ -47,7 +47,7 @@ from benchmarks.harness import (
     read_response,
     request_bytes,
 )
-from server.http.limits import raise_open_file_limit
+from server.app.limits import raise_open_file_limit
 
 ENGINE_CODE = """
 import sys, uvicorn

@@ -83,8 +83,8 @@ def serve(**given: Any) -> None:
     from pydantic import ValidationError
 
     from scaffolds.core.errors import PonderError
-    from server.http.app import serve as run_server
-    from server.http.listener import bind_listener, listener_url
+    from server.app.app import serve as run_server
+    from server.app.listener import bind_listener, listener_url
     from server.pool.embedded import embedded_default
     from server.settings import setting_errors
 

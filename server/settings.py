@@ -1,10 +1,10 @@
 """Server configuration: CLI flags > environment (``PONDER_*``) > config file > defaults.
 
 Settings are frozen and validated once; an error names the bad parameter. One model can
-be given flat (``model`` plus the :class:`~server.pool.model_settings.ModelOptions` fields, what
+be given flat (``model`` plus the :class:`~server.model_settings.ModelOptions` fields, what
 ``ponder serve --engine --model`` fills in); a YAML or TOML config file (read by
 pydantic-settings' own sources) can declare several under ``models``. Each field's
-docstring is its ``--help`` text, and its :class:`~server.pool.model_settings.Flag` metadata (if
+docstring is its ``--help`` text, and its :class:`~server.model_settings.Flag` metadata (if
 any) its flag, so the command line is generated from this class (:mod:`server.cli`).
 
 >>> s = Settings(model="m", engines=("http://e:8000/v1",), aliases={"gsr4": "gsr(n=4)"})
@@ -37,7 +37,7 @@ from pydantic_settings import (
 
 from scaffolds.core.context import Budget
 from scaffolds.spec.build import SpecLimits
-from server.pool.model_settings import (
+from server.model_settings import (
     Flag,
     ModelConfig,
     ModelOptions,

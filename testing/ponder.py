@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from server.http.app import create_app
+from server.app.app import create_app
 from server.settings import Settings
 from testing.threaded import serving_in_thread
 

@@ -46,7 +46,7 @@ import pytest
 from scaffolds.engines.vllm_server import free_port
 from scaffolds.models import get_model
 from scaffolds.processes.children import popen_owned, stop_group
-from server.pool.model_settings import ModelConfig
+from server.model_settings import ModelConfig
 from server.settings import Settings
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from testing.ponder import running_ponder

@@ -1,7 +1,7 @@
 """The one exception hierarchy of Ponder.
 
 Every error a user can see derives from :class:`PonderError`. The server maps these
-classes to HTTP statuses in exactly one place (``server/http/errors.py``); the scaffold
+classes to HTTP statuses in exactly one place (``server/errors.py``); the scaffold
 library never mentions HTTP.
 
 >>> try:

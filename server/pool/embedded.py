@@ -63,7 +63,7 @@ from scaffolds.models import (
     model_status,
 )
 from scaffolds.models.prepare import prepare_model
-from server.pool.model_settings import ModelConfig
+from server.model_settings import ModelConfig
 from server.pool.supervised import Supervised
 from server.settings import Settings
 

@@ -10,7 +10,7 @@ every call, its latency and its tokens for Prometheus (and exports a wrapped
 >>> import asyncio
 >>> from scaffolds.engines.protocol import GenerateRequest
 >>> from scaffolds.engines.mock import MockEngine
->>> from server.http.metrics import Metrics
+>>> from server.telemetry.metrics import Metrics
 >>> pool = ReplicaEngine([MockEngine(lambda r: "a"), MockEngine(lambda r: "b")])
 >>> engine = MeteredEngine(pool, Metrics(), "m")
 >>> [asyncio.run(engine.generate(GenerateRequest("hi"))).completions[0].text for _ in range(3)]
@@ -41,9 +41,9 @@ from server.pool.replica_engine import ReplicaEngine, engine_health
 from server.pool.sequences import SequenceGate, engine_capacity, sequence_bound
 
 if TYPE_CHECKING:
-    from server.http.metrics import Metrics
-    from server.pool.model_settings import ModelConfig
+    from server.model_settings import ModelConfig
     from server.settings import Settings
+    from server.telemetry.metrics import Metrics
 
 R = TypeVar("R")
 

@@ -69,7 +69,7 @@ from server.pool.breaker import BreakerState, CircuitBreaker
 from server.pool.replica import Lease, Replica, is_replica_fault
 
 if TYPE_CHECKING:
-    from server.http.metrics import Metrics
+    from server.telemetry.metrics import Metrics
 
 log = logging.getLogger("ponder.replicas")
 T = TypeVar("T")

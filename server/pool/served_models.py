@@ -33,8 +33,7 @@ from scaffolds.spec.registry import Registry, default_registry
 from scaffolds.strategies.base import Strategy
 from scaffolds.verifiers import GenerativeVerifier, LocalVerifier, PoolingVerifier
 from scaffolds.verifiers.local import MAX_BATCH
-from server.http.metrics import Metrics
-from server.http.protocol import model_card
+from server.api.chat_completions.protocol import model_card
 from server.pool.engine_responses import EngineResponses, engine_responses
 from server.pool.metered import (
     MeteredEngine,
@@ -45,6 +44,7 @@ from server.pool.metered import (
     replica_status,
 )
 from server.settings import ModelConfig, Settings
+from server.telemetry.metrics import Metrics
 
 __all__ = ["ServedModel", "ServedModels", "spec_error"]
 

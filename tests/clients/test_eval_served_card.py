@@ -18,7 +18,7 @@ from clients.eval.resume import ResumeConflictError, check_resume
 from scaffolds.evaluation.answers import ThinkingMarkers
 from scaffolds.evaluation.grading import ExactGrader, MathGrader
 from scaffolds.evaluation.problems import ProblemRow
-from server.http.app import create_app
+from server.app.app import create_app
 from server.settings import Settings
 from testing.fake_engine import FakeEngineConfig, running_fake_engine
 from testing.fake_engine.tokens import prompt_text

@@ -20,7 +20,7 @@ import yaml
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.vllm_server import ROOT
 from scaffolds.models import model_path
-from server.http.app import create_app
+from server.app.app import create_app
 from server.settings import Settings
 from tests.deploy.artifacts import (
     COMPOSE_FILE,

@@ -18,7 +18,7 @@ import yaml
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
-from server.http.app import create_app
+from server.app.app import create_app
 from server.settings import Settings
 from testing.fake_engine import running_fake_engine
 from tests.deploy.artifacts import (
@@ -89,7 +89,7 @@ def test_every_dashboard_label_exists_on_its_metric(exposition: Exposition) -> N
 
 
 def test_dashboard_shows_every_metric_ponder_exports(exposition: Exposition) -> None:
-    """A metric added to server/http/metrics.py needs a panel here too."""
+    """A metric added to server/telemetry/metrics.py needs a panel here too."""
     used = {name for _, expr in dashboard_queries() for name in PONDER_METRIC.findall(expr)}
     families = {
         name.removesuffix("_total").removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")

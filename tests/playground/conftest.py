@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 import pytest
 
-from server.http.app import create_app
+from server.app.app import create_app
 from server.settings import Settings
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from testing.threaded import serving_in_thread

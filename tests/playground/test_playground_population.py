@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from server.http.playground import STATIC_DIR
+from server.app.playground import STATIC_DIR
 from tests.server.conftest import chat_body
 
 

@@ -10,8 +10,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from server.http.errors import install_error_handlers
-from server.http.playground import STATIC_DIR, mount_playground
+from server.app.playground import STATIC_DIR, mount_playground
+from server.errors import install_error_handlers
 from tests.server.conftest import chat_body
 
 KEY = "sk-routes"

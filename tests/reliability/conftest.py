@@ -18,7 +18,7 @@ import pytest
 from fastapi import FastAPI
 from starlette.types import Scope
 
-from server.http.app import create_app
+from server.app.app import create_app
 from server.settings import Settings
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from testing.ponder import wait_for_answer_pool

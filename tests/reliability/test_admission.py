@@ -14,10 +14,10 @@ import httpx
 from clients.eval.served import card_concurrency, served_card
 from scaffolds.engines.openai_http import OpenAIEngine
 from scaffolds.engines.protocol import GenerateRequest
-from server.http.metrics import Metrics
 from server.pool.metered import MeteredEngine
 from server.pool.replica_engine import ReplicaEngine
 from server.pool.sequences import DEFAULT_SEQUENCES, SequenceGate
+from server.telemetry.metrics import Metrics
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from tests.reliability.conftest import (
     KEY,

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from server.http.logs import JsonFormatter
+from server.telemetry.logs import JsonFormatter
 from testing.fake_engine import Failure, FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from tests.reliability.conftest import (
     ENGINE_KEY,

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from scaffolds.engines.protocol import GenerateRequest, GenerateResult, StreamItem
-from server.http.app import create_app
+from server.app.app import create_app
 from server.settings import Settings
 from testing.fake_engine import FakeEngineHandle
 from tests.reliability.conftest import (

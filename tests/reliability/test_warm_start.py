@@ -14,7 +14,7 @@ from typing import Any
 
 from scaffolds.engines.mock import MockEngine
 from scaffolds.evaluation.answer_pool import AnswerChecker
-from server.serving.handler import Serving
+from server.runs.handler import Serving
 from server.settings import Settings
 from testing.fake_engine import FakeEngineHandle
 from tests.reliability.conftest import (

@@ -62,7 +62,7 @@ def test_the_server_names_no_scaffold() -> None:
     """No string of ``server/`` is a scaffold name, the default scaffold setting aside:
     what the server needs to know about a strategy is its traits."""
     names = set(builtin_registry().names())
-    allowed = {("server/pool/model_settings.py", "single")}  # the default_scaffold setting
+    allowed = {("server/model_settings.py", "single")}  # the default_scaffold setting
     found = [
         f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}"
         for path in sorted((ROOT / "server").rglob("*.py"))

@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from scaffolds.engines.mock import Handler, MockEngine
 from scaffolds.engines.vllm_server import free_port
 from scaffolds.processes.children import popen_owned
-from server.http.app import create_app
+from server.app.app import create_app
 from server.settings import Settings
 
 UNUSED = "http://engine.invalid/v1"

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from clients.cli import app
+from server.app import listener
 from server.cli import setting_options
-from server.http import listener
 from server.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +24,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[Settings]:
     seen: list[Settings] = []
     bind = listener.bind_listener
     monkeypatch.setattr(listener, "bind_listener", lambda host, port: bind("127.0.0.1", 0))
-    monkeypatch.setattr("server.http.app.serve", lambda settings, sock: seen.append(settings))
+    monkeypatch.setattr("server.app.app.serve", lambda settings, sock: seen.append(settings))
     return seen
 
 

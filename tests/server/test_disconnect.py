@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from server.http.disconnect import until_disconnect
-from server.http.errors import ClientDisconnectedError
+from server.errors import ClientDisconnectedError
+from server.runs.disconnect import until_disconnect
 
 
 class Client:

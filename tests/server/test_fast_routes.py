@@ -1,4 +1,4 @@
-"""The completion routes answered without FastAPI's routing (server/http/fast_path.py): the
+"""The completion routes answered without FastAPI's routing (server/app/fast_path.py): the
 same answers and the same errors as the FastAPI routes, which see only what is not a
 valid request."""
 
@@ -14,7 +14,7 @@ import pytest
 from fastapi import FastAPI
 from starlette.types import Message, Receive, Scope, Send
 
-from server.http.fast_path import CompletionRoutes
+from server.app.fast_path import CompletionRoutes
 from tests.server.conftest import build_app, chat_body
 
 

@@ -11,10 +11,10 @@ import pytest
 from scaffolds.core.errors import EngineUnavailableError
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import EngineDelta, GenerateRequest, GenerateResult, StreamItem
-from server.http.errors import OverloadedError
-from server.http.limits import RunLimiter
-from server.http.metrics import Metrics
+from server.app.limits import RunLimiter
+from server.errors import OverloadedError
 from server.pool.metered import MeteredEngine, ReplicaEngine
+from server.telemetry.metrics import Metrics
 from tests.server.conftest import chat_body, parse_sse
 
 

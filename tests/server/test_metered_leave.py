@@ -27,8 +27,8 @@ from scaffolds.engines.protocol import (
     StreamItem,
     Usage,
 )
-from server.http.metrics import Metrics
 from server.pool.metered import MeteredEngine
+from server.telemetry.metrics import Metrics
 
 WITHIN = 60.0
 """A bound only, for what happens at once: a test that passes never waits for it."""

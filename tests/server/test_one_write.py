@@ -1,4 +1,4 @@
-"""server/http/one_write.py: a response's head and body leave in one socket write, over a
+"""server/app/one_write.py: a response's head and body leave in one socket write, over a
 real uvicorn on loopback and on a recording transport."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import httpx
 import openai
 import pytest
 
-from server.http import one_write
-from server.http.app import ONE_WRITE
-from server.http.one_write import GatheringTransport
+from server.app import one_write
+from server.app.app import ONE_WRITE
+from server.app.one_write import GatheringTransport
 from testing.threaded import serving_in_thread
 from tests.server.conftest import build_app, chat_body
 

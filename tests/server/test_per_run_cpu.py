@@ -12,8 +12,8 @@ import uvicorn
 
 from scaffolds.core.errors import SpecError
 from scaffolds.engines.mock import MockEngine
-from server.http import app as app_module
-from server.http.collector import YOUNG_THRESHOLD
+from server.app import app as app_module
+from server.app.collector import YOUNG_THRESHOLD
 from server.pool import served_models
 from server.pool.served_models import ServedModels
 from server.settings import Settings

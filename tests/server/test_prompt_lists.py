@@ -19,9 +19,9 @@ import pytest
 
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import GenerateRequest, batch_engine
-from server.http.metrics import Metrics
 from server.pool.metered import MeteredEngine, ReplicaEngine
 from server.settings import Settings
+from server.telemetry.metrics import Metrics
 from testing.fake_engine import FakeEngineHandle, running_fake_engine
 from testing.ponder import running_ponder
 from tests.scaffolds.engines.test_coalesce import ListEngine, numbered

@@ -29,10 +29,10 @@ from scaffolds.engines.protocol import (
     StreamItem,
     Usage,
 )
-from server.http.metrics import Metrics
 from server.pool.metered import MeteredEngine, replica_status
 from server.pool.replica_engine import ReplicaEngine
 from server.settings import Settings
+from server.telemetry.metrics import Metrics
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from testing.ponder import running_ponder
 from tests.server.conftest import wait_until
@@ -437,7 +437,7 @@ async def test_status_and_gauges() -> None:
 
 
 async def test_settings_reach_the_replica_engine() -> None:
-    from server.serving.handler import Serving
+    from server.runs.handler import Serving
 
     settings = Settings(
         model="m",

@@ -16,11 +16,11 @@ from scaffolds.core.errors import DeadlineExceededError
 from scaffolds.core.problem import Budget
 from scaffolds.engines.protocol import SamplingParams
 from scaffolds.strategies.single import Single
-from server.http.responses_protocol import ResponsesRequest
+from server.api.responses.engine import EngineResponse
+from server.api.responses.protocol import ResponsesRequest
+from server.api.responses.store import ResponseStore
 from server.pool.engine_responses import EngineResponses
-from server.serving.planning import RunPlan
-from server.serving.response_store import ResponseStore
-from server.serving.responses_engine import EngineResponse
+from server.runs.planning import RunPlan
 
 DEADLINE_S = 0.05
 EVENTS = 100

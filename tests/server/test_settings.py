@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from scaffolds.core.errors import SpecError
-from server.serving.handler import Serving
+from server.runs.handler import Serving
 from server.settings import Settings, setting_errors
 
 URL = "http://engine:8000/v1"

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, MutableMapping
 from typing import Any
 
 from scaffolds.core.trace import StepDelta, TraceRecorder
-from server.serving.streaming import SSEResponse
+from server.runs.streaming import SSEResponse
 
 WITHIN = 60.0
 """A bound only: a test that passes ends as soon as the body is closed."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from scaffolds.core.trace import RunFinished, StepDelta, StepFinished, StepNote, StepStarted
 from scaffolds.engines.protocol import Usage
-from server.serving.streaming import ChoiceRouter, Piece
+from server.runs.streaming import ChoiceRouter, Piece
 
 
 def started(step: str, label: str, *, n: int = 1, final: bool = False, choice: int | None = None):
@@ -154,10 +154,10 @@ def test_a_chunk_of_choices_is_the_same_bytes_as_the_chunk_object_encoded() -> N
     from typing import cast
 
     from scaffolds.core import fastjson
-    from server.http.protocol import chunk_object, delta_choice
-    from server.serving.planning import RunPlan
-    from server.serving.responses import ChunkMaker
-    from server.serving.streaming import sse_event
+    from server.api.chat_completions.protocol import chunk_object, delta_choice
+    from server.api.chat_completions.serving import ChunkMaker
+    from server.runs.planning import RunPlan
+    from server.runs.streaming import sse_event
 
     for endpoint in ("chat", "completions"):
         plan = cast(RunPlan, SimpleNamespace(endpoint=endpoint, model="m+gsr(n=2) «ü»"))

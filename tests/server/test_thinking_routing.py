@@ -8,9 +8,9 @@ import pytest
 
 from scaffolds.core.errors import InvalidRequestError
 from scaffolds.engines.mock import MockEngine
-from server.http.protocol import ChatCompletionRequest
+from server.api.chat_completions.protocol import ChatCompletionRequest
 from server.pool.served_models import ServedModels
-from server.serving.planning import plan_run
+from server.runs.planning import plan_run
 from server.settings import ModelConfig, Settings
 
 MESSAGES = [{"role": "user", "content": "3+4="}]

@@ -14,7 +14,7 @@ import pytest
 
 from scaffolds.engines.mock import GenerateRequest, MockEngine
 from scaffolds.engines.protocol import Completion
-from server.http.app import create_app
+from server.app.app import create_app
 from server.settings import Settings
 from testing.threaded import serving_in_thread
 

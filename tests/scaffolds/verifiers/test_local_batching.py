@@ -244,7 +244,7 @@ async def test_a_served_models_verifier_max_batch_caps_its_forwards(tiny_dir: Pa
 
 def test_the_documented_default_max_batch_is_the_verifiers() -> None:
     from scaffolds.verifiers.local import MAX_BATCH
-    from server.pool.model_settings import ModelOptions
+    from server.model_settings import ModelOptions
 
     help_text = ModelOptions.model_fields["verifier_max_batch"].description or ""
     assert f"default: {MAX_BATCH}," in help_text

@@ -155,7 +155,7 @@ async def test_the_local_verifier_takes_a_known_models_name(smollm2_dir: str) ->
     """``local:NAME`` names a known model (prepared on first use); a name that is neither
     a folder nor a known model is refused when the server reads its config."""
     from scaffolds.core.errors import InvalidRequestError
-    from server.pool.model_settings import ModelConfig
+    from server.model_settings import ModelConfig
     from server.pool.served_models import model_verifier
 
     config = ModelConfig(

@@ -1,0 +1,1 @@
+"""OpenAI's chat completions (and the chat-completion body shapes the others reuse)."""

@@ -1,0 +1,185 @@
+"""Response shaping: a finished run as an OpenAI completion object or SSE chunks.
+
+>>> response_id("chat").startswith("chatcmpl-"), response_id("completions")[:5]
+(True, 'cmpl-')
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi.responses import JSONResponse
+
+from scaffolds.core import fastjson
+from scaffolds.core.run import RunResult
+from scaffolds.core.solution import Solution
+from scaffolds.core.trace import StepFinished, StepStarted, TraceRecorder
+from scaffolds.spec.build import spec_string
+from server.api.chat_completions.protocol import Endpoint, chunk_object, completion_object
+from server.runs.planning import RunPlan
+from server.runs.streaming import ChoiceRouter, sse_event
+
+__all__ = [
+    "ChunkMaker",
+    "FastJSONResponse",
+    "finish_reasons",
+    "reasoning_tokens",
+    "response_body",
+    "response_extra",
+    "response_id",
+]
+
+
+class FastJSONResponse(JSONResponse):
+    """A JSON response written by :mod:`scaffolds.core.fastjson` (orjson when installed)."""
+
+    def render(self, content: Any) -> bytes:
+        return fastjson.dumps(content)
+
+
+def response_id(endpoint: Endpoint) -> str:
+    """A fresh OpenAI-style response id for ``endpoint``."""
+    prefix = "chatcmpl" if endpoint == "chat" else "cmpl"
+    return f"{prefix}-{secrets.token_hex(16)}"
+
+
+def response_extra(
+    plan: RunPlan, result: RunResult, recorder: TraceRecorder | list[TraceRecorder]
+) -> dict[str, Any]:
+    """Ponder's own response fields: the scaffold run, its cut reason, the trace if asked
+    (of every run, one after the other, when a request held several prompts)."""
+    extra: dict[str, Any] = {
+        "ponder": {"scaffold": spec_string(plan.strategy), "cut_reason": result.cut_reason}
+    }
+    if plan.return_trace:
+        recorders = recorder if isinstance(recorder, list) else [recorder]
+        extra["trace"] = [event for r in recorders for event in r.to_json()]
+    return extra
+
+
+def response_body(plan: RunPlan, runs: list[tuple[RunResult, TraceRecorder]]) -> dict[str, Any]:
+    """The whole (non-streamed) completion object of finished runs (one per prompt):
+    their choices in order, their usage summed."""
+    choices: list[dict[str, Any]] = []
+    for result, _ in runs:
+        router = ChoiceRouter(plan.n)
+        for event in result.events:
+            router.feed(event)
+        reasons = finish_reasons(result)
+        steps = _finished_steps(result)
+        choices += [
+            {
+                "text": s.text,
+                "reasoning": router.reasoning(i) or None,
+                "finish_reason": reasons[i],
+                "extra": _engine_fields(s, steps),
+            }
+            for i, s in enumerate(result.solutions)
+        ]
+    first = runs[0][0]
+    usage = sum((result.usage for result, _ in runs[1:]), first.usage)
+    cut = next((r.cut_reason for r, _ in runs if r.cut_reason), None)
+    merged = RunResult([], usage, [], cut)
+    return completion_object(
+        plan.endpoint,
+        response_id=response_id(plan.endpoint),
+        created=int(time.time()),
+        model=plan.model,
+        choices=choices,
+        usage=usage,
+        extra=response_extra(plan, merged, [recorder for _, recorder in runs]),
+        reasoning_tokens=sum(reasoning_tokens(result) for result, _ in runs),
+    )
+
+
+class ChunkMaker:
+    """The SSE chunks of one streamed response (one id and creation time for all).
+
+    A chunk of choices alone (every token's) is the encoded head, shared by all of the
+    response's chunks, and its choices: the same bytes :func:`chunk_object` and
+    :func:`sse_event` give, without building and encoding the head again.
+    """
+
+    def __init__(self, plan: RunPlan) -> None:
+        self.plan = plan
+        self.id = response_id(plan.endpoint)
+        self.created = int(time.time())
+        # "choices" is a chunk's last field when no usage or extra follows it.
+        self._head = sse_event(self._object([]))[: -len(b"[]}\n\n")]
+
+    def __call__(self, choices: list[dict[str, Any]], **kw: Any) -> bytes:
+        if not kw:
+            return self._head + fastjson.dumps(choices) + b"}\n\n"
+        return sse_event(self._object(choices, **kw))
+
+    def _object(self, choices: list[dict[str, Any]], **kw: Any) -> dict[str, Any]:
+        plan = self.plan
+        return chunk_object(
+            plan.endpoint,
+            response_id=self.id,
+            created=self.created,
+            model=plan.model,
+            choices=choices,
+            **kw,
+        )
+
+
+def finish_reasons(result: RunResult) -> list[str]:
+    """Per choice: ``length`` when the run was cut short (``cut_reason`` is set: a limit
+    ended it, whatever choice it cut) or the solution was, else the finish reason the
+    engine gave its generation (``stop``, ``length``, ``tool_calls``...)."""
+    if result.cut_reason:
+        return ["length"] * len(result.solutions)
+    steps = _finished_steps(result)
+    return [
+        _finish_reason(solution, choice, steps) for choice, solution in enumerate(result.solutions)
+    ]
+
+
+def reasoning_tokens(result: RunResult) -> int:
+    """The run's thinking: every generated token of the steps that do not write the final
+    answer, plus what the engines reported as reasoning within the final answer's steps."""
+    final = {e.step_id for e in result.events if isinstance(e, StepStarted) and e.final}
+    return sum(
+        e.usage.reasoning_tokens if e.step_id in final else e.usage.completion_tokens
+        for e in result.events
+        if isinstance(e, StepFinished)
+    )
+
+
+def _finished_steps(result: RunResult) -> dict[str, StepFinished]:
+    return {e.step_id: e for e in result.events if isinstance(e, StepFinished)}
+
+
+def _sample_of(solution: Solution, step: StepFinished, choice: int) -> int:
+    """Which sample of ``step`` the solution is."""
+    if solution.sample < len(step.texts) and step.texts[solution.sample] == solution.text:
+        return solution.sample
+    index = next((i for i, t in enumerate(step.texts) if t == solution.text), None)
+    if index is None:
+        index = choice if choice < len(step.finish_reasons) else 0
+    return index
+
+
+def _engine_fields(solution: Solution, steps: Mapping[str, StepFinished]) -> Any:
+    """The engine's own fields of the generation that is the answer (its logprobs, tool
+    calls...), when the answer is exactly one engine generation."""
+    step = steps.get(solution.step_id or "")
+    if step is None or solution.cut_short or not step.extras:
+        return None
+    sample = solution.sample
+    if sample >= len(step.texts) or step.texts[sample] != solution.text:
+        return None
+    return step.extras[sample] if sample < len(step.extras) else None
+
+
+def _finish_reason(solution: Solution, choice: int, steps: Mapping[str, StepFinished]) -> str:
+    if solution.cut_short:
+        return "length"
+    step = steps.get(solution.step_id or "")
+    if step is None or not step.finish_reasons:
+        return "stop"
+    return step.finish_reasons[_sample_of(solution, step, choice)] or "stop"

@@ -1,0 +1,253 @@
+"""The Responses API wire format (``POST /v1/responses``): its request, and the request
+as the chat completion Ponder runs.
+
+A Responses request is answered by the same scaffold run as a chat completion: its
+``input`` (a string, or message, ``function_call`` and ``function_call_output`` items)
+becomes chat messages after the stored conversation of ``previous_response_id``, with
+``instructions`` as the system message (not carried over to a follow-up, as OpenAI
+does); ``max_output_tokens``, ``text.format`` and function ``tools`` become their chat
+fields. Ponder's own fields (``scaffold``, ``budget``, ``return_trace``, ``stream_trace``)
+work as on chat completions.
+
+>>> req = ResponsesRequest.model_validate(
+...     {"model": "m", "input": "2+2?", "instructions": "Be brief.", "max_output_tokens": 9})
+>>> chat = chat_request(req, history=[])
+>>> [m.role for m in chat.messages], chat.max_tokens
+(['system', 'user'], 9)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, ValidationError
+
+from scaffolds.core.errors import InvalidRequestError
+from server.api.chat_completions.protocol import BudgetRequest, ChatCompletionRequest, _Open
+from server.errors import validation_error
+
+__all__ = [
+    "ResponsesRequest",
+    "chat_request",
+    "chat_tools",
+    "input_messages",
+    "responses_usage",
+]
+
+RESPONSES_ONLY = frozenset(
+    {
+        "input",
+        "instructions",
+        "max_output_tokens",
+        "previous_response_id",
+        "store",
+        "text",
+        "tools",
+        "tool_choice",
+        "metadata",
+        "reasoning",
+        "include",
+        "truncation",
+        "background",
+        "conversation",
+        "prompt",
+        "service_tier",
+        "prompt_cache_key",
+        "safety_identifier",
+        "user",
+        "max_tool_calls",
+        "top_logprobs",
+    }
+)
+"""Fields of a Responses request that are not chat fields as they stand (read here or
+only echoed); every other field the caller sets goes on as a chat field."""
+
+
+class ResponsesRequest(_Open):
+    """``POST /v1/responses``; unknown fields go on to the engine as on chat."""
+
+    model: str
+    input: str | list[dict[str, Any]] = Field(min_length=1)
+    instructions: str | None = None
+    previous_response_id: str | None = None
+    store: bool = True
+    stream: bool = False
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    text: dict[str, Any] | None = None
+    metadata: dict[str, str] | None = None
+    reasoning: dict[str, Any] | None = None
+    scaffold: str | dict[str, Any] | None = Field(
+        default=None,
+        description='Ponder: the scaffold spec, e.g. "gsr(n=4)" or {"name": "gsr", "n": 4}',
+    )
+    budget: BudgetRequest | None = Field(default=None, description="Ponder: per-request budget")
+    return_trace: bool = Field(default=False, description="Ponder: add the run's trace")
+    stream_trace: bool = Field(
+        default=False, description="Ponder: on a stream, also send every trace event"
+    )
+
+
+def input_messages(value: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A Responses ``input`` as chat messages.
+
+    >>> input_messages([{"role": "developer", "content": [{"type": "input_text", "text": "Hi"}]},
+    ...                 {"type": "function_call_output", "call_id": "c1", "output": "19C"}])
+    [{'role': 'system', 'content': 'Hi'}, {'role': 'tool', 'tool_call_id': 'c1', 'content': '19C'}]
+    """
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    out: list[dict[str, Any]] = []
+    for index, item in enumerate(value):
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "assistant", "system", "developer"):
+                raise InvalidRequestError(
+                    f"input.{index}.role: must be user, assistant, system or developer",
+                    param=f"input.{index}.role",
+                )
+            out.append(
+                {
+                    "role": "system" if role == "developer" else role,
+                    "content": _content(item.get("content"), f"input.{index}.content"),
+                }
+            )
+        elif kind == "function_call":
+            call = {
+                "id": item.get("call_id") or item.get("id"),
+                "type": "function",
+                "function": {"name": item.get("name"), "arguments": item.get("arguments", "")},
+            }
+            if out and out[-1]["role"] == "assistant" and "tool_calls" in out[-1]:
+                out[-1]["tool_calls"].append(call)
+            else:
+                out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            text = output if isinstance(output, str) else _content(output, f"input.{index}")
+            out.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": text})
+        elif kind == "reasoning":
+            continue  # a scaffold's steps are not replayed into the next turn
+        else:
+            raise InvalidRequestError(
+                f"input.{index}.type: {kind!r} is not supported (message, function_call, "
+                "function_call_output, reasoning)",
+                param=f"input.{index}.type",
+            )
+    return out
+
+
+def _content(content: Any, param: str) -> str:
+    """Message content: a string, or text parts joined into one."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise InvalidRequestError(f"{param}: must be a string or a list of parts", param=param)
+    texts = []
+    for index, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in ("input_text", "output_text", "text"):
+            raise InvalidRequestError(
+                f"{param}.{index}: only text content parts are supported (got {kind!r})",
+                param=f"{param}.{index}",
+            )
+        texts.append(str(part.get("text", "")))
+    return "".join(texts)
+
+
+def chat_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """Responses function tools as chat tools (other tool types are refused).
+
+    >>> chat_tools([{"type": "function", "name": "f", "parameters": {"type": "object"}}])
+    [{'type': 'function', 'function': {'name': 'f', 'parameters': {'type': 'object'}}}]
+    """
+    if not tools:
+        return None
+    out = []
+    for index, tool in enumerate(tools):
+        if tool.get("type") != "function":
+            raise InvalidRequestError(
+                f"tools.{index}.type: only function tools are supported (got {tool.get('type')!r})",
+                param=f"tools.{index}.type",
+            )
+        function = {k: v for k, v in tool.items() if k != "type"}
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _tool_choice(choice: str | dict[str, Any] | None) -> Any:
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    return choice
+
+
+def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
+    fmt = (text or {}).get("format")
+    if not isinstance(fmt, dict) or fmt.get("type") in (None, "text"):
+        return None
+    if fmt.get("type") == "json_schema":
+        schema = {k: v for k, v in fmt.items() if k != "type"}
+        return {"type": "json_schema", "json_schema": schema}
+    return {"type": fmt["type"]}
+
+
+def chat_request(req: ResponsesRequest, history: list[dict[str, Any]]) -> ChatCompletionRequest:
+    """The chat completion that answers ``req`` after the stored ``history``."""
+    messages = list(history) + input_messages(req.input)
+    if req.instructions:
+        messages.insert(0, {"role": "system", "content": req.instructions})
+    fields: dict[str, Any] = {
+        k: v for k, v in (req.model_extra or {}).items() if k not in RESPONSES_ONLY
+    }
+    fields |= {
+        "model": req.model,
+        "messages": messages,
+        "stream": req.stream,
+        "stream_options": {"include_usage": True} if req.stream else None,
+        "max_tokens": req.max_output_tokens,
+        "temperature": req.temperature,
+        "top_p": req.top_p,
+        "scaffold": req.scaffold,
+        "budget": req.budget,
+        "return_trace": req.return_trace,
+        "stream_trace": req.stream_trace,
+    }
+    optional = {
+        "tools": chat_tools(req.tools),
+        "tool_choice": _tool_choice(req.tool_choice),
+        "parallel_tool_calls": req.parallel_tool_calls,
+        "response_format": _response_format(req.text),
+    }
+    fields |= {k: v for k, v in optional.items() if v is not None}
+    if fields.get("n", 1) != 1:
+        raise InvalidRequestError(
+            "n: the Responses API answers with one output; send one request per answer", param="n"
+        )
+    try:
+        return ChatCompletionRequest.model_validate(fields)
+    except ValidationError as exc:
+        error = validation_error(exc.errors())
+        raise InvalidRequestError(error.message, param=error.param) from exc
+
+
+def responses_usage(
+    prompt: int, completion: int, *, cached: int, reasoning: int, calls: int
+) -> dict[str, Any]:
+    """Usage in the Responses shape, with Ponder's ``engine_calls``.
+
+    >>> responses_usage(5, 7, cached=0, reasoning=3, calls=2)["total_tokens"]
+    12
+    """
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+        "total_tokens": prompt + completion,
+        "engine_calls": calls,
+    }

@@ -1,0 +1,112 @@
+"""The completion routes without FastAPI's per-request machinery.
+
+``POST /v1/chat/completions`` and ``POST /v1/completions`` are most of what the server
+answers, and on ``single`` FastAPI's routing, dependency solving and exception
+middleware cost about as much CPU as the scaffold run around the engine call.
+:class:`CompletionRoutes` sits inside the request-id, auth and body-size middleware (so
+those still apply) and answers those two routes itself: the body read as the ASGI
+messages come, parsed as FastAPI parses it, validated by the same pydantic models, then
+:meth:`Serving.handle <server.runs.handler.Serving.handle>` and its response, as the FastAPI
+routes in :mod:`server.api.chat_completions.api_router` do. Anything off the happy path
+before the request is valid (no JSON content type, a body that is not a JSON object, a
+validation error, a client gone mid-body) goes on to the FastAPI app with the messages read
+so far replayed, so every such error is the FastAPI route's own, to the byte.
+
+>>> ROUTES["/v1/chat/completions"][0]
+'chat'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from scaffolds.core import fastjson
+from scaffolds.core.errors import PonderError
+from server.api.chat_completions.protocol import ChatCompletionRequest, CompletionRequest, Endpoint
+from server.errors import api_error, error_response
+from server.runs.handler import Serving
+from server.runs.planning import AnyRequest
+from server.telemetry.metrics import Metrics
+
+__all__ = ["ROUTES", "CompletionRoutes"]
+
+ROUTES: Mapping[str, tuple[Endpoint, Callable[[Any], AnyRequest]]] = {
+    "/v1/chat/completions": ("chat", ChatCompletionRequest.model_validate),
+    "/v1/completions": ("completions", CompletionRequest.model_validate),
+}
+
+
+class CompletionRoutes:
+    """ASGI middleware answering :data:`ROUTES` itself; everything else goes to ``app``."""
+
+    def __init__(self, app: ASGIApp, serving: Serving, metrics: Metrics | None = None):
+        self.app = app
+        self.serving = serving
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route = None
+        if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
+            route = ROUTES.get(scope["path"])
+        if route is None:
+            await self.app(scope, receive, send)
+            return
+        messages: list[Message] = []
+        body = b""
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break  # the client left mid-body: FastAPI says what that is
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        endpoint, validate = route
+        req = _valid(scope, messages, body, validate)
+        if req is None:
+            await self.app(scope, _replaying(messages, receive), send)
+            return
+        try:
+            response = await self.serving.handle(endpoint, req, receive)
+        except PonderError as exc:  # as server.errors' handler for them answers
+            response = error_response(api_error(exc), exc, self.metrics)
+        await response(scope, receive, send)
+
+
+def _valid(
+    scope: Scope, messages: list[Message], body: bytes, validate: Callable[[Any], AnyRequest]
+) -> AnyRequest | None:
+    """The request when it is a complete, valid JSON object sent as application/json."""
+    if not body or messages[-1]["type"] != "http.request":
+        return None
+    content_type = next((v for k, v in scope["headers"] if k == b"content-type"), None)
+    if content_type is None:
+        return None
+    if content_type.split(b";")[0].strip().lower() != b"application/json":
+        return None
+    try:
+        data = fastjson.loads(body)  # what json.loads reads, as Starlette's request.json()
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    try:
+        return validate(data)
+    except ValidationError:
+        return None
+
+
+def _replaying(messages: list[Message], receive: Receive) -> Receive:
+    """A ``receive`` that gives ``messages`` again, then the client's own."""
+    pending = list(messages)
+
+    async def replay() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replay

@@ -1,0 +1,317 @@
+"""The served OpenAPI document, made true: the statuses each route really returns, every
+error in the OpenAI error shape, the real response bodies, ``/metrics`` as text.
+
+FastAPI's generated document says every route may answer 422 (Ponder answers a bad body
+with a 400) and that most answer an empty object. :func:`install_openapi` rewrites it
+once, from rules that follow the code: every ``/v1`` and ``/playground`` route may
+answer 401 (:mod:`server.app.auth`), every route with a body 400 and 413
+(:mod:`server.errors`, :class:`~server.app.limits.BodySizeLimit`), a route that
+runs a scaffold 404 (unknown model), 429 (admission), 502, 503 and 504 (the engine), and
+the stored-response routes 404 and 503 (the store), the tokenizer routes 404 (unknown
+model) and the engine's 502, 503 and 504; 200 bodies get the schemas below,
+and a run's 200 is JSON or, streamed, ``text/event-stream``.
+
+>>> from scaffolds.engines.mock import MockEngine
+>>> from server.app.app import create_app
+>>> from server.settings import Settings
+>>> app = create_app(Settings(model="m", engines=("http://unused/v1",)),
+...                  engines={"m": MockEngine(lambda r: "ok")})
+>>> ops = app.openapi()["paths"]
+>>> sorted(ops["/v1/chat/completions"]["post"]["responses"])
+['200', '400', '401', '404', '413', '429', '502', '503', '504']
+>>> list(ops["/metrics"]["get"]["responses"]["200"]["content"])
+['text/plain']
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from server.app.auth import guarded
+
+__all__ = ["RUN_ROUTES", "install_openapi", "statuses"]
+
+_NULLABLE_STRING = {"type": ["string", "null"]}
+_OBJECT = {"type": "object"}
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "Error": {
+        "type": "object",
+        "description": "Every error, in the OpenAI shape.",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["message", "type"],
+                "properties": {
+                    "message": {"type": "string"},
+                    "type": {"type": "string"},
+                    "param": _NULLABLE_STRING,
+                    "code": _NULLABLE_STRING,
+                },
+            }
+        },
+    },
+    "ChatCompletion": {
+        "type": "object",
+        "required": ["id", "object", "created", "model", "choices", "usage"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "chat.completion"},
+            "created": {"type": "integer"},
+            "model": {"type": "string"},
+            "choices": {"type": "array", "items": _OBJECT},
+            "usage": _OBJECT,
+            "ponder": _OBJECT,
+            "trace": {"type": "array"},
+        },
+    },
+    "TextCompletion": {
+        "type": "object",
+        "required": ["id", "object", "created", "model", "choices", "usage"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "text_completion"},
+            "created": {"type": "integer"},
+            "model": {"type": "string"},
+            "choices": {"type": "array", "items": _OBJECT},
+            "usage": _OBJECT,
+        },
+    },
+    "Model": {
+        "type": "object",
+        "required": ["id", "object", "created", "owned_by"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "model"},
+            "created": {"type": "integer"},
+            "owned_by": {"type": "string"},
+        },
+    },
+    "ModelList": {
+        "type": "object",
+        "required": ["object", "data"],
+        "properties": {
+            "object": {"const": "list"},
+            "data": {"type": "array", "items": {"$ref": "#/components/schemas/Model"}},
+        },
+    },
+    "Response": {
+        "type": "object",
+        "required": ["id", "object", "created_at", "status", "model", "output"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "response"},
+            "created_at": {"type": "number"},
+            "status": {"enum": ["completed", "incomplete", "failed", "in_progress"]},
+            "model": {"type": "string"},
+            "output": {"type": "array", "items": _OBJECT},
+            "usage": {"type": ["object", "null"]},
+        },
+    },
+    "ResponseDeleted": {
+        "type": "object",
+        "required": ["id", "object", "deleted"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "response.deleted"},
+            "deleted": {"type": "boolean"},
+        },
+    },
+    "Message": {
+        "type": "object",
+        "description": "An Anthropic Messages API message.",
+        "required": ["id", "type", "role", "model", "content", "stop_reason", "usage"],
+        "properties": {
+            "id": {"type": "string"},
+            "type": {"const": "message"},
+            "role": {"const": "assistant"},
+            "model": {"type": "string"},
+            "content": {"type": "array", "items": _OBJECT},
+            "stop_reason": _NULLABLE_STRING,
+            "usage": _OBJECT,
+        },
+    },
+    "InputItemList": {
+        "type": "object",
+        "description": "A stored response's input items, one page.",
+        "required": ["object", "data", "first_id", "last_id", "has_more"],
+        "properties": {
+            "object": {"const": "list"},
+            "data": {"type": "array", "items": _OBJECT},
+            "first_id": _NULLABLE_STRING,
+            "last_id": _NULLABLE_STRING,
+            "has_more": {"type": "boolean"},
+        },
+    },
+    "TokenCount": {
+        "type": "object",
+        "description": "Anthropic's count of a message's input tokens.",
+        "required": ["input_tokens"],
+        "properties": {"input_tokens": {"type": "integer"}},
+    },
+    "Tokenized": {
+        "type": "object",
+        "description": "vLLM's /tokenize answer.",
+        "required": ["count", "tokens"],
+        "properties": {
+            "count": {"type": "integer"},
+            "max_model_len": {"type": ["integer", "null"]},
+            "tokens": {"type": "array", "items": {"type": "integer"}},
+            "token_strs": {"type": ["array", "null"], "items": {"type": "string"}},
+        },
+    },
+    "Detokenized": {
+        "type": "object",
+        "description": "vLLM's /detokenize answer.",
+        "required": ["prompt"],
+        "properties": {"prompt": {"type": "string"}},
+    },
+    "Version": {
+        "type": "object",
+        "description": "Ponder's version, and per base model its engine's kind and version.",
+        "required": ["version", "engines"],
+        "properties": {
+            "version": {"type": "string"},
+            "engines": {
+                "type": "object",
+                "additionalProperties": {
+                    "type": "object",
+                    "properties": {"engine": _NULLABLE_STRING, "version": _NULLABLE_STRING},
+                },
+            },
+        },
+    },
+    "Health": {
+        "type": "object",
+        "required": ["status"],
+        "properties": {"status": {"type": "string"}},
+    },
+    "Readiness": {"type": "object", "description": "Per model: whether an engine answers."},
+}
+
+RUN_ROUTES: dict[tuple[str, str], str] = {
+    ("post", "/v1/chat/completions"): "ChatCompletion",
+    ("post", "/v1/completions"): "TextCompletion",
+    ("post", "/v1/responses"): "Response",
+    ("post", "/v1/messages"): "Message",
+}
+"""Routes that run a scaffold, and the schema of their whole (non-streamed) answer."""
+
+_OK: dict[tuple[str, str], str] = {
+    ("get", "/v1/models"): "ModelList",
+    ("get", "/v1/models/{model_id}"): "Model",
+    ("get", "/v1/responses/{response_id}"): "Response",
+    ("delete", "/v1/responses/{response_id}"): "ResponseDeleted",
+    ("get", "/v1/responses/{response_id}/input_items"): "InputItemList",
+    ("post", "/v1/messages/count_tokens"): "TokenCount",
+    ("post", "/tokenize"): "Tokenized",
+    ("post", "/detokenize"): "Detokenized",
+    ("get", "/version"): "Version",
+    ("get", "/health"): "Health",
+    ("get", "/ready"): "Readiness",
+}
+_TOKENIZER_STATUSES = (404, 502, 503, 504)
+"""A tokenizer route's: an unknown model; the engine's failure, absence or timeout."""
+_EXTRA: dict[tuple[str, str], tuple[int, ...]] = {
+    ("get", "/v1/models/{model_id}"): (404,),
+    ("get", "/v1/responses/{response_id}"): (404, 503),
+    ("delete", "/v1/responses/{response_id}"): (404, 503),
+    ("get", "/v1/responses/{response_id}/input_items"): (400, 404, 503),
+    ("post", "/v1/messages/count_tokens"): _TOKENIZER_STATUSES,
+    ("post", "/tokenize"): _TOKENIZER_STATUSES,
+    ("post", "/detokenize"): _TOKENIZER_STATUSES,
+    ("get", "/ready"): (503,),
+}
+_WHY = {
+    400: "The request is invalid (the error's param names the field; code "
+    "context_length_exceeded: the prompt does not fit the model's context).",
+    401: "No API key, or a wrong one (Authorization: Bearer, or x-api-key).",
+    404: "No such model (or stored response).",
+    413: "The body is larger than the server's limit.",
+    429: "Every run slot and queue place is taken (see Retry-After).",
+    502: "The engine failed or answered something unreadable.",
+    503: "No engine (or response store) is reachable.",
+    504: "The run passed its time limit, or the engine timed out.",
+}
+
+
+def statuses(method: str, path: str, has_body: bool) -> list[int]:
+    """The error statuses a route really answers with.
+
+    >>> statuses("get", "/v1/models", False), statuses("get", "/health", False)
+    ([401], [])
+    """
+    out: set[int] = set(_EXTRA.get((method, path), ()))
+    if guarded(path):
+        out.add(401)
+    if has_body:
+        out |= {400, 413}
+    if (method, path) in RUN_ROUTES:
+        out |= {400, 404, 429, 502, 503, 504}
+    return sorted(out)
+
+
+_RUN_400 = (
+    "The request is invalid, or sets a field the model's engine cannot honour (code "
+    "unsupported_parameter: the in-process transformers engine refuses tools, tool_choice, "
+    "response_format, logprobs...; docs/request-fields.md); the error's param names the field. "
+    "Code context_length_exceeded: the prompt does not fit the model's context."
+)
+"""A run route's 400: what :data:`_WHY` says, and the fields an engine refuses."""
+
+
+def _error(status: int, run: bool = False) -> dict[str, Any]:
+    schema = {"$ref": "#/components/schemas/Error"}
+    why = _RUN_400 if run and status == 400 else _WHY[status]
+    return {"description": why, "content": {"application/json": {"schema": schema}}}
+
+
+def _document(app: FastAPI) -> dict[str, Any]:
+    doc = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
+    schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+    schemas.update(SCHEMAS)
+    for path, operations in doc.get("paths", {}).items():
+        for method, operation in operations.items():
+            responses = operation.setdefault("responses", {})
+            responses.pop("422", None)
+            key = (method, path)
+            ok = responses.setdefault("200", {"description": "Successful Response"})
+            if key in RUN_ROUTES:
+                ref = {"$ref": f"#/components/schemas/{RUN_ROUTES[key]}"}
+                ok["content"] = {
+                    "application/json": {"schema": ref},
+                    "text/event-stream": {"schema": {"type": "string"}},
+                }
+                ok["description"] = "The answer, or with stream: true its server-sent events."
+            elif key in _OK:
+                ref = {"$ref": f"#/components/schemas/{_OK[key]}"}
+                ok["content"] = {"application/json": {"schema": ref}}
+            elif path == "/metrics":
+                ok["content"] = {"text/plain": {"schema": {"type": "string"}}}
+            for status in statuses(method, path, "requestBody" in operation):
+                responses[str(status)] = _error(status, key in RUN_ROUTES)
+            if path == "/ready":  # not ready: the same per-model detail, not an error
+                responses["503"] = {
+                    "description": "Some model has no reachable engine.",
+                    "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/Readiness"}}
+                    },
+                }
+    return doc
+
+
+def install_openapi(app: FastAPI) -> None:
+    """Serve :func:`_document`'s document at ``/openapi.json`` (built once)."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = _document(app)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -1,0 +1,342 @@
+"""The serving layer: one HTTP request becomes one scaffold run, here and only here.
+
+:class:`Serving` ties the parts together: :mod:`server.pool.served_models` (the served
+models and their engines), :mod:`server.runs.planning` (request to :class:`RunPlan`),
+admission (:class:`~server.app.limits.RunLimiter`, 429 when full), the run itself through
+:func:`~scaffolds.core.run.run_scaffold` while watching for the client to go away
+(:mod:`server.runs.disconnect`), and :mod:`server.api.chat_completions.serving` (the
+OpenAI response or SSE stream). Routers only call :meth:`Serving.handle`.
+
+>>> from scaffolds.engines.mock import MockEngine
+>>> from server.settings import Settings
+>>> settings = Settings(model="m", engines=("http://unused/v1",), aliases={"g2": "gsr(n=2)"})
+>>> serving = Serving.build(settings, engines={"m": MockEngine(lambda r: "\\\\boxed{4}")})
+>>> [card["id"] for card in serving.model_cards()]
+['m', 'm+g2']
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Mapping
+from typing import Any, TypeVar
+
+from fastapi.responses import Response
+
+from scaffolds.core.fanout import gather
+from scaffolds.core.problem import Problem
+from scaffolds.core.run import RunResult, run_scaffold
+from scaffolds.core.trace import TraceRecorder
+from scaffolds.engines.coalesce import Coalescer
+from scaffolds.engines.protocol import Engine, Usage, batch_engine
+from scaffolds.evaluation.answer_pool import AnswerChecker
+from scaffolds.spec.build import SpecLimits
+from scaffolds.spec.registry import Registry
+from scaffolds.strategies.base import Strategy
+from server.api.chat_completions.protocol import Endpoint
+from server.api.chat_completions.serving import (
+    FastJSONResponse,
+    finish_reasons,
+    response_body,
+)
+from server.api.responses.store import ResponseStore, default_store_url
+from server.app.limits import RunLimiter
+from server.errors import ClientDisconnectedError, api_error
+from server.pool.served_models import ServedModel, ServedModels
+from server.runs.disconnect import Receive, until_disconnect
+from server.runs.planning import AnyRequest, RunPlan, plan_run
+from server.runs.sse_bodies import chat_sse, start_live, wire_sse
+from server.runs.streaming import SSEResponse
+from server.runs.wire import DirectCall, LiveRun, WireFormat
+from server.settings import Settings
+from server.telemetry.metrics import Metrics
+
+log = logging.getLogger("ponder.server")
+T = TypeVar("T")
+
+__all__ = ["RunPlan", "ServedModel", "Serving", "finish_reasons"]
+
+
+class Serving:
+    """Holds the served models and turns requests into scaffold runs."""
+
+    def __init__(
+        self, settings: Settings, served: ServedModels, *, metrics: Metrics, limiter: RunLimiter
+    ):
+        self.settings = settings
+        self.served = served
+        self.metrics = metrics
+        self.limiter = limiter
+        # Votes compare answers with math-verify, which can hang on pathological LaTeX:
+        # a process pool with a time limit keeps that off the event loop.
+        self.voter = AnswerChecker(max_workers=1)
+        self._warming: asyncio.Task[None] | None = None
+        self.responses = ResponseStore(
+            settings.responses_db or default_store_url(),
+            max_age_s=settings.responses_max_age_s,
+            max_count=settings.responses_max_count,
+        )
+
+    @classmethod
+    def build(
+        cls,
+        settings: Settings,
+        *,
+        metrics: Metrics | None = None,
+        engines: Mapping[str, Engine] | None = None,
+    ) -> Serving:
+        """Serving over :meth:`ServedModels.build` (which raises on a bad scaffold)."""
+        metrics = metrics or Metrics()
+        served = ServedModels.build(settings, metrics=metrics, engines=engines)
+        limiter = RunLimiter(settings.max_concurrent_runs, settings.queue_size, metrics)
+        return cls(settings, served, metrics=metrics, limiter=limiter)
+
+    @property
+    def models(self) -> Mapping[str, ServedModel]:
+        return self.served.models
+
+    @property
+    def registry(self) -> Registry:
+        return self.served.registry
+
+    @property
+    def spec_limits(self) -> SpecLimits:
+        return self.served.limits
+
+    async def start(self) -> None:
+        """Start what a request would otherwise start cold: the answer pool (its workers
+        spawn and import math-verify in the background, and :meth:`readiness` says not
+        ready until they are warm; after a recycle its replacement warms at once), and
+        the engines' background work (replica health polls, the sequence bound they
+        report)."""
+        self.voter.start()  # its workers spawn and warm in the background: /ready waits
+        self._warming = asyncio.create_task(self._warm_answer_pool())
+        await self.served.start()
+
+    async def _warm_answer_pool(self) -> None:
+        """Wait for the answer pool's warm-up (up to its startup timeout); say so when it
+        did not come up (votes compare strings until it is)."""
+        pool = await self.voter.warm_up()
+        if pool != "warm":
+            why = self.voter.warm_up_error()
+            log.warning("the answer pool is %s (%s): votes compare strings", pool, why)
+
+    async def aclose(self) -> None:
+        if self._warming is not None:
+            self._warming.cancel()
+        await self.served.aclose()
+        await self.responses.aclose()
+        self.voter.close()
+
+    def model_cards(self) -> list[dict[str, Any]]:
+        """``/v1/models`` entries: each base model, then its aliases, each with the runs
+        this server executes at once (``ponder.max_concurrent_runs``, over all workers:
+        the concurrency a client such as ``ponder eval`` needs to keep it full)."""
+        runs = self.settings.max_concurrent_runs * self.settings.workers
+        cards = self.served.model_cards()
+        for card in cards:
+            card["ponder"]["max_concurrent_runs"] = runs
+        return cards
+
+    def resolve_model(self, model: str) -> tuple[ServedModel, Strategy]:
+        """A model id (base, alias, or ``base+<spec>``) to its model and scaffold."""
+        return self.served.resolve(model)
+
+    def plan(self, endpoint: Endpoint, req: AnyRequest) -> RunPlan:
+        """Validate a request against the served models and limits; build its run."""
+        return plan_run(self.served, self.settings, endpoint, req)
+
+    async def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """Whether every model has a reachable engine and the answer pool is not still
+        warming up (so no request would start it cold), with the detail."""
+        ready, detail = await self.served.readiness()
+        pool = self.voter.state
+        detail["answer_pool"] = pool
+        # A pool that failed to warm is not waited for: votes compare strings meanwhile
+        # (logged at start), and a pool that never comes up must not keep a replica unready.
+        if ready and pool == "starting":
+            ready, detail["status"] = False, "starting"
+        return ready, detail
+
+    # -- handling ----------------------------------------------------------------------
+    async def handle(
+        self,
+        endpoint: Endpoint,
+        req: AnyRequest,
+        receive: Receive,
+        wire: WireFormat | None = None,
+    ) -> Response:
+        """Plan, admit, run and answer one completion request; ``receive`` is the request's
+        ASGI receive (its disconnect cancels the run). ``wire`` shapes the answer for
+        another API (Responses, Anthropic Messages) than ``endpoint``'s own."""
+        started = time.perf_counter()
+        base = req.model.partition("+")[0]  # labels stay bounded whatever the client sends
+        label = wire.label if wire is not None else endpoint
+        labels = {"endpoint": label, "model": base if base in self.models else "unknown"}
+        labels["scaffold"] = "-"
+        try:
+            plan = self.plan(endpoint, req)
+            labels.update(model=plan.served.config.name, scaffold=plan.scaffold)
+            slot = self.limiter.admit()
+        except Exception as exc:
+            self._observe(labels, api_error(exc).status, started)
+            raise
+        try:
+            if slot.free:  # taken at once: no wait for the client to leave during
+                await slot.acquire()
+            else:
+                await self._until_disconnect(receive, slot.acquire())
+            direct = await self._direct(receive, plan, wire)
+            live: LiveRun | None = None
+            if plan.stream and direct is None:  # up to its first answer: a 4xx before it
+                run = functools.partial(self._run, plan)  # is this request's answer
+                first = start_live(run, every_event=plan.stream_trace)
+                live = await self._until_disconnect(receive, first)
+        except BaseException as exc:
+            slot.release()
+            self._observe(labels, _status_of(exc), started)
+            raise
+        if plan.stream:
+            observed = False
+
+            def observe(status: int) -> None:
+                nonlocal observed
+                if not observed:
+                    observed = True
+                    if status == 499:
+                        self.metrics.disconnects.inc()
+                    self._observe(labels, status, started)
+
+            def close() -> None:
+                if live is not None:  # a body that never began leaves its run to us
+                    live.result.cancel()
+                slot.release()
+                observe(499)  # counts a client that left before its stream began
+
+            if live is not None:
+                sse = (
+                    chat_sse(plan, live, observe)
+                    if wire is None
+                    else wire_sse(plan, live, observe, wire)
+                )
+            else:
+                assert wire is not None and direct is not None  # the engine's own stream
+                sse = wire_sse(plan, direct, observe, wire)
+            return SSEResponse(sse, on_close=close)
+        try:
+            if direct is not None:
+                response = await self._until_disconnect(receive, direct.body())
+            else:
+                runs = await self._until_disconnect(receive, self._run_all(plan))
+                if wire is None:
+                    response = response_body(plan, runs)
+                else:
+                    response = await self._until_disconnect(receive, wire.body(plan, runs))
+        except BaseException as exc:
+            self._observe(labels, _status_of(exc), started)
+            raise
+        finally:
+            slot.release()
+        self._observe(labels, 200, started)
+        return FastJSONResponse(response)
+
+    async def _direct(
+        self, receive: Receive, plan: RunPlan, wire: WireFormat | None
+    ) -> DirectCall | None:
+        """The engine call that answers ``plan`` in ``wire``'s API without a run, opened
+        (None: the plan is run)."""
+        call = wire.direct(plan) if wire is not None else None
+        if call is None:
+            return None
+
+        def finished(usage: Usage, cut_reason: str | None) -> None:  # counted as a run
+            self._record_run(plan, usage, cut_reason)
+
+        if not await self._until_disconnect(receive, call.open(finished)):
+            return None
+        return call
+
+    def _observe(self, labels: Mapping[str, str], status: int, started: float) -> None:
+        self.metrics.requests.labels(**labels, status=str(status)).inc()
+        self.metrics.request_latency.labels(**labels).observe(time.perf_counter() - started)
+
+    async def _until_disconnect(self, receive: Receive, work: Awaitable[T]) -> T:
+        try:
+            return await until_disconnect(receive, work)
+        except ClientDisconnectedError:
+            self.metrics.disconnects.inc()
+            raise
+
+    async def _run_all(self, plan: RunPlan) -> list[tuple[RunResult, TraceRecorder]]:
+        """One run per prompt (just one for chat), concurrently, each with its recorder.
+
+        A strategy that passes through (``Strategy.passes_through``: one engine call of
+        the prompt as asked) over several prompts shares one :class:`Coalescer` for this
+        request, so the runs' calls go to the engine as ONE request when it takes a list
+        of prompts (a multi-step scaffold's runs each call the engine on their own). The
+        first failure is raised as is (its status is the response's) and cancels the
+        other runs."""
+        problems = plan.problems or (plan.problem,)
+        recorders = [TraceRecorder() for _ in problems]
+        lists = batch_engine(plan.served.engine)
+        if lists is None or len(problems) == 1 or not plan.strategy.passes_through:
+            runs = [self._run(plan, r, p) for r, p in zip(recorders, problems, strict=True)]
+            results = await gather(*runs)
+            return list(zip(results, recorders, strict=True))
+        coalescer = Coalescer(lists, len(problems))
+        try:
+            results = await gather(
+                *(
+                    coalescer.member(self._run(plan, recorder, problem, coalescer))
+                    for recorder, problem in zip(recorders, problems, strict=True)
+                )
+            )
+        finally:
+            await coalescer.aclose()
+        return list(zip(results, recorders, strict=True))
+
+    async def _run(
+        self,
+        plan: RunPlan,
+        recorder: TraceRecorder,
+        problem: Problem | None = None,
+        engine: Engine | None = None,
+    ) -> RunResult:
+        try:
+            result = await run_scaffold(
+                plan.strategy,
+                problem or plan.problem,
+                engine or plan.served.engine,
+                n=plan.n,
+                budget=plan.budget,
+                params=plan.params,
+                prompts=plan.served.prompts or plan.served.config.prompts,
+                chat=plan.endpoint == "chat",
+                recorder=recorder,
+                voter=self.voter,
+                verifier=plan.served.verifier,
+                routing=plan.served.routing,
+                answer_format=plan.answer_format,
+            )
+        finally:
+            recorder.close()
+        self._record_run(plan, result.usage, result.cut_reason)
+        return result
+
+    def _record_run(self, plan: RunPlan, usage: Usage, cut_reason: str | None) -> None:
+        """The metrics of a finished run (or engine call that answered without one)."""
+        m, labels = self.metrics, {"model": plan.served.config.name, "scaffold": plan.scaffold}
+        if cut_reason:
+            m.budget_cutoffs.labels(**labels, reason=cut_reason).inc()
+        m.run_tokens.labels(**labels, kind="prompt").inc(usage.prompt_tokens)
+        m.run_tokens.labels(**labels, kind="completion").inc(usage.completion_tokens)
+        m.run_engine_calls.labels(**labels).inc(usage.calls)
+
+
+def _status_of(exc: BaseException) -> int:
+    if isinstance(exc, asyncio.CancelledError):
+        return 499
+    return api_error(exc).status

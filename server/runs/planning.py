@@ -1,0 +1,267 @@
+"""Request planning: a validated OpenAI request to the one scaffold run it asks for.
+
+:func:`plan_run` resolves the model and scaffold, checks the fan-out against the limits,
+turns messages or a prompt into a :class:`~scaffolds.core.context.Problem`, caps the budget
+and fixes the sampling params, and refuses OpenAI fields Ponder cannot honour.
+
+>>> from scaffolds.engines.mock import MockEngine
+>>> from server.api.chat_completions.protocol import ChatCompletionRequest
+>>> from server.pool.served_models import ServedModels
+>>> from server.settings import Settings
+>>> settings = Settings(model="m", engines=("http://unused/v1",))
+>>> models = ServedModels.build(settings, engines={"m": MockEngine(lambda r: "4")})
+>>> req = ChatCompletionRequest(model="m+gsr(n=2)", messages=[{"role": "user", "content": "hi"}])
+>>> plan = plan_run(models, settings, "chat", req)
+>>> plan.scaffold, plan.n, plan.budget.timeout_s
+('gsr', 1, 900.0)
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import Any
+
+from scaffolds.core.context import Budget, Problem
+from scaffolds.core.errors import InvalidRequestError
+from scaffolds.engines.messages import messages_from_openai
+from scaffolds.engines.protocol import SamplingParams
+from scaffolds.evaluation.answers import AnswerFormat
+from scaffolds.spec.build import check_runs
+from scaffolds.strategies.base import Strategy
+from server.api.chat_completions.protocol import ChatCompletionRequest, CompletionRequest, Endpoint
+from server.pool.served_models import ServedModel, ServedModels
+from server.settings import Settings
+
+__all__ = [
+    "FINAL_STEP_FIELDS",
+    "TOOL_FIELDS",
+    "UNSUPPORTED_FIELDS",
+    "AnyRequest",
+    "RunPlan",
+    "engine_fields",
+    "plan_run",
+]
+
+log = logging.getLogger("ponder.server")
+
+AnyRequest = ChatCompletionRequest | CompletionRequest
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything one run needs, decided once from the request."""
+
+    endpoint: Endpoint
+    model: str
+    served: ServedModel
+    strategy: Strategy
+    problem: Problem
+    n: int
+    budget: Budget
+    params: SamplingParams
+    stream: bool
+    include_usage: bool
+    return_trace: bool
+    stream_trace: bool = False
+    answer_format: AnswerFormat = "boxed"
+    """How the run reads answers: the request's ``answer_format``, else the model's."""
+    problems: tuple[Problem, ...] = ()
+    """Every prompt's problem when a completions request holds several (``problem`` is
+    the first): each is its own run, and choice ``i`` of prompt ``p`` is ``p * n + i``
+    (the runs of a strategy that passes through share one engine request:
+    ``Serving._run_all``)."""
+
+    @property
+    def scaffold(self) -> str:
+        """The metrics label: the top-level strategy name (bounded cardinality)."""
+        return self.strategy.name
+
+
+def plan_run(
+    models: ServedModels, settings: Settings, endpoint: Endpoint, req: AnyRequest
+) -> RunPlan:
+    """Validate a request against the served models and limits; build its run."""
+    unknown = req.unknown_fields()
+    if unknown:
+        log.info("passing on request fields Ponder does not read: %s", ", ".join(unknown))
+    served, strategy = models.resolve(req.model)
+    if req.scaffold is not None:
+        strategy = models.strategy(req.scaffold, "scaffold")
+        models.check_named_models(strategy, "scaffold")
+    elif "(" in req.model:  # a spec in the model id (aliases were checked at start)
+        models.check_named_models(strategy, "model")
+    every, final = engine_fields(strategy, req)
+    served.check_fields(every | final)  # what its engine cannot honour: a 400 before any run
+    served.check_prompts(strategy, "scaffold" if req.scaffold is not None else "model")
+    if isinstance(req, ChatCompletionRequest):
+        messages = messages_from_openai([m.model_dump() for m in req.messages])
+        problems: tuple[Problem, ...] = (Problem.from_messages(messages),)
+        if problems[0].ends_with_tool_result and not (
+            strategy.passes_through or _votes_tool_calls(strategy)
+        ):
+            raise InvalidRequestError(
+                "messages: a conversation that ends with a tool result goes on through a "
+                "scaffold that sends it as asked (single, or one that votes tool calls); "
+                "this scaffold's steps would rewrite it",
+                param="messages",
+            )
+    else:
+        texts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
+        if not texts:
+            raise InvalidRequestError("prompt must not be an empty list", param="prompt")
+        if len(texts) > 1 and req.stream:
+            raise InvalidRequestError(
+                "a streamed request takes one prompt: send a list of prompts without stream",
+                param="prompt",
+            )
+        problems = tuple(Problem.from_text(text) for text in texts)
+    if req.reference is not None:
+        problems = tuple(replace(p, reference=req.reference) for p in problems)
+    check_runs(strategy, req.n * len(problems), models.limits)
+    asked = req.budget
+    budget = (
+        Budget(asked.max_tokens, asked.max_calls, asked.timeout_s) if asked else Budget()
+    ).capped_by(settings.budget_cap())
+    max_tokens = req.requested_max_tokens()
+    if max_tokens is not None:  # each choice's generated tokens, every step's together
+        budget = budget.capped_by(
+            Budget(max_tokens=max_tokens * req.n, max_choice_tokens=max_tokens)
+        )
+    # A call's own limit: the request's on pass-through; a multi-step scaffold's steps
+    # that set none get the model's per-call default, within the run's bound.
+    call_tokens = max_tokens if strategy.passes_through else None
+    params = SamplingParams(
+        n=1,
+        max_tokens=call_tokens or served.config.default_max_tokens,
+        temperature=served.config.default_temperature
+        if req.temperature is None
+        else req.temperature,
+        top_p=served.config.default_top_p if req.top_p is None else req.top_p,
+        stop=req.stop_list(),
+        seed=req.seed,
+        extra=every,
+        final_extra=final,
+    )
+    return RunPlan(
+        endpoint=endpoint,
+        model=req.model,
+        served=served,
+        strategy=strategy,
+        problem=problems[0],
+        n=req.n,
+        budget=budget,
+        params=params,
+        stream=req.stream,
+        include_usage=req.include_usage(),
+        return_trace=req.return_trace,
+        stream_trace=req.stream_trace,
+        answer_format=req.answer_format or served.config.default_answer_format(),
+        problems=problems if len(problems) > 1 else (),
+    )
+
+
+FINAL_STEP_FIELDS = frozenset(
+    {
+        "response_format",
+        "logprobs",
+        "top_logprobs",
+        "parallel_tool_calls",
+        "structured_outputs",
+        "guided_json",
+        "guided_regex",
+        "guided_choice",
+        "guided_grammar",
+        "guided_decoding_backend",
+        "guided_whitespace_pattern",
+    }
+)
+"""Fields a multi-step scaffold sends only on the calls that write its final answer: the
+answer's shape (structured output) and its logprobs. Every other field goes to every call."""
+
+UNSUPPORTED_FIELDS = {
+    "tools": "a scaffold's steps are not tool calls: tools work with the single scaffold",
+    "functions": "a scaffold's steps are not tool calls: functions work with the single scaffold",
+    "tool_choice": "a scaffold's steps are not tool calls: tool_choice works with the single "
+    "scaffold",
+    "function_call": "a scaffold's steps are not tool calls: function_call works with the "
+    "single scaffold",
+    "echo": "the prompt is not echoed: scaffolds rewrite it for their engine calls (echo works "
+    "with the single scaffold)",
+    "prompt_logprobs": "scaffolds rewrite the prompt for their engine calls (prompt_logprobs "
+    "works with the single scaffold)",
+    "suffix": "insertion (suffix) works with the single scaffold only",
+    "best_of": 'server-side best_of is a scaffold here: use "scaffold": "best_of_n(n=...)"',
+    "continue_final_message": "scaffolds write their own prompts (continue_final_message works "
+    "with the single scaffold)",
+    "add_generation_prompt": "scaffolds write their own prompts (add_generation_prompt works "
+    "with the single scaffold)",
+}
+"""Fields a multi-step scaffold cannot honour: a request that sets one (to anything but
+its off value) gets a 400 that says why, rather than an answer that silently lacks it.
+A strategy that passes through (``single``) passes every one of them to the engine."""
+
+_OFF: tuple[Any, ...] = (None, False, 0, "", [], {}, "none", "auto")
+
+
+def engine_fields(strategy: Strategy, req: AnyRequest) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The request's pass-through fields as ``(every call, final-answer calls)``.
+
+    A strategy that :attr:`~scaffolds.strategies.base.Strategy.passes_through` gets every
+    field on its one call as given (the seed too, not one derived from it). A multi-step
+    scaffold sends :data:`FINAL_STEP_FIELDS` to its final answer's calls, refuses
+    :data:`UNSUPPORTED_FIELDS` (and ``logprobs`` where a strategy in the spec says
+    :attr:`~scaffolds.strategies.base.Strategy.answer_logprobs_refused`) with a 400 naming
+    the field, and sends the rest to every call.
+    """
+    fields = req.passthrough()
+    if strategy.passes_through:
+        return {}, fields | ({"seed": req.seed} if req.seed is not None else {})
+    votes = _votes_tool_calls(strategy)
+    for name, why in UNSUPPORTED_FIELDS.items():
+        value = fields.get(name)
+        if not _is_off(name, value):
+            if votes and name in TOOL_FIELDS:
+                if req.stream:
+                    raise InvalidRequestError(
+                        f"{name} with a voting scaffold is not streamed: the winning tool call "
+                        "is known once every sample is in (send it without stream)",
+                        param="stream",
+                    )
+                continue
+            raise InvalidRequestError(f"{name} is not supported: {why}", param=name)
+    final = {k: v for k, v in fields.items() if k in FINAL_STEP_FIELDS}
+    refused = _logprobs_refused(strategy)
+    for name in ("logprobs", "top_logprobs"):
+        if refused is not None and not _is_off(name, final.get(name)):
+            raise InvalidRequestError(f"{name} is not supported: {refused}", param=name)
+    dropped = UNSUPPORTED_FIELDS.keys() - (TOOL_FIELDS if votes else frozenset())
+    every = {k: v for k, v in fields.items() if k not in final and k not in dropped}
+    return every, final
+
+
+TOOL_FIELDS = frozenset({"tools", "tool_choice", "functions", "function_call"})
+"""Fields a voting scaffold over a pass-through solver sends to its calls (its samples,
+and best_of_n's judge, whose pick falls back to the vote when it calls a tool instead)."""
+
+
+def _votes_tool_calls(strategy: Strategy) -> bool:
+    """Whether ``strategy`` votes over tool calls: it says so, and each sample is one
+    engine call of the prompt as asked (its solvers pass through)."""
+    return strategy.votes_tool_calls and all(s.passes_through for s in strategy.inner())
+
+
+def _is_off(name: str, value: Any) -> bool:
+    if value is None:  # the usual case, first
+        return True
+    if isinstance(value, dict) and name == "response_format":
+        return value.get("type") == "text"
+    return any(value is off or (value == off and type(value) is type(off)) for off in _OFF)
+
+
+def _logprobs_refused(strategy: Strategy) -> str | None:
+    """Why the answer's logprobs are refused: the reason of ``strategy`` or of the first
+    strategy nested in it (outermost first) that gives one; None when none does."""
+    if strategy.answer_logprobs_refused is not None:
+        return strategy.answer_logprobs_refused
+    return next(filter(None, map(_logprobs_refused, strategy.inner())), None)

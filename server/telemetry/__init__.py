@@ -1,0 +1,1 @@
+"""What the server says about itself: Prometheus metrics and structured logs."""
