@@ -355,7 +355,7 @@ def test_every_listed_model_alias_and_preset_answers_on_the_embedded_default(
     url, target = served.url, served.target
     client = httpx.Client(base_url=url, timeout=600)
     ids = [m["id"] for m in client.get("/v1/models").json()["data"]]
-    page = (target / "server" / "http" / "static" / "index.html").read_text()
+    page = (target / "server" / "app" / "static" / "index.html").read_text()
     presets = re.findall(r"<option>([^<]+)</option>", page)
     assert "gsr(n=3, solver=rc(steps=2))" in presets and "rc(steps=3)" in presets
     asks: list[dict[str, Any]] = [{"model": model} for model in ids]
