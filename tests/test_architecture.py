@@ -159,9 +159,17 @@ def test_experiments_import_no_other_experiment() -> None:
     assert not found, "\n".join(found)
 
 
-KERNEL_MAY_IMPORT = ("scaffolds.core", "scaffolds.engines.protocol", "scaffolds.prompts")
+KERNEL_MAY_IMPORT = (
+    "scaffolds.core",
+    "scaffolds.engines.protocol",
+    "scaffolds.prompts",
+    "scaffolds.problem",
+    "scaffolds.fanout",
+    "scaffolds.errors",
+)
 """What the run kernel builds on inside ``scaffolds``: itself, the engine protocol (never
-an engine implementation), prompt sets, and final-answer extraction below."""
+an engine implementation), prompt sets, the shared modules below it (the problem and its
+budget, fan-out, the exception hierarchy), and final-answer extraction below."""
 
 KERNEL_EXCEPTIONS: dict[tuple[str, str], str] = {}
 """Kernel imports waiting on another change, with the reason (the list only shrinks)."""
