@@ -22,7 +22,6 @@ import zlib
 from collections.abc import AsyncIterator
 
 from scaffolds.core.context import Context, Problem
-from scaffolds.core.fanout import gather
 from scaffolds.core.run import run_scaffold
 from scaffolds.core.solution import Solution
 from scaffolds.engines.protocol import (
@@ -33,6 +32,7 @@ from scaffolds.engines.protocol import (
     Usage,
     stream_from_generate,
 )
+from scaffolds.fanout import gather
 from scaffolds.strategies.majority import Majority
 from scaffolds.strategies.rc import RC
 

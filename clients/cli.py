@@ -39,7 +39,7 @@ class Subcommand:
     def load(self, name: str) -> Any:
         """Import the app and turn it into its click command, named ``name``."""
         if self.extra is not None:
-            from scaffolds.core.dependencies import require
+            from scaffolds.dependencies import require
 
             require(self.extra, f"ponder {name}")
         module, _, attribute = self.target.partition(":")
@@ -79,7 +79,7 @@ class LazyGroup(TyperGroup):
     """A typer group that imports a subcommand from :data:`SUBCOMMANDS` on first use.
 
     It is the top of every ``ponder`` command: a missing optional dependency
-    (:class:`~scaffolds.core.errors.MissingDependencyError`, wherever it is raised) ends
+    (:class:`~scaffolds.errors.MissingDependencyError`, wherever it is raised) ends
     the command here with its one line, naming the install command, and exit status 2.
     """
 
@@ -95,7 +95,7 @@ class LazyGroup(TyperGroup):
         return super().main(*args, **extra)
 
     def invoke(self, ctx: Any) -> Any:
-        from scaffolds.core.errors import MissingDependencyError
+        from scaffolds.errors import MissingDependencyError
 
         try:
             return super().invoke(ctx)

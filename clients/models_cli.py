@@ -22,7 +22,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from scaffolds.core.errors import MissingDependencyError, PonderError
+from scaffolds.errors import MissingDependencyError, PonderError
 from scaffolds.terminal import console
 
 __all__ = ["models_app"]

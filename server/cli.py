@@ -82,7 +82,7 @@ def serve(**given: Any) -> None:
     """
     from pydantic import ValidationError
 
-    from scaffolds.core.errors import PonderError
+    from scaffolds.errors import PonderError
     from server.app.app import serve as run_server
     from server.app.listener import bind_listener, listener_url
     from server.pool.embedded import embedded_default

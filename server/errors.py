@@ -1,12 +1,12 @@
 """Every error the server returns, in the OpenAI shape, mapped in one place.
 
-The scaffold library raises :class:`~scaffolds.core.errors.PonderError` subclasses and never
+The scaffold library raises :class:`~scaffolds.errors.PonderError` subclasses and never
 mentions HTTP; this module turns them (and FastAPI's own errors) into a status code and
 the JSON body every OpenAI client understands::
 
     {"error": {"message": "...", "type": "invalid_request_error", "param": "n", "code": "..."}}
 
->>> from scaffolds.core.errors import SpecError
+>>> from scaffolds.errors import SpecError
 >>> api_error(SpecError("unknown strategy 'x'", param="scaffold")).status
 400
 >>> api_error(NotFoundError("no model 'm'", param="model")).body()["error"]["type"]
@@ -26,7 +26,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from scaffolds.core.errors import (
+from scaffolds.errors import (
     BudgetExhaustedError,
     DeadlineExceededError,
     EngineError,

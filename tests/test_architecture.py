@@ -159,9 +159,17 @@ def test_experiments_import_no_other_experiment() -> None:
     assert not found, "\n".join(found)
 
 
-KERNEL_MAY_IMPORT = ("scaffolds.core", "scaffolds.engines.protocol", "scaffolds.prompts")
+KERNEL_MAY_IMPORT = (
+    "scaffolds.core",
+    "scaffolds.engines.protocol",
+    "scaffolds.prompts",
+    "scaffolds.problem",
+    "scaffolds.fanout",
+    "scaffolds.errors",
+)
 """What the run kernel builds on inside ``scaffolds``: itself, the engine protocol (never
-an engine implementation), prompt sets, and final-answer extraction below."""
+an engine implementation), prompt sets, the shared modules below it (the problem and its
+budget, fan-out, the exception hierarchy), and final-answer extraction below."""
 
 KERNEL_EXCEPTIONS: dict[tuple[str, str], str] = {}
 """Kernel imports waiting on another change, with the reason (the list only shrinks)."""
@@ -247,3 +255,44 @@ def test_no_import_circle_between_modules(packages: tuple[str, ...]) -> None:
             edges.setdefault(imp.importer, set()).add(imp.imported)
     circles = _circles(edges)
     assert not circles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in circles)
+
+
+SUBPACKAGE_EXCEPTIONS: dict[tuple[str, str], str] = {}
+"""(importing subpackage, imported subpackage) -> why that arrow may close a circle for now
+(the list only shrinks)."""
+
+
+def _subpackage(module: str) -> str:
+    """The node a module belongs to: ``scaffolds.core.run`` -> ``scaffolds.core``; a
+    top-level module (``scaffolds.terminal``) and the package itself are their own."""
+    return ".".join(module.split(".")[:2])
+
+
+def subpackage_edges(package: str) -> dict[str, set[str]]:
+    """Run-time imports (function-level ones included) between the subpackages of
+    ``package``."""
+    edges: dict[str, set[str]] = {}
+    for imp in ALL_IMPORTS:
+        if imp.type_only or imp.imported not in ALL_MODULES:
+            continue
+        if _top(imp.importer) != package or _top(imp.imported) != package:
+            continue
+        importer, imported = _subpackage(imp.importer), _subpackage(imp.imported)
+        if importer != imported:
+            edges.setdefault(importer, set()).add(imported)
+    return edges
+
+
+@pytest.mark.parametrize("package", ["scaffolds"])
+def test_no_circle_between_subpackages(package: str) -> None:
+    """Arrows between subpackages point one way: no subpackage reaches back to one that
+    imports it, even through others (ARCHITECTURE.md, Arrows)."""
+    edges = subpackage_edges(package)
+    assert edges, f"the subpackages of {package} and their imports are read"
+    arrows = {(a, b) for a, bs in edges.items() for b in bs}
+    listed = {(a, b) for a, b in SUBPACKAGE_EXCEPTIONS if _top(a) == package}
+    kept = {a: {b for b in bs if (a, b) not in listed} for a, bs in edges.items()}
+    circles = _circles(kept)
+    assert not circles, "subpackage circles:\n" + "\n".join(" <-> ".join(c) for c in circles)
+    stale = listed - arrows
+    assert not stale, f"subpackage exceptions that no longer happen; drop them: {sorted(stale)}"

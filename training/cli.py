@@ -34,7 +34,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from scaffolds.cli_options import build, command_function, field_options
-from scaffolds.core.dependencies import require
+from scaffolds.dependencies import require
 from scaffolds.terminal import console, progress
 from training.cli_settings import (
     DataCommand,
@@ -101,9 +101,9 @@ def _split(text: str | None) -> list[str] | None:
 def data(args: DataCommand) -> None:
     """Run a scaffold over DATASET into RUN_DIR and build its SFT datasets."""
     from scaffolds.core.context import Budget
-    from scaffolds.core.errors import PonderError
     from scaffolds.engines.factory import EngineOptions, engine_from_url, engine_scheme
     from scaffolds.engines.protocol import SamplingParams
+    from scaffolds.errors import PonderError
     from training.collect import read_problems
     from training.pipeline import make_data
     from training.runs import RunConflictError, RunDir
@@ -264,9 +264,9 @@ def _process_rows(
     through ``--engine``, graded as the records were, with progress and an ETA."""
     from rich.progress import BarColumn, MofNCompleteColumn, TimeRemainingColumn
 
-    from scaffolds.core.errors import PonderError
     from scaffolds.engines.factory import EngineOptions, engine_from_url
     from scaffolds.engines.protocol import SamplingParams
+    from scaffolds.errors import PonderError
     from scaffolds.evaluation.problems import load_problems
     from training import process_labels as labels
     from training.verifier import balanced

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from scaffolds.core.problem import StepPrompt
 from scaffolds.core.thinking import Thinking
 from scaffolds.evaluation.answers import is_correct
+from scaffolds.problem import StepPrompt
 from scaffolds.spec.registry import Registry
 from scaffolds.strategies.gsr import REFINE
 from scaffolds.strategies.steps import render_step

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 import typer
 from rich.markup import escape
 
-from scaffolds.core.dependencies import require
+from scaffolds.dependencies import require
 from scaffolds.terminal import console
 
 if TYPE_CHECKING:
@@ -191,7 +191,7 @@ def run(
     from clients.eval.resume import check_resume
     from clients.eval.runner import EvalConfig, check_specs, load_extra_body
     from clients.interrupt import INTERRUPTED_STATUS, Interrupted, run_interruptible
-    from scaffolds.core.errors import SpecError
+    from scaffolds.errors import SpecError
     from scaffolds.evaluation.problems import load_problems
     from scaffolds.evaluation.results import Record, read_results
 

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from scaffolds.core.dependencies import require
+from scaffolds.dependencies import require
 
 __all__ = ["Label", "place_labels", "plot_accuracy_vs_tokens", "plot_rc_steps", "write_plots"]
 

@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from scaffolds import terminal
-from scaffolds.core.errors import PonderError
+from scaffolds.errors import PonderError
 from scaffolds.evaluation.results import Record
 from scaffolds.spec.build import build_strategy
 from scaffolds.strategies import Adaptive, Majority

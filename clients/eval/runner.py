@@ -43,8 +43,8 @@ from rich.console import Console
 from clients.eval.resume import check_resume
 from clients.eval.served import DEFAULT_CONCURRENCY, card_concurrency, served_card
 from scaffolds import terminal
-from scaffolds.core.dependencies import require
-from scaffolds.core.errors import PonderError, SpecError
+from scaffolds.dependencies import require
+from scaffolds.errors import PonderError, SpecError
 from scaffolds.evaluation.answers import (
     ANSWER_FORMATS,
     AnswerFormat,
@@ -54,8 +54,8 @@ from scaffolds.evaluation.grading import Grader
 from scaffolds.evaluation.loop import Board, Job, RunOutcome, Tally, make_jobs, run_jobs
 from scaffolds.evaluation.problems import ProblemRow
 from scaffolds.evaluation.results import Record, ResultStore
-from scaffolds.spec.grammar import format_spec, parse_spec
 from scaffolds.spec.registry import default_registry
+from scaffolds.spec_grammar import format_spec, parse_spec
 
 __all__ = [
     "NO_SCAFFOLD",

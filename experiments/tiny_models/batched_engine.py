@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scaffolds.core.errors import InvalidRequestError
 from scaffolds.engines.local import encode_prompt
 from scaffolds.engines.protocol import (
     Completion,
@@ -42,6 +41,7 @@ from scaffolds.engines.protocol import (
     Usage,
     stream_from_generate,
 )
+from scaffolds.errors import InvalidRequestError
 
 
 @dataclass

@@ -4,7 +4,7 @@ A :class:`Context` is handed to every strategy. It is the only way a strategy ta
 an engine, so it can enforce the budget (through the run's :class:`~scaffolds.core.ledger.Ledger`),
 account usage across every sub-call, record the trace and derive per-call seeds.
 Children made with :meth:`Context.child` share one run state; fan-out goes through
-:func:`scaffolds.core.fanout.gather` (an :class:`asyncio.TaskGroup`), so cancelling the run
+:func:`scaffolds.fanout.gather` (an :class:`asyncio.TaskGroup`), so cancelling the run
 cancels every engine call under it. This module is the scope handle (its state, children,
 prompts and votes); :mod:`scaffolds.core.engine_calls` is how a scope calls the engine
 (``generate``, ``note``).
@@ -26,11 +26,11 @@ from typing import Any, Protocol
 
 from scaffolds.core.engine_calls import RunState, Step, StepCalls, Voter, derive_seed
 from scaffolds.core.ledger import Ledger
-from scaffolds.core.problem import Budget, Problem, StepPrompt
 from scaffolds.core.thinking import HelperModel, Routing, Thinking
 from scaffolds.core.trace import TraceRecorder
 from scaffolds.engines.protocol import Engine, Message, Prompt, SamplingParams, Usage, Verifier
 from scaffolds.evaluation.answers import AnswerFormat
+from scaffolds.problem import Budget, Problem, StepPrompt
 from scaffolds.prompts import PromptSet, Template, common_prompts
 
 __all__ = [
@@ -134,7 +134,7 @@ class Context(StepCalls):
 
     def served_model(self, name: str) -> HelperModel:
         """The served model ``name``: its engine and how it thinks (an unknown name is
-        an :class:`~scaffolds.core.errors.InvalidRequestError`)."""
+        an :class:`~scaffolds.errors.InvalidRequestError`)."""
         target = self._state.routing.target(name)
         return HelperModel(self._state.engine) if target is None else target
 

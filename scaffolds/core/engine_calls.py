@@ -19,11 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn, Protocol
 
-from scaffolds.core.errors import ContextFullError, ContextLengthError, EngineRejectedError
-from scaffolds.core.fanout import gather
 from scaffolds.core.forcing import plan_forced
 from scaffolds.core.ledger import Ledger
-from scaffolds.core.problem import StepPrompt
 from scaffolds.core.thinking import Routing, Thinking, helper_text
 from scaffolds.core.trace import StepNote, StepStarted, TraceRecorder
 from scaffolds.core.traced_call import traced_call
@@ -38,7 +35,10 @@ from scaffolds.engines.protocol import (
     Verdicts,
     Verifier,
 )
+from scaffolds.errors import ContextFullError, ContextLengthError, EngineRejectedError
 from scaffolds.evaluation.answers import AnswerFormat, final_answer
+from scaffolds.fanout import gather
+from scaffolds.problem import StepPrompt
 from scaffolds.prompts import PromptSet
 
 __all__ = ["MAX_STOPS", "RunState", "Step", "StepCalls", "Voter", "derive_seed"]

@@ -20,9 +20,9 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from scaffolds.core.errors import BudgetExhaustedError, DeadlineExceededError
-from scaffolds.core.problem import Budget
 from scaffolds.engines.protocol import Usage
+from scaffolds.errors import BudgetExhaustedError, DeadlineExceededError
+from scaffolds.problem import Budget
 
 __all__ = ["FORCE_ANSWER_TOKENS", "Grant", "Ledger"]
 

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from scaffolds.core.context import Budget, Context, Problem, Voter
-from scaffolds.core.errors import BudgetExhaustedError, DeadlineExceededError
-from scaffolds.core.fanout import gather_within_budget
 from scaffolds.core.solution import Solution
 from scaffolds.core.thinking import Routing
 from scaffolds.core.trace import RunFinished, TraceEvent, TraceRecorder
 from scaffolds.engines.protocol import Engine, SamplingParams, Usage, Verifier
+from scaffolds.errors import BudgetExhaustedError, DeadlineExceededError
 from scaffolds.evaluation.answers import AnswerFormat
+from scaffolds.fanout import gather_within_budget
 from scaffolds.prompts import PromptSet
 
 

@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scaffolds.core.errors import InvalidRequestError
 from scaffolds.engines.protocol import Completion, Engine
+from scaffolds.errors import InvalidRequestError
 
 __all__ = ["THINKING_OFF", "HelperModel", "Routing", "Thinking", "helper_text", "thinking_off"]
 

@@ -6,7 +6,7 @@ charged to the run's ledger.
 >>> import asyncio
 >>> from scaffolds.engines.protocol import GenerateRequest
 >>> from scaffolds.engines.mock import MockEngine
->>> from scaffolds.core.problem import Budget
+>>> from scaffolds.problem import Budget
 >>> ledger, recorder = Ledger.start(Budget()), TraceRecorder()
 >>> started = StepStarted(step_id="run:1", parent_id="run", kind="generate", label="try")
 >>> call = traced_call(MockEngine(lambda r: "7"), GenerateRequest("3+4="), started,
@@ -21,10 +21,10 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
 
-from scaffolds.core.errors import DeadlineExceededError, EngineError
 from scaffolds.core.ledger import Ledger
 from scaffolds.core.trace import StepDelta, StepFinished, StepStarted, TraceRecorder
 from scaffolds.engines.protocol import Engine, EngineDelta, GenerateRequest, GenerateResult, Usage
+from scaffolds.errors import DeadlineExceededError, EngineError
 from scaffolds.evaluation.answers import extract_answer
 
 __all__ = ["step_failures_traced", "traced_call"]
@@ -97,7 +97,7 @@ def step_failures_traced(step_id: str, recorder: TraceRecorder, ledger: Ledger) 
     the error's name) and propagates; the run's deadline (a ``TimeoutError``) cuts the
     run and is raised as :class:`DeadlineExceededError`.
 
-    >>> from scaffolds.core.problem import Budget
+    >>> from scaffolds.problem import Budget
     >>> ledger, recorder = Ledger.start(Budget()), TraceRecorder()
     >>> try:
     ...     with step_failures_traced("run:1", recorder, ledger):

@@ -5,7 +5,7 @@ verifier's usage) and a ``scores`` :class:`StepNote` with the numbers (and a pro
 reward model's per-step scores); the usage is charged to the run's ledger.
 
 >>> import asyncio
->>> from scaffolds.core.problem import Budget
+>>> from scaffolds.problem import Budget
 >>> from scaffolds.engines.protocol import Usage
 >>> class Length:
 ...     name, generated_tokens = "length", 0
@@ -25,11 +25,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from scaffolds.core.errors import EngineError
 from scaffolds.core.ledger import Ledger
 from scaffolds.core.trace import StepFinished, StepNote, StepStarted, TraceRecorder
 from scaffolds.core.traced_call import step_failures_traced
 from scaffolds.engines.protocol import Verdicts, Verifier
+from scaffolds.errors import EngineError
 
 __all__ = ["score_text", "traced_verify"]
 

@@ -32,7 +32,7 @@ Request fields
       option, so its completions positions can come back short of k.
     * Continuing an assistant message (``GenerateRequest.continue_final``): vLLM and
       SGLang take ``continue_final_message: true, add_generation_prompt: false``; OpenAI
-      cannot, and says so (:class:`~scaffolds.core.errors.UnsupportedError`).
+      cannot, and says so (:class:`~scaffolds.errors.UnsupportedError`).
 
 Responses (handled for every dialect, since servers change shape across versions)
     * Reasoning arrives in ``reasoning_content`` (SGLang with ``--reasoning-parser``, older
@@ -58,7 +58,7 @@ from typing import Any, ClassVar
 
 import httpx
 
-from scaffolds.core.errors import UnsupportedError
+from scaffolds.errors import UnsupportedError
 
 _SNIPPET = 500
 
@@ -111,7 +111,7 @@ class Dialect:
         """Chat fields that make the model continue the last (assistant) message instead of
         starting a new turn (``GenerateRequest.continue_final``): the chat-template options
         of vLLM and SGLang. A server that cannot do it raises
-        :class:`~scaffolds.core.errors.UnsupportedError`."""
+        :class:`~scaffolds.errors.UnsupportedError`."""
         return {"continue_final_message": True, "add_generation_prompt": False}
 
     def max_tokens_key(self, *, chat: bool) -> str:

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from scaffolds.core.dependencies import require
+from scaffolds.dependencies import require
 from scaffolds.engines.protocol import Engine
 
 __all__ = [

@@ -21,8 +21,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Awaitable, Callable
 
-from scaffolds.core.fanout import gather
 from scaffolds.engines.protocol import GenerateRequest, GenerateResult, Usage
+from scaffolds.fanout import gather
 
 __all__ = ["greedy_samples", "one_by_one"]
 

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from scaffolds.core import fastjson
+from scaffolds import fastjson
 
 if TYPE_CHECKING:
     import aiohttp

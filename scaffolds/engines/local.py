@@ -50,7 +50,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
-from scaffolds.core.errors import EngineError, InvalidRequestError, PonderError
 from scaffolds.engines.context_fit import no_room
 from scaffolds.engines.local_fields import check_fields, template_options
 from scaffolds.engines.local_generate import (
@@ -71,6 +70,7 @@ from scaffolds.engines.protocol import (
     StreamItem,
     Usage,
 )
+from scaffolds.errors import EngineError, InvalidRequestError, PonderError
 
 __all__ = ["LocalEngine", "LogprobMode", "encode_prompt"]
 

@@ -13,7 +13,7 @@ field is one of:
 - inert (:data:`INERT`): bookkeeping that changes nothing generated (``user``,
   ``metadata``...), accepted as OpenAI and vLLM accept it;
 - refused (:data:`REFUSED`, and any field this module does not know) with an
-  :class:`~scaffolds.core.errors.InvalidRequestError` whose ``param`` is the field and
+  :class:`~scaffolds.errors.InvalidRequestError` whose ``param`` is the field and
   whose message names the engine and why: no tool calling, no constrained decoding, no
   logprobs in the OpenAI answer, no prompt echo...
 
@@ -37,7 +37,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from scaffolds.core.errors import InvalidRequestError
+from scaffolds.errors import InvalidRequestError
 
 __all__ = [
     "ENGINE",

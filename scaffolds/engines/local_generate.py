@@ -51,10 +51,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scaffolds.core.dependencies import require
-from scaffolds.core.errors import InvalidRequestError
+from scaffolds.dependencies import require
 from scaffolds.engines.local_fields import generation_options
 from scaffolds.engines.protocol import Completion, GenerateRequest, Prompt
+from scaffolds.errors import InvalidRequestError
 
 __all__ = [
     "SAMPLING_KEYS",

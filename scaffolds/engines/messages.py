@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scaffolds.core.errors import InvalidRequestError
 from scaffolds.engines.protocol import Message
+from scaffolds.errors import InvalidRequestError
 
 __all__ = ["chat", "messages_from_openai"]
 

@@ -5,7 +5,7 @@ request (``n``), so the server can share the prompt's prefix cache across them. 
 connections and the statuses 408, 429 and 5xx are retried with jittered exponential
 backoff (honouring ``Retry-After``); other 4xx are never retried
 (:mod:`~scaffolds.engines.openai_retry`). Errors surface as the ``Engine*Error`` classes
-of :mod:`scaffolds.core.errors`, never as httpx exceptions.
+of :mod:`scaffolds.errors`, never as httpx exceptions.
 
 >>> engine = OpenAIEngine("http://localhost:8000/v1/", "Qwen/Qwen3-8B")
 >>> engine.base_url, engine.model
@@ -29,8 +29,6 @@ from typing import Any, Self
 
 import httpx
 
-from scaffolds.core.errors import EngineTimeoutError, EngineUnavailableError
-from scaffolds.core.fanout import gather
 from scaffolds.engines.context_fit import no_room
 from scaffolds.engines.dialects import Dialect, error_message, get_dialect
 from scaffolds.engines.greedy import greedy_samples, one_by_one
@@ -53,6 +51,8 @@ from scaffolds.engines.protocol import (
     batchable,
     stream_from_generate,
 )
+from scaffolds.errors import EngineTimeoutError, EngineUnavailableError
+from scaffolds.fanout import gather
 
 __all__ = ["Dialect", "OpenAIEngine"]
 

@@ -3,7 +3,7 @@
 :class:`ResponseParser` folds a response (or each chunk of a stream) into one
 :class:`Choice` accumulator per sample and builds the
 :class:`~scaffolds.engines.protocol.GenerateResult`; anything malformed is an
-:class:`~scaffolds.core.errors.EngineError` that names the engine. It reads every server's
+:class:`~scaffolds.errors.EngineError` that names the engine. It reads every server's
 shapes (see :mod:`scaffolds.engines.dialects`), so it needs no dialect.
 
 >>> parser = ResponseParser("http://e/v1")
@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from scaffolds.core import fastjson
-from scaffolds.core.errors import EngineError, EngineRejectedError
+from scaffolds import fastjson
 from scaffolds.engines.dialects import reported_error
 from scaffolds.engines.protocol import Completion, EngineDelta, GenerateResult, Usage
+from scaffolds.errors import EngineError, EngineRejectedError
 
 __all__ = [
     "Choice",

@@ -1,7 +1,7 @@
 """An OpenAI-compatible engine's own Responses API (``POST {base_url}/responses``).
 
 Calls go through the engine's client, retries and error mapping, as its chat calls do:
-a 404 or 405 is an :class:`~scaffolds.core.errors.EngineRejectedError` with that status
+a 404 or 405 is an :class:`~scaffolds.errors.EngineRejectedError` with that status
 (the engine has no such route), a dead engine an ``EngineUnavailableError``. The body is
 sent as given, with the engine's own model name. A stream yields each event as a dict
 and fails with ``EngineUnavailableError`` when it ends before a terminal event.
@@ -18,8 +18,8 @@ from typing import Any
 
 import httpx
 
-from scaffolds.core.errors import EngineUnavailableError
 from scaffolds.engines.openai_http import OpenAIEngine
+from scaffolds.errors import EngineUnavailableError
 
 __all__ = ["TERMINAL_EVENTS", "create_response", "responses_capable", "stream_response"]
 

@@ -4,7 +4,7 @@ calls a failure.
 Failed connections and the statuses 408, 429 and 5xx are retried with jittered
 exponential backoff, or after the server's ``Retry-After`` (capped at ``backoff_max``);
 other 4xx never are. Every failure leaves as an ``Engine*Error`` of
-:mod:`scaffolds.core.errors` that names the engine, never as an httpx exception.
+:mod:`scaffolds.errors` that names the engine, never as an httpx exception.
 
 >>> policy = RetryPolicy("http://e/v1", max_retries=2)
 >>> str(policy.error(RetryableStatus(503, "busy", None), attempts=3, started=False))
@@ -29,7 +29,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from scaffolds.core.errors import EngineError, EngineTimeoutError, EngineUnavailableError
+from scaffolds.errors import EngineError, EngineTimeoutError, EngineUnavailableError
 
 __all__ = ["RetryPolicy", "RetryableStatus", "is_retryable"]
 

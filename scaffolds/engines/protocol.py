@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, cast, runtime_checkable
 
-from scaffolds.core.errors import InvalidRequestError
+from scaffolds.errors import InvalidRequestError
 
 MAX_TOP_LOGPROBS = 20
 """The most top logprobs per position a call may ask for (OpenAI's and vLLM's cap)."""
@@ -61,7 +61,7 @@ class SamplingParams:
     >>> SamplingParams(n=0)
     Traceback (most recent call last):
     ...
-    scaffolds.core.errors.InvalidRequestError: n must be >= 1 (got 0)
+    scaffolds.errors.InvalidRequestError: n must be >= 1 (got 0)
     """
 
     n: int = 1

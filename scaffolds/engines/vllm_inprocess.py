@@ -50,8 +50,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from scaffolds.core.dependencies import require
-from scaffolds.core.errors import EngineRejectedError, EngineUnavailableError
+from scaffolds.dependencies import require
 from scaffolds.engines.protocol import (
     Completion,
     EngineDelta,
@@ -60,6 +59,7 @@ from scaffolds.engines.protocol import (
     StreamItem,
     Usage,
 )
+from scaffolds.errors import EngineRejectedError, EngineUnavailableError
 
 __all__ = ["InProcessVLLMEngine"]
 

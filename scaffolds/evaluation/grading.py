@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from string import Template
 from typing import Any, Protocol
 
-from scaffolds.core.dependencies import require
+from scaffolds.dependencies import require
 from scaffolds.evaluation.answer_pool import AnswerChecker
 from scaffolds.evaluation.answers import (
     AnswerFormat,

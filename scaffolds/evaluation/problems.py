@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scaffolds.core.dependencies import require
-from scaffolds.core.problem import Problem
+from scaffolds.dependencies import require
 from scaffolds.engines.protocol import Message
 from scaffolds.evaluation.named_datasets import NAMED, named_dataset_file
+from scaffolds.problem import Problem
 
 __all__ = ["BadLine", "Loaded", "ProblemRow", "load_problems", "parse_row"]
 

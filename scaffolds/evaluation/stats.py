@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from scaffolds.core.dependencies import require
+from scaffolds.dependencies import require
 
 __all__ = [
     "add_pairs",

@@ -24,7 +24,7 @@ True
 >>> get_model("nope")
 Traceback (most recent call last):
 ...
-scaffolds.core.errors.NotFoundError: unknown model 'nope' (known: ponder-addition, ...)
+scaffolds.errors.NotFoundError: unknown model 'nope' (known: ponder-addition, ...)
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
-from scaffolds.core.errors import NotFoundError
+from scaffolds.errors import NotFoundError
 from scaffolds.models.known import (
     KnownModel,
     ModelNotReadyError,

@@ -26,7 +26,7 @@ import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from scaffolds.core.dependencies import require
+from scaffolds.dependencies import require
 from scaffolds.models.known import KnownModel, ModelPreparationError
 
 __all__ = [

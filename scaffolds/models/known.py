@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scaffolds.core.errors import NotFoundError, PonderError
+from scaffolds.errors import NotFoundError, PonderError
 
 __all__ = ["KnownModel", "ModelNotReadyError", "ModelPreparationError", "ModelStatus"]
 
@@ -40,7 +40,7 @@ class KnownModel:
     check_source: Callable[[], str | None] | None = None
     """None when the source is there, else what to install to get it."""
     require: Callable[[], None] | None = None
-    """Raises :class:`~scaffolds.core.errors.MissingDependencyError` (one line naming the
+    """Raises :class:`~scaffolds.errors.MissingDependencyError` (one line naming the
     install command) when a module ``prepare`` imports is not installed
     (:func:`scaffolds.models.prepare.require_modules`)."""
     max_model_len: int = 2048

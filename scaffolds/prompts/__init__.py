@@ -11,12 +11,12 @@ every registered strategy.
 >>> common_prompts("nope")
 Traceback (most recent call last):
 ...
-scaffolds.core.errors.NotFoundError: unknown prompt set 'nope' (known: compact, default)
+scaffolds.errors.NotFoundError: unknown prompt set 'nope' (known: compact, default)
 """
 
 from __future__ import annotations
 
-from scaffolds.core.errors import NotFoundError
+from scaffolds.errors import NotFoundError
 from scaffolds.prompts import common
 from scaffolds.prompts.sets import PromptSet
 from scaffolds.prompts.template import Template

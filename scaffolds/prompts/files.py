@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from scaffolds.core.errors import PromptFileError
+from scaffolds.errors import PromptFileError
 from scaffolds.prompts.sets import PromptSet
 from scaffolds.prompts.template import Template
 

@@ -12,7 +12,7 @@ adding a strategy never edits this module.
 >>> part.template("nope")
 Traceback (most recent call last):
 ...
-scaffolds.core.errors.NotFoundError: prompt set 'default' has no template 'nope'
+scaffolds.errors.NotFoundError: prompt set 'default' has no template 'nope'
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from scaffolds.core.errors import NotFoundError
+from scaffolds.errors import NotFoundError
 from scaffolds.prompts.template import Template
 
 __all__ = ["PromptSet"]

@@ -2,7 +2,7 @@
 
 The names a spec may use come from a :class:`~scaffolds.spec.registry.Registry`
 (:mod:`scaffolds.spec.registry`); the compact form is read and written by
-:mod:`scaffolds.spec.grammar`.
+:mod:`scaffolds.spec_grammar`.
 
 A spec names a strategy and its non-default parameters; a nested strategy is a nested
 spec, so both forms describe the same tree::
@@ -20,7 +20,7 @@ Strings take double or single quotes and backslash escapes (``\\n``, ``\\"``,
 ``\\u00e9``...). Everything here fails with :class:`SpecError` (``param`` is the dotted
 path of the bad part), or :class:`FanOutError` when a spec asks for too much.
 
->>> from scaffolds.spec.grammar import format_spec, parse_compact
+>>> from scaffolds.spec_grammar import format_spec, parse_compact
 >>> parse_compact("gsr(n=4, solver=rc(steps=3))")
 {'name': 'gsr', 'n': 4, 'solver': {'name': 'rc', 'steps': 3}}
 >>> print(format_spec({"name": "rc", "note": 'say "hi"', "t": 0.5, "x": True}))
@@ -36,17 +36,17 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic import ValidationError
 
-from scaffolds.core.errors import FanOutError, SpecError
-from scaffolds.spec.grammar import (
+from scaffolds.errors import FanOutError, SpecError
+from scaffolds.spec.registry import (
+    Registry,
+    default_registry,
+)
+from scaffolds.spec_grammar import (
     _BOUNDS,
     _EXPECTED,
     _show,
     format_spec,
     parse_spec,
-)
-from scaffolds.spec.registry import (
-    Registry,
-    default_registry,
 )
 from scaffolds.strategies.base import FieldValueError, Strategy
 
@@ -206,7 +206,7 @@ def build_strategy(
 
     >>> build_strategy("gsr(n=4)", Registry())
     Traceback (most recent call last):
-    scaffolds.core.errors.SpecError: unknown strategy 'gsr' (known: none)
+    scaffolds.errors.SpecError: unknown strategy 'gsr' (known: none)
     """
     registry = registry if registry is not None else default_registry()
     limits = limits or SpecLimits()

@@ -11,7 +11,7 @@ checks that a scaffold whose templates a file sets finds every template it needs
 model's default and aliases, and for each request's spec.
 
 >>> from pathlib import Path
->>> from scaffolds.core.errors import PromptFileError
+>>> from scaffolds.errors import PromptFileError
 >>> from scaffolds.prompts import Template
 >>> from scaffolds.prompts.files import PromptFile
 >>> from scaffolds.strategies import RC

@@ -18,7 +18,7 @@ strategy" on a request that names it.
 >>> registry = Registry()
 >>> registry.get("gsr", "solver.name")
 Traceback (most recent call last):
-scaffolds.core.errors.SpecError: unknown strategy 'gsr' at solver (known: none)
+scaffolds.errors.SpecError: unknown strategy 'gsr' at solver (known: none)
 >>> "gsr" in builtin_registry().names()
 True
 """
@@ -31,9 +31,9 @@ from importlib import metadata
 from types import ModuleType
 from typing import Any, NamedTuple
 
-from scaffolds.core.errors import ScaffoldLoadError, SpecError
+from scaffolds.errors import ScaffoldLoadError, SpecError
 from scaffolds.prompts import PromptSet, common_prompts
-from scaffolds.spec.grammar import _LITERALS, _NAME
+from scaffolds.spec_grammar import _LITERALS, _NAME
 from scaffolds.strategies.base import Strategy
 
 __all__ = [

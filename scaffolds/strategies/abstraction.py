@@ -23,9 +23,9 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from scaffolds.core.context import Context, Problem, StepPrompt
-from scaffolds.core.errors import BudgetExhaustedError
-from scaffolds.core.fanout import gather_within_budget
 from scaffolds.core.solution import Solution
+from scaffolds.errors import BudgetExhaustedError
+from scaffolds.fanout import gather_within_budget
 from scaffolds.prompts import PromptSet, Template
 from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.majority import pick_by_vote

@@ -33,9 +33,9 @@ from typing import ClassVar, Literal
 from pydantic import Field, model_validator
 
 from scaffolds.core.context import Context, Problem
-from scaffolds.core.errors import BudgetExhaustedError
 from scaffolds.core.solution import Solution
 from scaffolds.core.tool_calls import vote_groups
+from scaffolds.errors import BudgetExhaustedError
 from scaffolds.strategies.base import FieldValueError, Strategy
 from scaffolds.strategies.single import Single
 

@@ -30,11 +30,11 @@ from typing import Any, ClassVar, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from scaffolds.core.context import Context, Problem
-from scaffolds.core.errors import BudgetExhaustedError, InvalidRequestError
-from scaffolds.core.fanout import gather_within_budget
 from scaffolds.core.solution import Solution
+from scaffolds.errors import BudgetExhaustedError, InvalidRequestError
+from scaffolds.fanout import gather_within_budget
 from scaffolds.prompts import PromptSet, common_prompts
-from scaffolds.spec.grammar import format_spec
+from scaffolds.spec_grammar import format_spec
 from scaffolds.strategies.steps import StepBuilder
 
 S = TypeVar("S", bound="type[Strategy]")

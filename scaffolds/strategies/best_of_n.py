@@ -18,8 +18,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from scaffolds.core.context import Context, Problem, StepPrompt
-from scaffolds.core.errors import BudgetExhaustedError
 from scaffolds.core.solution import Solution
+from scaffolds.errors import BudgetExhaustedError
 from scaffolds.evaluation.answers import extract_answer
 from scaffolds.prompts import PromptSet, Template
 from scaffolds.strategies.base import Strategy

@@ -14,7 +14,7 @@ DeepConf-low is ``deepconf(n=512, keep=0.1, window=2048)``, DeepConf-high ``keep
 
 The samples must come from single calls with logprobs, so ``solver`` may only be a
 ``single`` (its ``prompt`` and ``max_tokens`` are used). An engine that returns no
-logprobs is an :class:`~scaffolds.core.errors.UnsupportedError` (a 400 naming deepconf).
+logprobs is an :class:`~scaffolds.errors.UnsupportedError` (a 400 naming deepconf).
 Only ``mode="offline"`` is built; ``online`` (a warm-up sets a threshold, later traces
 stop early) is refused with a clear error.
 
@@ -33,8 +33,8 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator
 
 from scaffolds.core.context import Context, Problem
-from scaffolds.core.errors import UnsupportedError
 from scaffolds.core.solution import Solution
+from scaffolds.errors import UnsupportedError
 from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.single import DIRECT, Single
 

@@ -12,7 +12,7 @@ Like :class:`~scaffolds.engines.coalesce.Coalescer` for engine calls: a batch th
 fails every caller in it with the same error; a caller that is cancelled stops waiting
 (its rows leave the queue if they were not taken yet; a batch already running still
 answers the others); :meth:`RowBatcher.aclose` fails everyone still waiting with an
-:class:`~scaffolds.core.errors.EngineUnavailableError` instead of leaving them hanging.
+:class:`~scaffolds.errors.EngineUnavailableError` instead of leaving them hanging.
 
 >>> import asyncio
 >>> from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import Generic, TypeVar
 
-from scaffolds.core.errors import EngineError, EngineUnavailableError
+from scaffolds.errors import EngineError, EngineUnavailableError
 
 __all__ = ["RowBatcher"]
 

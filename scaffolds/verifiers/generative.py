@@ -23,7 +23,6 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scaffolds.core.fanout import gather
 from scaffolds.engines.protocol import (
     Completion,
     Engine,
@@ -35,6 +34,7 @@ from scaffolds.engines.protocol import (
     Verdicts,
     batch_engine,
 )
+from scaffolds.fanout import gather
 from scaffolds.prompts import Template
 
 __all__ = [

@@ -50,7 +50,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from scaffolds.core.dependencies import require
+from scaffolds.dependencies import require
 from scaffolds.engines.local_generate import encode_prompt
 from scaffolds.engines.protocol import Usage, Verdicts
 from scaffolds.verifiers.batching import RowBatcher

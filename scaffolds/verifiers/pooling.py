@@ -29,8 +29,8 @@ from typing import Any
 
 import httpx
 
-from scaffolds.core.errors import EngineError, EngineUnavailableError
 from scaffolds.engines.protocol import Usage, Verdicts
+from scaffolds.errors import EngineError, EngineUnavailableError
 
 __all__ = ["PoolingVerifier", "last_number", "row_scores", "tagged"]
 

@@ -24,9 +24,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from scaffolds.core.context import Context, Problem
-from scaffolds.core.errors import InvalidRequestError
 from scaffolds.core.solution import Solution
 from scaffolds.engines.protocol import Verdicts, Verifier
+from scaffolds.errors import InvalidRequestError
 from scaffolds.verifiers.generative import GenerativeVerifier
 
 __all__ = [

@@ -24,8 +24,8 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from scaffolds.core import fastjson
-from scaffolds.core.errors import PonderError
+from scaffolds import fastjson
+from scaffolds.errors import PonderError
 from server.api.chat_completions.protocol import ChatCompletionRequest, CompletionRequest, Endpoint
 from server.errors import api_error, error_response
 from server.runs.handler import Serving

@@ -17,7 +17,7 @@ True
 ...         pass
 Traceback (most recent call last):
 ...
-scaffolds.core.errors.InvalidRequestError: 127.0.0.1:... is in use: ...
+scaffolds.errors.InvalidRequestError: 127.0.0.1:... is in use: ...
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from __future__ import annotations
 import errno
 import socket
 
-from scaffolds.core.errors import InvalidRequestError
+from scaffolds.errors import InvalidRequestError
 
 __all__ = ["bind_listener", "listener_url"]
 

@@ -33,7 +33,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
-from scaffolds.core.errors import FanOutError, NotFoundError, SpecError
+from scaffolds.errors import FanOutError, NotFoundError, SpecError
 from scaffolds.spec.build import build_strategy, spec_of, spec_string
 from server.app.auth import require_api_key
 from server.runs.handler import Serving

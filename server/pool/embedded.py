@@ -51,9 +51,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
 from typing import Any
 
-from scaffolds.core.errors import PonderError
 from scaffolds.core.thinking import thinking_off
 from scaffolds.engines.vllm_server import free_ports, running_vllm, vllm_python
+from scaffolds.errors import PonderError
 from scaffolds.models import (
     KnownModel,
     ModelNotReadyError,

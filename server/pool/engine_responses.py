@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
-from scaffolds.core.errors import EngineRejectedError
 from scaffolds.engines.openai_http import OpenAIEngine
 from scaffolds.engines.openai_responses import (
     TERMINAL_EVENTS,
@@ -34,6 +33,7 @@ from scaffolds.engines.openai_responses import (
     stream_response,
 )
 from scaffolds.engines.protocol import Engine, GenerateRequest, GenerateResult, Usage
+from scaffolds.errors import EngineRejectedError
 from server.pool.metered import MeteredEngine
 from server.pool.replica_engine import ReplicaEngine
 

@@ -27,7 +27,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from scaffolds.core.fanout import gather
 from scaffolds.engines.factory import EngineOptions, engine_from_url
 from scaffolds.engines.protocol import (
     Engine,
@@ -37,6 +36,7 @@ from scaffolds.engines.protocol import (
     Usage,
     batch_engine,
 )
+from scaffolds.fanout import gather
 from server.pool.replica_engine import ReplicaEngine, engine_health
 from server.pool.sequences import SequenceGate, engine_capacity, sequence_bound
 

@@ -17,8 +17,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from scaffolds.core.errors import EngineError, EngineRejectedError
 from scaffolds.engines.protocol import Engine
+from scaffolds.errors import EngineError, EngineRejectedError
 from server.pool.breaker import CircuitBreaker
 
 __all__ = ["Lease", "Replica", "is_replica_fault"]
@@ -27,7 +27,7 @@ __all__ = ["Lease", "Replica", "is_replica_fault"]
 def is_replica_fault(exc: BaseException) -> bool:
     """Whether an error says something about the replica's health (not the request's).
 
-    >>> from scaffolds.core.errors import EngineUnavailableError
+    >>> from scaffolds.errors import EngineUnavailableError
     >>> is_replica_fault(EngineUnavailableError("down")), is_replica_fault(
     ...     EngineRejectedError("bad request", status=400))
     (True, False)

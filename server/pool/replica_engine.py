@@ -27,7 +27,7 @@
 * **Failover.** A call that fails on one replica before it produced anything is tried
   once more on another replica that is up. A stream that has already yielded is never
   restarted. When no replica is up the call fails at once with
-  :class:`~scaffolds.core.errors.EngineUnavailableError` naming each replica's state.
+  :class:`~scaffolds.errors.EngineUnavailableError` naming each replica's state.
 
 >>> import asyncio
 >>> from scaffolds.engines.protocol import GenerateRequest
@@ -53,11 +53,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from scaffolds.core.errors import (
-    EngineRejectedError,
-    EngineUnavailableError,
-)
-from scaffolds.core.fanout import gather
 from scaffolds.engines.protocol import (
     Engine,
     GenerateRequest,
@@ -65,6 +60,11 @@ from scaffolds.engines.protocol import (
     StreamItem,
     batch_engine,
 )
+from scaffolds.errors import (
+    EngineRejectedError,
+    EngineUnavailableError,
+)
+from scaffolds.fanout import gather
 from server.pool.breaker import BreakerState, CircuitBreaker
 from server.pool.replica import Lease, Replica, is_replica_fault
 

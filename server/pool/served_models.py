@@ -20,16 +20,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from scaffolds.core.errors import FanOutError, InvalidRequestError, NotFoundError, SpecError
 from scaffolds.core.thinking import HelperModel, Routing
 from scaffolds.engines.protocol import Engine, Verifier
+from scaffolds.errors import FanOutError, InvalidRequestError, NotFoundError, SpecError
 from scaffolds.evaluation.answers import ThinkingMarkers
 from scaffolds.prompts import PromptSet
 from scaffolds.prompts.files import PromptFile, load_prompt_file
 from scaffolds.spec.build import SpecLimits, build_strategy, spec_string
-from scaffolds.spec.grammar import format_spec, parse_spec
 from scaffolds.spec.prompt_files import check_scaffold_templates, prompt_set_with_files
 from scaffolds.spec.registry import Registry, default_registry
+from scaffolds.spec_grammar import format_spec, parse_spec
 from scaffolds.strategies.base import Strategy
 from scaffolds.verifiers import GenerativeVerifier, LocalVerifier, PoolingVerifier
 from scaffolds.verifiers.local import MAX_BATCH

@@ -30,7 +30,13 @@ from typing import Any, Protocol
 
 import httpx
 
-from scaffolds.core.errors import (
+from scaffolds.engines.dialects import error_message
+from scaffolds.engines.local import LocalEngine
+from scaffolds.engines.local_generate import module
+from scaffolds.engines.openai_http import OpenAIEngine
+from scaffolds.engines.protocol import Engine
+from scaffolds.engines.vllm_inprocess import InProcessVLLMEngine
+from scaffolds.errors import (
     EngineError,
     EngineRejectedError,
     EngineTimeoutError,
@@ -38,12 +44,6 @@ from scaffolds.core.errors import (
     InvalidRequestError,
     UnsupportedError,
 )
-from scaffolds.engines.dialects import error_message
-from scaffolds.engines.local import LocalEngine
-from scaffolds.engines.local_generate import module
-from scaffolds.engines.openai_http import OpenAIEngine
-from scaffolds.engines.protocol import Engine
-from scaffolds.engines.vllm_inprocess import InProcessVLLMEngine
 from server.pool.engine_responses import engine_leaves
 from server.pool.served_models import ServedModels
 

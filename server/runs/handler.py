@@ -26,13 +26,13 @@ from typing import Any, TypeVar
 
 from fastapi.responses import Response
 
-from scaffolds.core.fanout import gather
-from scaffolds.core.problem import Problem
 from scaffolds.core.run import RunResult, run_scaffold
 from scaffolds.core.trace import TraceRecorder
 from scaffolds.engines.coalesce import Coalescer
 from scaffolds.engines.protocol import Engine, Usage, batch_engine
 from scaffolds.evaluation.answer_pool import AnswerChecker
+from scaffolds.fanout import gather
+from scaffolds.problem import Problem
 from scaffolds.spec.build import SpecLimits
 from scaffolds.spec.registry import Registry
 from scaffolds.strategies.base import Strategy

@@ -23,9 +23,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from scaffolds.core.context import Budget, Problem
-from scaffolds.core.errors import InvalidRequestError
 from scaffolds.engines.messages import messages_from_openai
 from scaffolds.engines.protocol import SamplingParams
+from scaffolds.errors import InvalidRequestError
 from scaffolds.evaluation.answers import AnswerFormat
 from scaffolds.spec.build import check_runs
 from scaffolds.strategies.base import Strategy

@@ -36,7 +36,7 @@ from typing import Any, Literal
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
-from scaffolds.core import fastjson
+from scaffolds import fastjson
 from scaffolds.core.trace import (
     RunFinished,
     StepDelta,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from scaffolds.core.dependencies import EXTRAS, installed
+from scaffolds.dependencies import EXTRAS, installed
 from tests.ponder_command import ROOT, run_ponder
 
 PROBLEMS = str(ROOT / "examples" / "problems.jsonl")

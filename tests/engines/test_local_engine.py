@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from scaffolds.core.errors import EngineError
 from scaffolds.engines.messages import chat
 from scaffolds.engines.protocol import Engine, GenerateRequest, Message, SamplingParams
+from scaffolds.errors import EngineError
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")

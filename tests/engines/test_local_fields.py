@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from scaffolds.core.errors import InvalidRequestError
 from scaffolds.engines.local_fields import (
     ENGINE,
     HONOURED,
@@ -24,6 +23,7 @@ from scaffolds.engines.local_fields import (
 )
 from scaffolds.engines.messages import chat
 from scaffolds.engines.protocol import GenerateRequest, SamplingParams
+from scaffolds.errors import InvalidRequestError
 from scaffolds.models import model_path
 
 pytest.importorskip("torch")

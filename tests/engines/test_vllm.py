@@ -13,12 +13,12 @@ import json
 import pytest
 
 from scaffolds import Budget, solve
-from scaffolds.core.errors import ContextLengthError
 from scaffolds.core.trace import StepFinished, StepStarted
 from scaffolds.engines import OpenAIEngine
 from scaffolds.engines.messages import chat
 from scaffolds.engines.protocol import GenerateRequest, SamplingParams
 from scaffolds.engines.vllm_server import VLLMServer
+from scaffolds.errors import ContextLengthError
 from testing.vllm import CACHE, assert_accounts_every_token
 
 pytestmark = pytest.mark.vllm

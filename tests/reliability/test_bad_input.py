@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from scaffolds.core.errors import PonderError
+from scaffolds.errors import PonderError
 from server.api.chat_completions.protocol import ChatCompletionRequest, CompletionRequest
 from server.errors import api_error, validation_error
 from tests.reliability.conftest import assert_openai_error

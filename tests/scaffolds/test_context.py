@@ -7,16 +7,16 @@ import asyncio
 import pytest
 
 from scaffolds.core.context import Budget, Context, Problem
-from scaffolds.core.errors import (
-    BudgetExhaustedError,
-    EngineUnavailableError,
-    InvalidRequestError,
-)
-from scaffolds.core.fanout import gather
 from scaffolds.core.ledger import FORCE_ANSWER_TOKENS
 from scaffolds.core.trace import StepDelta, StepFinished, StepStarted, TraceRecorder
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import Message, SamplingParams
+from scaffolds.errors import (
+    BudgetExhaustedError,
+    EngineUnavailableError,
+    InvalidRequestError,
+)
+from scaffolds.fanout import gather
 from scaffolds.spec.registry import get_prompt_set
 
 

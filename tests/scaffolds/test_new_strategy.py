@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from scaffolds.core.errors import InvalidRequestError
 from scaffolds.engines.mock import MockEngine
+from scaffolds.errors import InvalidRequestError
 from scaffolds.evaluation.problems import ProblemRow
 from scaffolds.spec.build import build_strategy
 from scaffolds.spec.registry import default_registry, get_prompt_set

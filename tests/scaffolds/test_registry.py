@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 import scaffolds.strategies
 from scaffolds import solve
-from scaffolds.core.errors import InvalidRequestError, ScaffoldLoadError
 from scaffolds.engines.mock import MockEngine
+from scaffolds.errors import InvalidRequestError, ScaffoldLoadError
 from scaffolds.prompts import PROMPT_SET_NAMES, PromptSet, Template
 from scaffolds.spec.registry import (
     Registry,

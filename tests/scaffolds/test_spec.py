@@ -13,17 +13,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import Field
 
-from scaffolds.core.errors import FanOutError, SpecError
+from scaffolds.errors import FanOutError, SpecError
 from scaffolds.spec import build as spec_module
 from scaffolds.spec.build import SpecLimits, build_strategy, spec_of, spec_string
-from scaffolds.spec.grammar import (
+from scaffolds.spec.registry import Registry, builtin_registry, default_registry
+from scaffolds.spec_grammar import (
     MAX_NESTING,
     MAX_SPEC_CHARS,
     format_spec,
     parse_compact,
     parse_spec,
 )
-from scaffolds.spec.registry import Registry, builtin_registry, default_registry
 from scaffolds.strategies import BUILTINS
 from scaffolds.strategies.base import Strategy
 

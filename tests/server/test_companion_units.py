@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scaffolds.core.errors import UnsupportedError
+from scaffolds.errors import UnsupportedError
 from server.api.responses.input_items import input_items_page
 from server.api.responses.store import StoredResponse
 from server.pool.tokenizers import LocalTokenizer

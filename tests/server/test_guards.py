@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from scaffolds.core.errors import EngineUnavailableError
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import EngineDelta, GenerateRequest, GenerateResult, StreamItem
+from scaffolds.errors import EngineUnavailableError
 from server.app.limits import RunLimiter
 from server.errors import OverloadedError
 from server.pool.metered import MeteredEngine, ReplicaEngine

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import uvicorn
 
-from scaffolds.core.errors import SpecError
 from scaffolds.engines.mock import MockEngine
+from scaffolds.errors import SpecError
 from server.app import app as app_module
 from server.app.collector import YOUNG_THRESHOLD
 from server.pool import served_models

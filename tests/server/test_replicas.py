@@ -20,7 +20,6 @@ from typing import Any
 import httpx
 import pytest
 
-from scaffolds.core.errors import EngineRejectedError, EngineTimeoutError, EngineUnavailableError
 from scaffolds.engines.protocol import (
     Completion,
     EngineDelta,
@@ -29,6 +28,7 @@ from scaffolds.engines.protocol import (
     StreamItem,
     Usage,
 )
+from scaffolds.errors import EngineRejectedError, EngineTimeoutError, EngineUnavailableError
 from server.pool.metered import MeteredEngine, replica_status
 from server.pool.replica_engine import ReplicaEngine
 from server.settings import Settings

@@ -12,9 +12,9 @@ from typing import Any, cast
 
 import pytest
 
-from scaffolds.core.errors import DeadlineExceededError
-from scaffolds.core.problem import Budget
 from scaffolds.engines.protocol import SamplingParams
+from scaffolds.errors import DeadlineExceededError
+from scaffolds.problem import Budget
 from scaffolds.strategies.single import Single
 from server.api.responses.engine import EngineResponse
 from server.api.responses.protocol import ResponsesRequest

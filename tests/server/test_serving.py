@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from scaffolds.core.errors import EngineRejectedError, EngineUnavailableError
 from scaffolds.engines.protocol import Completion, GenerateRequest
+from scaffolds.errors import EngineRejectedError, EngineUnavailableError
 from tests.server.conftest import chat_body, collect, parse_sse
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from scaffolds.core.errors import SpecError
+from scaffolds.errors import SpecError
 from server.runs.handler import Serving
 from server.settings import Settings, setting_errors
 

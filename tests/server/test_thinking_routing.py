@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from scaffolds.core.errors import InvalidRequestError
 from scaffolds.engines.mock import MockEngine
+from scaffolds.errors import InvalidRequestError
 from server.api.chat_completions.protocol import ChatCompletionRequest
 from server.pool.served_models import ServedModels
 from server.runs.planning import plan_run

@@ -217,7 +217,7 @@ def test_batched_engine_samples_the_same_whatever_the_batch(tiny_model_dir: Path
 
 def test_batched_engine_refuses_what_it_does_not_support(tiny_model_dir: Path) -> None:
     from experiments.tiny_models.batched_engine import BatchedEngine
-    from scaffolds.core.errors import InvalidRequestError
+    from scaffolds.errors import InvalidRequestError
 
     engine = BatchedEngine(tiny_model_dir)
     request = GenerateRequest("a1=", SamplingParams(stop=("x",)))

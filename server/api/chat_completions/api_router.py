@@ -14,7 +14,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from scaffolds.core.errors import NotFoundError
+from scaffolds.errors import NotFoundError
 from server.api.chat_completions.protocol import ChatCompletionRequest, CompletionRequest
 from server.runs.handler import Serving
 from server.telemetry.metrics import CONTENT_TYPE, Metrics

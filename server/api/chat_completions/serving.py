@@ -13,7 +13,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
-from scaffolds.core import fastjson
+from scaffolds import fastjson
 from scaffolds.core.run import RunResult
 from scaffolds.core.solution import Solution
 from scaffolds.core.trace import StepFinished, StepStarted, TraceRecorder
@@ -34,7 +34,7 @@ __all__ = [
 
 
 class FastJSONResponse(JSONResponse):
-    """A JSON response written by :mod:`scaffolds.core.fastjson` (orjson when installed)."""
+    """A JSON response written by :mod:`scaffolds.fastjson` (orjson when installed)."""
 
     def render(self, content: Any) -> bytes:
         return fastjson.dumps(content)

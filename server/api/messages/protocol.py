@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
-from scaffolds.core.errors import InvalidRequestError
+from scaffolds.errors import InvalidRequestError
 from server.api.chat_completions.protocol import BudgetRequest, ChatCompletionRequest, _Open
 from server.errors import validation_error
 

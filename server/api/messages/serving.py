@@ -26,7 +26,7 @@ import secrets
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-from scaffolds.core import fastjson
+from scaffolds import fastjson
 from scaffolds.core.run import RunResult
 from scaffolds.core.trace import TraceRecorder
 from server.api.chat_completions.protocol import ChatCompletionRequest

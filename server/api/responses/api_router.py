@@ -18,7 +18,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from scaffolds.core.errors import NotFoundError
+from scaffolds.errors import NotFoundError
 from server.api.messages.protocol import MessagesRequest
 from server.api.messages.serving import MessagesFormat
 from server.api.responses.protocol import ResponsesRequest

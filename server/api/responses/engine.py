@@ -27,9 +27,9 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
-from scaffolds.core import fastjson
-from scaffolds.core.errors import DeadlineExceededError
+from scaffolds import fastjson
 from scaffolds.engines.protocol import Usage
+from scaffolds.errors import DeadlineExceededError
 from scaffolds.spec.build import spec_string
 from server.api.responses.protocol import ResponsesRequest, input_messages
 from server.api.responses.store import ResponseStore, StoredResponse

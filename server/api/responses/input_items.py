@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from scaffolds.core.errors import InvalidRequestError
+from scaffolds.errors import InvalidRequestError
 from server.api.responses.engine import history_items
 from server.api.responses.store import StoredResponse
 

@@ -30,10 +30,10 @@ import time
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-from scaffolds.core import fastjson
-from scaffolds.core.errors import NotFoundError
+from scaffolds import fastjson
 from scaffolds.core.run import RunResult
 from scaffolds.core.trace import TraceRecorder
+from scaffolds.errors import NotFoundError
 from server.api.chat_completions.serving import (
     finish_reasons,
     reasoning_tokens,

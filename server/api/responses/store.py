@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from scaffolds.core import fastjson
+from scaffolds import fastjson
 from server.errors import StoreUnavailableError
 
 if TYPE_CHECKING:

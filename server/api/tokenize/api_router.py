@@ -27,7 +27,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request
 from pydantic import Field, model_validator
 
-from scaffolds.core.errors import NotFoundError
+from scaffolds.errors import NotFoundError
 from server.api.chat_completions.protocol import _Open
 from server.api.messages.protocol import MessagesRequest, chat_request
 from server.api.responses.input_items import MAX_LIMIT, input_items_page

@@ -12,12 +12,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from scaffolds.core.errors import EngineRejectedError
-from scaffolds.core.problem import Problem
 from scaffolds.core.run import run_scaffold
 from scaffolds.engines.coalesce import Coalescer
 from scaffolds.engines.mock import Handler, MockEngine
 from scaffolds.engines.protocol import GenerateRequest, GenerateResult, SamplingParams, Usage
+from scaffolds.errors import EngineRejectedError
+from scaffolds.problem import Problem
 from scaffolds.strategies.single import Single
 
 

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from scaffolds.core.dependencies import installed
-from scaffolds.core.errors import MissingDependencyError
+from scaffolds.dependencies import installed
 from scaffolds.engines.factory import (
     SCHEMES,
     EngineOptions,
@@ -18,6 +17,7 @@ from scaffolds.engines.factory import (
 from scaffolds.engines.local import LocalEngine
 from scaffolds.engines.openai_http import OpenAIEngine
 from scaffolds.engines.vllm_inprocess import InProcessVLLMEngine
+from scaffolds.errors import MissingDependencyError
 
 
 def test_http_urls_build_an_openai_engine_with_the_options() -> None:

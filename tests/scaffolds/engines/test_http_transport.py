@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from scaffolds.core.errors import EngineTimeoutError, EngineUnavailableError
 from scaffolds.engines.http_transport import AiohttpTransport, aiohttp_available
 from scaffolds.engines.messages import chat
 from scaffolds.engines.openai_http import OpenAIEngine
 from scaffolds.engines.protocol import EngineDelta, GenerateRequest, GenerateResult
+from scaffolds.errors import EngineTimeoutError, EngineUnavailableError
 
 pytestmark = pytest.mark.skipif(not aiohttp_available(), reason="aiohttp is not installed")
 

@@ -13,12 +13,6 @@ from email.utils import format_datetime
 import httpx
 import pytest
 
-from scaffolds.core.errors import (
-    EngineError,
-    EngineRejectedError,
-    EngineTimeoutError,
-    EngineUnavailableError,
-)
 from scaffolds.engines import openai_http, openai_retry
 from scaffolds.engines.http_transport import aiohttp_available
 from scaffolds.engines.messages import chat
@@ -31,6 +25,12 @@ from scaffolds.engines.protocol import (
     GenerateResult,
     SamplingParams,
     StreamItem,
+)
+from scaffolds.errors import (
+    EngineError,
+    EngineRejectedError,
+    EngineTimeoutError,
+    EngineUnavailableError,
 )
 from testing.fake_engine import (
     FakeEngineConfig,

@@ -14,11 +14,11 @@ from contextlib import aclosing
 
 import pytest
 
-from scaffolds.core.errors import EngineError, EngineRejectedError, EngineUnavailableError
 from scaffolds.engines.dialects import reported_error
 from scaffolds.engines.messages import chat
 from scaffolds.engines.openai_http import OpenAIEngine
 from scaffolds.engines.protocol import EngineDelta, GenerateRequest, GenerateResult, SamplingParams
+from scaffolds.errors import EngineError, EngineRejectedError, EngineUnavailableError
 from testing.fake_engine import Failure, FakeEngineConfig, FakeEngineHandle, running_fake_engine
 
 MODEL = "fake-model"

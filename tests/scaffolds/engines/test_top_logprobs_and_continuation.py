@@ -8,11 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from scaffolds.core.errors import EngineRejectedError, InvalidRequestError, UnsupportedError
 from scaffolds.engines.dialects import get_dialect
 from scaffolds.engines.messages import chat
 from scaffolds.engines.openai_http import OpenAIEngine
 from scaffolds.engines.protocol import GenerateRequest, Message, SamplingParams
+from scaffolds.errors import EngineRejectedError, InvalidRequestError, UnsupportedError
 from scaffolds.strategies.deepconf import token_confidence
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 

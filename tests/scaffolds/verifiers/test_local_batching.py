@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from scaffolds.core.errors import EngineUnavailableError
+from scaffolds.errors import EngineUnavailableError
 from scaffolds.verifiers import LocalVerifier
 from scaffolds.verifiers.batching import RowBatcher
 

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 
 import pytest
 
-from scaffolds.core.errors import EngineUnavailableError
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.openai_http import OpenAIEngine
 from scaffolds.engines.protocol import (
@@ -19,6 +18,7 @@ from scaffolds.engines.protocol import (
     Usage,
     Verifier,
 )
+from scaffolds.errors import EngineUnavailableError
 from scaffolds.verifiers import GenerativeVerifier, LocalVerifier, PoolingVerifier
 from scaffolds.verifiers.generative import yes_probability
 from testing.fake_engine import FakeEngineConfig, running_fake_engine
@@ -154,7 +154,7 @@ async def test_the_local_verifier_scores_a_batch_in_one_forward_pass(smollm2_dir
 async def test_the_local_verifier_takes_a_known_models_name(smollm2_dir: str) -> None:
     """``local:NAME`` names a known model (prepared on first use); a name that is neither
     a folder nor a known model is refused when the server reads its config."""
-    from scaffolds.core.errors import InvalidRequestError
+    from scaffolds.errors import InvalidRequestError
     from server.model_settings import ModelConfig
     from server.pool.served_models import model_verifier
 

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Awaitable
 from typing import TypeVar
 
-from scaffolds.core.errors import BudgetExhaustedError
+from scaffolds.errors import BudgetExhaustedError
 
 __all__ = ["gather", "gather_within_budget"]
 

@@ -90,7 +90,7 @@ class MissingDependencyError(PonderError):
     """An optional dependency is not installed. The message is one line that names what
     needed it and the command that installs it (``install``); the ``ponder`` command
     prints it and exits 2, never a traceback. Raised by
-    :func:`scaffolds.core.dependencies.require`."""
+    :func:`scaffolds.dependencies.require`."""
 
     code = "missing_dependency"
 

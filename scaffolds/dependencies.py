@@ -1,5 +1,5 @@
 """Optional dependencies: which extra of ``pyproject.toml`` brings each module, and the
-one check that turns a missing one into :class:`~scaffolds.core.errors.MissingDependencyError`.
+one check that turns a missing one into :class:`~scaffolds.errors.MissingDependencyError`.
 
 Ponder's core installs with few dependencies; serving, the batch eval client, training
 and the in-process engines each need an extra. Code that needs one calls :func:`require`
@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from scaffolds.core.errors import MissingDependencyError
+from scaffolds.errors import MissingDependencyError
 
 __all__ = ["EXTRAS", "Extra", "MissingDependencyError", "installed", "require"]
 

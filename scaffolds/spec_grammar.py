@@ -2,8 +2,8 @@
 
 A spec names a strategy and its non-default parameters; a nested strategy is a nested
 spec. :mod:`scaffolds.spec.build` builds strategies from the parsed form; this module only
-reads and writes text, so the strategy base can print itself without importing the
-registry.
+reads and writes text, so the strategy base can print itself without importing
+:mod:`scaffolds.spec` (which builds strategies): it sits below both.
 
 Grammar of the compact form (whitespace is allowed between any two tokens)::
 
@@ -28,7 +28,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from scaffolds.core.errors import SpecError
+from scaffolds.errors import SpecError
 
 MAX_SPEC_CHARS = 4096
 """The longest spec text accepted, in either form."""
@@ -174,7 +174,7 @@ def parse_compact(text: str) -> dict[str, Any]:
     {'name': 'best_of_n', 'n': -2, 'judge': "it's", 't': 1000.0}
     >>> parse_compact("gsr(n=4")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    scaffolds.core.errors.SpecError: expected ',' or ')' (found end of input) at column 8...
+    scaffolds.errors.SpecError: expected ',' or ')' (found end of input) at column 8...
     """
     if not isinstance(text, str):
         raise SpecError(f"a scaffold spec must be a string (got {_show(text)})", param="scaffold")

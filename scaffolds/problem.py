@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scaffolds.core.errors import InvalidRequestError
 from scaffolds.engines.protocol import Message, Prompt
+from scaffolds.errors import InvalidRequestError
 
 __all__ = ["Budget", "Problem", "StepPrompt"]
 
@@ -50,7 +50,7 @@ class Budget:
     >>> Budget(max_calls=0)
     Traceback (most recent call last):
     ...
-    scaffolds.core.errors.InvalidRequestError: budget.max_calls must be >= 1 (got 0)
+    scaffolds.errors.InvalidRequestError: budget.max_calls must be >= 1 (got 0)
     """
 
     max_tokens: int | None = None
