@@ -78,9 +78,9 @@ class OpenAIEngine:
     the server reports). A client passed in is
     used as is and not closed by :meth:`aclose`; otherwise the engine creates and owns
     ``pool_shards`` httpx clients on first use. Its calls go through one
-    :class:`~scaffolds.engines.http_transport.EngineTransport`, chosen here: with
-    ``transport="auto"`` (the default) aiohttp when it is installed and no client was
-    passed in, ``"aiohttp"`` aiohttp, ``"httpx"`` the httpx clients.
+    :class:`~scaffolds.engines.http_transport.EngineTransport`, chosen here: httpx over a
+    client passed in; otherwise aiohttp with ``transport="aiohttp"``, or with ``"auto"``
+    (the default) when aiohttp is installed, and httpx with ``"httpx"``.
 
     Per-sample ``completion_tokens``: exact when token ids (or logprobs) came back;
     otherwise the call's total is split evenly over the samples whose count is unknown,
