@@ -9,7 +9,10 @@ times), on the CPU clock:
 - ``until_disconnect``: the disconnect watch around one run, with a client that stays
   and work that suspends once (as an engine call does); once per request;
 - ``batch_engine``: whether the engine takes a list of prompts (``OpenAIEngine``); twice
-  per chat request (``Serving._run_all`` and the metered engine's ``takes_prompt_lists``).
+  per chat request (``Serving._run_all`` and the metered engine's ``takes_prompt_lists``);
+- ``call_aiohttp``, ``call_httpx``: the engine client's own CPU for one chat call
+  (``OpenAIEngine.generate``, one at a time, ``--calls`` of them) to the fake engine,
+  which runs in a process of its own, over each transport; once per engine call.
 
     python -m benchmarks.hot_path --baseline 9a37331 --rounds 3
 """
@@ -25,11 +28,21 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.harness import ROOT, source_at
+from benchmarks.harness import (
+    ENGINE_CODE,
+    MODEL,
+    ROOT,
+    Target,
+    free_port,
+    process,
+    source_at,
+    wait_ready,
+)
 
 PIECES = r"""
-import asyncio, json, time
-from scaffolds.engines.protocol import batch_engine
+import asyncio, json, os, time
+from scaffolds.engines.messages import chat
+from scaffolds.engines.protocol import GenerateRequest, SamplingParams, batch_engine
 from scaffolds.engines.openai_http import OpenAIEngine
 from server.runs.disconnect import until_disconnect
 
@@ -51,16 +64,36 @@ async def watch(n):
     await asyncio.sleep(0)
     return (time.process_time() - start) / n * 1e6
 
+async def calls(transport, n):
+    url, model = os.environ["HOT_PATH_ENGINE"], os.environ["HOT_PATH_MODEL"]
+    request = GenerateRequest(chat("What is 6*7?"), SamplingParams(max_tokens=8))
+    async with OpenAIEngine(url, model, transport=transport) as engine:
+        for _ in range(50):  # connections open, the context window known
+            await engine.generate(request)
+        start = time.process_time()
+        for _ in range(n):
+            await engine.generate(request)
+        return (time.process_time() - start) / n * 1e6
+
 engine = OpenAIEngine("http://127.0.0.1:9/v1", "m")
+n_calls = int(os.environ["HOT_PATH_CALLS"])
 print(json.dumps({
     "until_disconnect": asyncio.run(watch(20000)),
     "batch_engine": per_call(lambda: batch_engine(engine), 20000),
+    "call_aiohttp": asyncio.run(calls("aiohttp", n_calls)),
+    "call_httpx": asyncio.run(calls("httpx", n_calls)),
 }))
 """
 
 
-def measure(tree: Path) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+def measure(tree: Path, engine: Target, calls: int) -> dict[str, float]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tree),
+        "HOT_PATH_ENGINE": engine.url,
+        "HOT_PATH_MODEL": MODEL,
+        "HOT_PATH_CALLS": str(calls),
+    }
     out = subprocess.run(
         [sys.executable, "-c", PIECES], cwd=tree, env=env, capture_output=True, text=True
     )
@@ -74,6 +107,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--baseline", default="", help="git revisions to compare (A,B)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=1000, help="engine calls per transport")
     args = parser.parse_args()
     revs = [r for r in args.baseline.split(",") if r]
     samples: dict[str, list[dict[str, float]]] = {name: [] for name in [*revs, "this tree"]}
@@ -82,9 +116,13 @@ def main() -> None:
         for rev in revs:
             trees[rev] = stack.enter_context(source_at(rev))
         trees["this tree"] = ROOT
+        engine = Target("engine", f"http://127.0.0.1:{free_port()}/v1")
+        cmd = [sys.executable, "-c", ENGINE_CODE, engine.port, MODEL]
+        proc = stack.enter_context(process(cmd))
+        wait_ready(engine, 120, proc)
         for _ in range(args.rounds):
             for name, tree in trees.items():
-                samples[name].append(measure(tree))
+                samples[name].append(measure(tree, engine, args.calls))
     pieces = list(samples["this tree"][0])
     print(f"CPU microseconds per call, median of {args.rounds} rounds")
     print("| source | " + " | ".join(pieces) + " |")

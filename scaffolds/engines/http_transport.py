@@ -1,37 +1,45 @@
-"""The engine client's HTTP transport for its calls: aiohttp when it is installed.
+"""How the engine client sends its calls: one interface, in httpx's shape, and two transports.
 
-Measured on Ponder's own stack (``benchmarks/proxy_overhead.py --tools floor
---floor-clients httpx,httpcore,aiohttp``), a pass-through over aiohttp costs about a
-quarter of the CPU per request of one over httpx, whose pool walk and request models
-dominate a cheap call. :class:`AiohttpTransport` sends one engine call and hands back a
-response with the few members of ``httpx.Response`` that :class:`OpenAIEngine` reads
-(``status_code``, ``is_success``, ``headers``, ``aread``, ``aiter_lines``, ``aclose``),
-and raises httpx's exception classes, so retries, timeouts and error mapping stay one
-code path whichever transport runs. Without aiohttp (:func:`aiohttp_available` is
-False) the engine keeps using httpx.
+:class:`OpenAIEngine <scaffolds.engines.openai_http.OpenAIEngine>` talks to an
+:class:`EngineTransport` (``send`` one request, ``aclose``), whose ``send`` hands back an
+unread :class:`TransportResponse`: the few members of ``httpx.Response`` the engine reads
+(``status_code``, ``is_success``, ``headers``, ``aread``, ``aiter_lines``, ``aclose``).
+Both transports raise httpx's exception classes, so retries, timeouts and error mapping
+stay one code path whichever transport runs; the engine picks one when it is made.
+
+- :class:`AiohttpTransport`, when aiohttp is installed (:func:`aiohttp_available`).
+  Measured on Ponder's own stack (``benchmarks/proxy_overhead.py --tools floor
+  --floor-clients httpx,httpcore,aiohttp``), a pass-through over aiohttp costs about a
+  quarter of the CPU per request of one over httpx, whose pool walk and request models
+  dominate a cheap call. Its responses are :class:`AiohttpResponse`.
+- :class:`HttpxTransport` otherwise, or over an ``httpx.AsyncClient`` passed in (an
+  ``httpx.MockTransport`` in tests); its responses are ``httpx.Response`` itself.
 
 Timeouts are httpx's: ``connect`` bounds opening the connection, ``read`` bounds each
 wait for bytes (a stream may run for hours as long as tokens keep coming). Closing a
 response that was not read to its end closes its connection, so the engine sees the
-client go away, as with httpx.
+client go away.
 
-Proxies come from the environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ``NO_PROXY``), looked
-up once per engine origin and session rather than on every call (aiohttp's ``trust_env``
-reads the environment and ``~/.netrc`` in a thread for each request, which cost more CPU
-than the rest of a pass-through call); httpx, too, reads them once, when its client is
-made. As with httpx, ``~/.netrc`` does not add credentials to engine calls.
+Proxies come from the environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ``NO_PROXY``): over
+aiohttp looked up once per engine origin and session rather than on every call
+(aiohttp's ``trust_env`` reads the environment and ``~/.netrc`` in a thread for each
+request, which cost more CPU than the rest of a pass-through call); httpx reads them
+once, when its client is made. ``~/.netrc`` does not add credentials to engine calls.
 
 >>> transport = AiohttpTransport(connect_timeout=5.0, read_timeout=600.0)
 >>> transport.closed
 True
+>>> HttpxTransport(connect_timeout=5.0, read_timeout=600.0, shards=2).timeout
+Timeout(connect=5.0, read=600.0, write=600.0, pool=600.0)
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
+import itertools
 from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import httpx
 
@@ -40,7 +48,54 @@ from scaffolds import fastjson
 if TYPE_CHECKING:
     import aiohttp
 
-__all__ = ["AiohttpTransport", "FastResponse", "aiohttp_available", "dumps"]
+__all__ = [
+    "POOL_SHARDS",
+    "AiohttpResponse",
+    "AiohttpTransport",
+    "EngineTransport",
+    "HttpxTransport",
+    "TransportResponse",
+    "aiohttp_available",
+    "dumps",
+]
+
+
+@runtime_checkable
+class TransportResponse(Protocol):
+    """One engine response, unread: what the engine client reads of ``httpx.Response``.
+
+    ``aread`` and ``aiter_lines`` raise httpx's exceptions; ``aclose`` releases the
+    connection (closed, when the body was not read to its end)."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def is_success(self) -> bool: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    async def aread(self) -> bytes: ...
+
+    def aiter_lines(self) -> AsyncIterator[str]: ...
+
+    async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class EngineTransport(Protocol):
+    """Sends the engine client's calls; failures raise httpx's exceptions."""
+
+    async def send(
+        self, method: str, url: str, body: Any, headers: Mapping[str, str]
+    ) -> TransportResponse:
+        """Send one request (``body`` as JSON unless None); the response is unread."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close the connections this transport opened."""
+        ...
 
 
 def aiohttp_available() -> bool:
@@ -83,7 +138,7 @@ def _failures() -> tuple[type[BaseException], ...]:
     return (aiohttp.ClientError, *_FAILURES)
 
 
-class FastResponse:
+class AiohttpResponse:
     """One engine response over aiohttp, read as ``httpx.Response`` would be."""
 
     def __init__(self, response: aiohttp.ClientResponse) -> None:
@@ -187,7 +242,7 @@ class AiohttpTransport:
 
     async def send(
         self, method: str, url: str, body: Any, headers: Mapping[str, str]
-    ) -> FastResponse:
+    ) -> AiohttpResponse:
         """Send one request (``body`` as JSON unless None); the response is unread."""
         session = self._ready_session()
         data = None if body is None else dumps(body)
@@ -198,12 +253,72 @@ class AiohttpTransport:
             )
         except _failures() as exc:
             raise _mapped(exc, connecting=_connecting(exc)) from exc
-        return FastResponse(response)
+        return AiohttpResponse(response)
 
     async def aclose(self) -> None:
         session, self._session = self._session, None
         if session is not None and not session.closed:
             await session.close()
+
+
+POOL_SHARDS = 8
+"""httpx connection pools per engine by default: httpcore walks every connection of a pool
+on each request, so smaller pools cost less at high concurrency (benchmarks/pool_shards.py).
+
+The pools hold as many connections as there are calls in flight, all kept alive: the
+connection pool is never what limits a GPU engine's batch. What bounds the calls is the
+caller (``ponder serve`` holds each model's engine calls to its sequences in flight,
+:mod:`server.pool.sequences`; every call carries at least one)."""
+
+
+class HttpxTransport:
+    """Sends engine calls over httpx: the ``client`` passed in (used as is, never closed
+    here), else ``shards`` clients of its own in turn, made on first use.
+
+    httpcore's pool walks every connection it holds on each request, so one pool's cost
+    grows with the concurrency; several smaller pools keep each walk short."""
+
+    def __init__(
+        self,
+        *,
+        connect_timeout: float,
+        read_timeout: float,
+        shards: int = POOL_SHARDS,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
+        self.shards = shards
+        self._client = client
+        self._pool: list[httpx.AsyncClient] = []
+        self._turn = itertools.count()
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """The client for the next call: the one passed in, else the next of the pool."""
+        if self._client is not None:
+            return self._client
+        if not self._pool:
+            limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+            self._pool = [
+                httpx.AsyncClient(timeout=self.timeout, limits=limits) for _ in range(self.shards)
+            ]
+        return self._pool[next(self._turn) % self.shards]
+
+    async def send(
+        self, method: str, url: str, body: Any, headers: Mapping[str, str]
+    ) -> httpx.Response:
+        """Send one request (``body`` as JSON unless None); the response is unread."""
+        client = self.client
+        request = client.build_request(
+            method, url, json=body, headers=headers, timeout=self.timeout
+        )
+        return await client.send(request, stream=True)
+
+    async def aclose(self) -> None:
+        """Close the clients this transport made (a second call does nothing)."""
+        pool, self._pool = self._pool, []
+        for client in pool:
+            await client.aclose()
 
 
 def _env_proxy(origin: str) -> dict[str, Any]:

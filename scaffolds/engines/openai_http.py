@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import itertools
 from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 from typing import Any, Self
@@ -32,7 +31,14 @@ import httpx
 from scaffolds.engines.context_fit import no_room
 from scaffolds.engines.dialects import Dialect, error_message, get_dialect
 from scaffolds.engines.greedy import greedy_samples, one_by_one
-from scaffolds.engines.http_transport import AiohttpTransport, FastResponse, aiohttp_available
+from scaffolds.engines.http_transport import (
+    POOL_SHARDS,
+    AiohttpTransport,
+    EngineTransport,
+    HttpxTransport,
+    TransportResponse,
+    aiohttp_available,
+)
 from scaffolds.engines.openai_context import ContextWindow
 from scaffolds.engines.openai_parse import (
     Choice,
@@ -57,16 +63,6 @@ from scaffolds.fanout import gather
 __all__ = ["Dialect", "OpenAIEngine"]
 
 
-POOL_SHARDS = 8
-"""HTTP connection pools per engine by default: httpcore walks every connection of a pool
-on each request, so smaller pools cost less at high concurrency (benchmarks/pool_shards.py).
-
-The pools hold as many connections as there are calls in flight, all kept alive: the
-connection pool is never what limits a GPU engine's batch. What bounds the calls is the
-caller (``ponder serve`` holds each model's engine calls to its sequences in flight,
-:mod:`server.pool.sequences`; every call carries at least one)."""
-
-
 class OpenAIEngine:
     """An :class:`~scaffolds.engines.protocol.Engine` backed by an OpenAI-compatible server.
 
@@ -81,9 +77,10 @@ class OpenAIEngine:
     (:class:`~scaffolds.engines.openai_context.ContextWindow`: ``max_model_len``, else what
     the server reports). A client passed in is
     used as is and not closed by :meth:`aclose`; otherwise the engine creates and owns
-    one on first use, and with ``transport="auto"`` (the default) sends its calls over
-    aiohttp when it is installed (:mod:`~scaffolds.engines.http_transport`; ``"httpx"``
-    keeps them on httpx).
+    ``pool_shards`` httpx clients on first use. Its calls go through one
+    :class:`~scaffolds.engines.http_transport.EngineTransport`, chosen here: httpx over a
+    client passed in; otherwise aiohttp with ``transport="aiohttp"``, or with ``"auto"``
+    (the default) when aiohttp is installed, and httpx with ``"httpx"``.
 
     Per-sample ``completion_tokens``: exact when token ids (or logprobs) came back;
     otherwise the call's total is split evenly over the samples whose count is unknown,
@@ -118,21 +115,23 @@ class OpenAIEngine:
         self.read_timeout = read_timeout
         self._api_key = api_key
         self.connect_timeout = connect_timeout
-        self._timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
-        self._client = client
-        self._pool: list[httpx.AsyncClient] = []
-        self._turn = itertools.count()
+        self._httpx = HttpxTransport(
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            shards=pool_shards,
+            client=client,
+        )
         self._retry = RetryPolicy(
             self.base_url, max_retries, backoff_base, backoff_max, read_timeout
         )  # raises on a negative max_retries
         self._aborts: set[asyncio.Task[None]] = set()
         self._context = ContextWindow(self, max_model_len)
         # Calls go over aiohttp when it is installed ("auto") and no client was passed in.
-        fast = transport == "aiohttp" or (transport == "auto" and aiohttp_available())
-        self._fast = (
+        over_aiohttp = transport == "aiohttp" or (transport == "auto" and aiohttp_available())
+        self._transport: EngineTransport = (
             AiohttpTransport(connect_timeout=connect_timeout, read_timeout=read_timeout)
-            if fast and client is None
-            else None
+            if over_aiohttp and client is None
+            else self._httpx
         )
 
     @property
@@ -144,31 +143,18 @@ class OpenAIEngine:
 
     @property
     def client(self) -> httpx.AsyncClient:
-        """An HTTP client for the next call: the one passed in, else one of this engine's
-        ``pool_shards`` clients in turn (created on first use).
-
-        httpcore's pool walks every connection it holds on each request, so one pool's
-        cost grows with the concurrency; several smaller pools keep each walk short.
-        """
-        if self._client is not None:
-            return self._client
-        if not self._pool:
-            limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-            self._pool = [
-                httpx.AsyncClient(timeout=self._timeout, limits=limits)
-                for _ in range(self.pool_shards)
-            ]
-        return self._pool[next(self._turn) % self.pool_shards]
+        """An httpx client for the next call outside the transport (health, capacity,
+        aborts, tokenizers): the one passed in, else one of this engine's ``pool_shards``
+        clients in turn (created on first use;
+        :class:`~scaffolds.engines.http_transport.HttpxTransport`)."""
+        return self._httpx.client
 
     async def aclose(self) -> None:
         """Close the HTTP clients this engine created (after pending aborts)."""
         if self._aborts:
             await asyncio.gather(*self._aborts, return_exceptions=True)
-        if self._fast is not None:
-            await self._fast.aclose()
-        pool, self._pool = self._pool, []
-        for client in pool:
-            await client.aclose()
+        await self._transport.aclose()
+        await self._httpx.aclose()  # its clients also serve health, capacity and aborts
 
     async def __aenter__(self) -> Self:
         return self
@@ -311,7 +297,7 @@ class OpenAIEngine:
             response = await self.client.get(
                 (self.root_url if at_root else self.base_url) + path,
                 headers=self.auth_headers(),
-                timeout=httpx.Timeout(self._timeout.connect or 5.0),
+                timeout=httpx.Timeout(self._httpx.timeout.connect or 5.0),
             )
         except httpx.HTTPError:
             return False
@@ -328,7 +314,7 @@ class OpenAIEngine:
             response = await self.client.get(
                 (self.root_url if at_root else self.base_url) + path,
                 headers=self.auth_headers(),
-                timeout=httpx.Timeout(self._timeout.connect or 5.0),
+                timeout=httpx.Timeout(self._httpx.timeout.connect or 5.0),
             )
             data = response.json() if response.is_success else None
         except (httpx.HTTPError, ValueError):
@@ -351,7 +337,7 @@ class OpenAIEngine:
         rids = self.dialect.abort_ids(body)
         if not rids:
             return
-        timeout = httpx.Timeout(self._timeout.connect or 5.0)
+        timeout = httpx.Timeout(self._httpx.timeout.connect or 5.0)
         abort = self.dialect.abort(self.client, self.root_url, rids, self.auth_headers(), timeout)
         try:
             task = asyncio.get_running_loop().create_task(abort)
@@ -409,25 +395,15 @@ class OpenAIEngine:
             await response.aclose()
         return self.parser.decode(raw)
 
-    async def _open(
-        self, method: str, path: str, body: dict[str, Any] | None
-    ) -> httpx.Response | FastResponse:
+    async def _open(self, method: str, path: str, body: dict[str, Any] | None) -> TransportResponse:
         """Send a request, retrying as configured; return the (unread) 2xx response."""
         url = self.base_url + path
         return await self._retry.run(lambda: self._attempt(method, url, body))
 
     async def _attempt(
         self, method: str, url: str, body: dict[str, Any] | None
-    ) -> httpx.Response | FastResponse:
-        response: httpx.Response | FastResponse
-        if self._fast is not None:
-            response = await self._fast.send(method, url, body, self.auth_headers())
-        else:
-            client = self.client
-            request = client.build_request(
-                method, url, json=body, headers=self.auth_headers(), timeout=self._timeout
-            )
-            response = await client.send(request, stream=True)
+    ) -> TransportResponse:
+        response = await self._transport.send(method, url, body, self.auth_headers())
         if response.is_success:
             return response
         try:

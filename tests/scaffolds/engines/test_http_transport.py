@@ -1,8 +1,9 @@
-"""The aiohttp transport of OpenAIEngine on raw loopback servers: what the fake engine
-cannot do (bytes split anywhere, a server that stops mid-body or goes silent).
+"""The transports of OpenAIEngine on raw loopback servers: what the fake engine cannot do
+(bytes split anywhere, a server that stops mid-body or goes silent).
 
-The behaviours shared with httpx (retries, timeouts, cancellation, streams) run over both
-transports in test_openai_http.py.
+Both transports meet one interface and answer alike (the ``transport`` tests below); the
+engine's behaviours over them (retries, timeouts, cancellation, streams) run over both
+in test_openai_http.py.
 """
 
 from __future__ import annotations
@@ -10,14 +11,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
+import httpx
 import pytest
 
-from scaffolds.engines.http_transport import AiohttpTransport, aiohttp_available
+from scaffolds.engines.http_transport import (
+    AiohttpTransport,
+    EngineTransport,
+    HttpxTransport,
+    TransportResponse,
+    aiohttp_available,
+)
 from scaffolds.engines.messages import chat
 from scaffolds.engines.openai_http import OpenAIEngine
 from scaffolds.engines.protocol import EngineDelta, GenerateRequest, GenerateResult
@@ -61,7 +70,7 @@ HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close
 
 def engine(url: str, **kw: Any) -> OpenAIEngine:
     eng = OpenAIEngine(url, "m", max_retries=0, transport="aiohttp", **kw)
-    assert eng._fast is not None
+    assert isinstance(eng._transport, AiohttpTransport)
     return eng
 
 
@@ -209,3 +218,124 @@ async def test_calls_go_through_the_environments_proxy_unless_no_proxy_names_the
             done = await eng.generate(GenerateRequest("p"))
         assert done.completions[0].text == "direct"
         assert received == ["POST /v1/completions HTTP/1.1"] and len(relayed) == 2
+
+
+# -- one interface, two transports: the same answers ----------------------------------
+
+
+@pytest.fixture(params=["aiohttp", "httpx"])
+async def transport(request: pytest.FixtureRequest) -> AsyncIterator[EngineTransport]:
+    """Each transport behind the one interface the engine talks to."""
+    made: EngineTransport
+    if request.param == "aiohttp":
+        made = AiohttpTransport(connect_timeout=5.0, read_timeout=60.0)
+    else:
+        made = HttpxTransport(connect_timeout=5.0, read_timeout=60.0, shards=1)
+    assert isinstance(made, EngineTransport)
+    try:
+        yield made
+    finally:
+        await made.aclose()
+
+
+@asynccontextmanager
+async def answering(reply: bytes) -> AsyncIterator[tuple[str, list[bytes]]]:
+    """A loopback server answering every request with ``reply``; yields its URL and the
+    request bodies it got."""
+    bodies: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = [h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length:")]
+        size = int(length[0].split(b":")[1]) if length else 0
+        bodies.append(await reader.readexactly(size))
+        writer.write(reply)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/completions", bodies
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_json_body_goes_out_and_comes_back(transport: EngineTransport) -> None:
+    sent = {"model": "m", "prompt": "2+2 ✓", "n": 2}
+    async with answering(completion("4")) as (url, bodies):
+        response = await transport.send("POST", url, sent, {"Authorization": "Bearer k"})
+        assert isinstance(response, TransportResponse)
+        assert (response.status_code, response.is_success) == (200, True)
+        assert response.headers["content-type"] == "application/json"
+        data = json.loads(await response.aread())
+        await response.aclose()
+    assert data["choices"][0]["text"] == "4"
+    assert [json.loads(b) for b in bodies] == [sent]
+
+
+async def test_an_sse_stream_is_read_line_by_line(transport: EngineTransport) -> None:
+    body = "data: Hel\r\n\r\n: a comment\ndata: lo ✓\r\n\r\ndata: [DONE]\n\n".encode()
+
+    async def handler(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(HEAD)
+        for i in range(0, len(body), 5):  # lines, CRLFs and UTF-8 cut anywhere
+            writer.write(body[i : i + 5])
+            await writer.drain()
+            await asyncio.sleep(0)
+
+    async with raw_server(handler) as url:
+        response = await transport.send("POST", url, {"stream": True}, {})
+        lines = [line async for line in response.aiter_lines()]
+        await response.aclose()
+    assert lines == ["data: Hel", "", ": a comment", "data: lo ✓", "", "data: [DONE]", ""]
+
+
+@pytest.mark.parametrize("status", [404, 503])
+async def test_a_failed_status_is_an_unread_response(
+    transport: EngineTransport, status: int
+) -> None:
+    error = b'{"error": {"message": "no"}}'
+    head = f"HTTP/1.1 {status} No\r\nRetry-After: 2\r\nContent-Length: {len(error)}"
+    async with answering(f"{head}\r\nConnection: close\r\n\r\n".encode() + error) as (url, _):
+        response = await transport.send("POST", url, {}, {})
+        assert (response.status_code, response.is_success) == (status, False)
+        assert response.headers.get("retry-after") == "2"
+        assert await response.aread() == error
+        await response.aclose()
+
+
+async def test_a_refused_connection_is_httpxs_connect_error(transport: EngineTransport) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, never listening: refused
+        with pytest.raises(httpx.ConnectError) as caught:
+            await transport.send("POST", f"http://127.0.0.1:{port}/v1/completions", {}, {})
+    assert type(caught.value) is httpx.ConnectError
+
+
+async def test_a_cancelled_stream_releases_its_connection(transport: EngineTransport) -> None:
+    closed = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(HEAD + sse(delta("a"))[: -len(b"data: [DONE]\n\n")])
+        await writer.drain()
+        with contextlib.suppress(ConnectionError):
+            await reader.read()  # b"" once the client closes its end
+        closed.set()
+
+    async with raw_server(handler) as url:
+        response = await transport.send("POST", url, {"stream": True}, {})
+        first = asyncio.Event()
+
+        async def read() -> None:
+            async for _ in response.aiter_lines():
+                first.set()
+
+        reader = asyncio.ensure_future(read())
+        await asyncio.wait_for(first.wait(), 10)
+        reader.cancel()  # the engine silent, the reader waits: cancelled there
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
+        await response.aclose()
+        await asyncio.wait_for(closed.wait(), 10)
