@@ -2,9 +2,9 @@
 
 :class:`Serving` ties the parts together: :mod:`server.pool.served_models` (the served
 models and their engines), :mod:`server.runs.planning` (request to :class:`RunPlan`),
-admission (:class:`~server.app.limits.RunLimiter`, 429 when full), the run itself through
+admission (:class:`~server.runs.admission.RunLimiter`, 429 when full), the run itself through
 :func:`~scaffolds.core.run.run_scaffold` while watching for the client to go away
-(:mod:`server.runs.disconnect`), and :mod:`server.api.chat_completions.serving` (the
+(:mod:`server.runs.disconnect`), and :mod:`server.runs.completion` (the
 OpenAI response or SSE stream). Routers only call :meth:`Serving.handle`.
 
 >>> from scaffolds.engines.mock import MockEngine
@@ -36,22 +36,22 @@ from scaffolds.evaluation.answer_pool import AnswerChecker
 from scaffolds.spec.build import SpecLimits
 from scaffolds.spec.registry import Registry
 from scaffolds.strategies.base import Strategy
-from server.api.chat_completions.protocol import Endpoint
-from server.api.chat_completions.serving import (
+from server.errors import ClientDisconnectedError, api_error
+from server.pool.served_models import ServedModel, ServedModels
+from server.runs.admission import RunLimiter
+from server.runs.completion import (
     FastJSONResponse,
     finish_reasons,
     response_body,
 )
-from server.api.responses.store import ResponseStore, default_store_url
-from server.app.limits import RunLimiter
-from server.errors import ClientDisconnectedError, api_error
-from server.pool.served_models import ServedModel, ServedModels
 from server.runs.disconnect import Receive, until_disconnect
 from server.runs.planning import AnyRequest, RunPlan, plan_run
+from server.runs.request import Endpoint
 from server.runs.sse_bodies import chat_sse, start_live, wire_sse
 from server.runs.streaming import SSEResponse
 from server.runs.wire import DirectCall, LiveRun, WireFormat
 from server.settings import Settings
+from server.store.response_store import ResponseStore, default_store_url
 from server.telemetry.metrics import Metrics
 
 log = logging.getLogger("ponder.server")

@@ -28,11 +28,11 @@ from fastapi import APIRouter, Query, Request
 from pydantic import Field, model_validator
 
 from scaffolds.core.errors import NotFoundError
-from server.api.chat_completions.protocol import _Open
 from server.api.messages.protocol import MessagesRequest, chat_request
 from server.api.responses.input_items import MAX_LIMIT, input_items_page
 from server.pool.tokenizers import Tokenizers
 from server.runs.handler import Serving
+from server.runs.request import _Open
 
 __all__ = ["CountTokensRequest", "DetokenizeRequest", "TokenizeRequest", "companion_router"]
 

@@ -1,0 +1,1 @@
+"""Storage below the run path: stored responses (the Responses API's ``store``)."""
