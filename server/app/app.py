@@ -30,7 +30,8 @@ from fastapi import FastAPI
 from scaffolds.engines.protocol import Engine
 from scaffolds.processes.children import set_parent_death_signal
 from server.api.chat_completions.api_router import api_router, ops_router
-from server.api.responses.api_router import agent_router
+from server.api.messages.api_router import count_tokens_router, messages_router
+from server.api.responses.api_router import input_items_router, responses_router
 from server.api.tokenize.api_router import companion_router
 from server.app.auth import APIKeyAuth, RequireAPIKey
 from server.app.collector import tune_collector
@@ -91,8 +92,12 @@ def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = Non
     app.state.auth = auth
     app.state.tokenizers = Tokenizers(serving.served)
     install_error_handlers(app)
+    # In this order: the OpenAPI document lists the paths in it.
     app.include_router(api_router())
-    app.include_router(agent_router())
+    app.include_router(responses_router())
+    app.include_router(messages_router())
+    app.include_router(input_items_router())
+    app.include_router(count_tokens_router())
     app.include_router(companion_router())
     app.include_router(ops_router())
     mount_playground(app)
