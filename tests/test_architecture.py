@@ -247,3 +247,83 @@ def test_no_import_circle_between_modules(packages: tuple[str, ...]) -> None:
             edges.setdefault(imp.importer, set()).add(imp.imported)
     circles = _circles(edges)
     assert not circles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in circles)
+
+
+SERVER_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("server.cli",),
+    ("server.app",),
+    ("server.api",),
+    ("server.runs",),
+    ("server.pool", "server.store"),
+    ("server.telemetry", "server.settings"),
+    ("server.model_settings", "server.errors"),
+)
+"""The subpackages of ``server``, top layer first: an import points to a lower layer.
+Each API folder, ``server.api.<name>``, is its own subpackage on the ``server.api`` layer
+(so no API imports another); a top-level module (``server.errors``) is its own."""
+
+SERVER_LAYER_EXCEPTIONS: dict[tuple[str, str], str] = {}
+"""(importing subpackage, imported subpackage) -> why that arrow points sideways or up for
+now (the list only shrinks)."""
+
+
+def _server_subpackage(module: str) -> str:
+    """``server.api.<name>`` for an API's module, else ``server.<name>``.
+
+    >>> _server_subpackage("server.api.messages.serving"), _server_subpackage("server.errors")
+    ('server.api.messages', 'server.errors')
+    """
+    parts = module.split(".")
+    return ".".join(parts[:3] if parts[1] == "api" and len(parts) > 2 else parts[:2])
+
+
+def _server_layer(subpackage: str) -> int:
+    layer = "server.api" if subpackage.startswith("server.api.") else subpackage
+    return next(i for i, names in enumerate(SERVER_LAYERS) if layer in names)
+
+
+def _server_arrows() -> dict[tuple[str, str], list[Import]]:
+    """The run-time imports (type-only ones aside, function-level ones included) between
+    two subpackages of ``server``, by (importer, imported) subpackage."""
+    arrows: dict[tuple[str, str], list[Import]] = {}
+    for imp in ALL_IMPORTS:
+        if imp.type_only or imp.imported not in ALL_MODULES:
+            continue
+        if not (imp.importer.startswith("server.") and imp.imported.startswith("server.")):
+            continue
+        pair = (_server_subpackage(imp.importer), _server_subpackage(imp.imported))
+        if pair[0] != pair[1]:
+            arrows.setdefault(pair, []).append(imp)
+    return arrows
+
+
+def test_every_server_subpackage_has_a_layer() -> None:
+    subpackages = {_server_subpackage(m) for m in ALL_MODULES if m.startswith("server.")}
+    placed = {name for names in SERVER_LAYERS for name in names}
+    unplaced = {s for s in subpackages if s not in placed and not s.startswith("server.api.")}
+    assert not unplaced, f"place these in SERVER_LAYERS: {sorted(unplaced)}"
+    assert ("server.api.chat_completions", "server.runs") in _server_arrows(), (
+        "the arrows between server's subpackages are read"
+    )
+
+
+def test_server_subpackages_point_down() -> None:
+    """No circle between the subpackages of ``server``, and every arrow points to a
+    lower layer of :data:`SERVER_LAYERS` (or is listed in :data:`SERVER_LAYER_EXCEPTIONS`)."""
+    arrows = _server_arrows()
+    edges: dict[str, set[str]] = {}
+    for importer, imported in arrows:
+        edges.setdefault(importer, set()).add(imported)
+    circles = _circles(edges)
+    assert not circles, "circles between server's subpackages:\n" + "\n".join(
+        " <-> ".join(c) for c in circles
+    )
+    upward = {pair for pair in arrows if _server_layer(pair[1]) <= _server_layer(pair[0])}
+    new = [
+        f"{a} -> {b}: "
+        + ", ".join(f"{i.importer} (line {i.line}) imports {i.imported}" for i in arrows[a, b])
+        for a, b in sorted(upward - set(SERVER_LAYER_EXCEPTIONS))
+    ]
+    assert not new, "arrows that do not point down (see SERVER_LAYERS):\n" + "\n".join(new)
+    stale = set(SERVER_LAYER_EXCEPTIONS) - upward
+    assert not stale, f"layer exceptions that no longer happen; drop them: {sorted(stale)}"
