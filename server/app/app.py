@@ -45,6 +45,7 @@ from server.errors import install_error_handlers
 from server.pool.tokenizers import Tokenizers
 from server.runs.handler import Serving
 from server.settings import Settings
+from server.store.response_store import ResponseStore, default_store_url
 from server.telemetry.logs import RequestContext, configure_logging
 from server.telemetry.metrics import MULTIPROC_ENV, Metrics
 
@@ -59,6 +60,11 @@ def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = Non
     """Build a ready-to-serve app. ``engines`` (by model name) replaces the HTTP engines."""
     metrics = Metrics()
     serving = Serving.build(settings, metrics=metrics, engines=engines)
+    responses = ResponseStore(
+        settings.responses_db or default_store_url(),
+        max_age_s=settings.responses_max_age_s,
+        max_count=settings.responses_max_count,
+    )
     auth = APIKeyAuth(settings.client_api_keys())
 
     @asynccontextmanager
@@ -76,6 +82,7 @@ def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = Non
             yield
         finally:
             await serving.aclose()
+            await responses.aclose()
             metrics.worker_exited()
 
     app = FastAPI(
@@ -88,6 +95,7 @@ def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = Non
     )
     app.state.settings = settings
     app.state.serving = serving
+    app.state.responses = responses
     app.state.metrics = metrics
     app.state.auth = auth
     app.state.tokenizers = Tokenizers(serving.served)

@@ -51,7 +51,6 @@ from server.runs.sse_bodies import chat_sse, start_live, wire_sse
 from server.runs.streaming import SSEResponse
 from server.runs.wire import DirectCall, LiveRun, WireFormat
 from server.settings import Settings
-from server.store.response_store import ResponseStore, default_store_url
 from server.telemetry.metrics import Metrics
 
 log = logging.getLogger("ponder.server")
@@ -74,11 +73,6 @@ class Serving:
         # a process pool with a time limit keeps that off the event loop.
         self.voter = AnswerChecker(max_workers=1)
         self._warming: asyncio.Task[None] | None = None
-        self.responses = ResponseStore(
-            settings.responses_db or default_store_url(),
-            max_age_s=settings.responses_max_age_s,
-            max_count=settings.responses_max_count,
-        )
 
     @classmethod
     def build(
@@ -128,7 +122,6 @@ class Serving:
         if self._warming is not None:
             self._warming.cancel()
         await self.served.aclose()
-        await self.responses.aclose()
         self.voter.close()
 
     def model_cards(self) -> list[dict[str, Any]]:

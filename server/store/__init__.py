@@ -1,1 +1,2 @@
-"""Storage below the run path: stored responses (the Responses API's ``store``)."""
+"""Stored responses (the Responses API's ``store``): the app builds the store and the
+Responses API reads and writes it; the run path never sees it."""

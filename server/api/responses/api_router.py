@@ -24,6 +24,7 @@ from server.api.responses.input_items import MAX_LIMIT, input_items_page
 from server.api.responses.protocol import ResponsesRequest
 from server.api.responses.serving import prepare
 from server.runs.handler import Serving
+from server.store.response_store import ResponseStore
 
 __all__ = ["input_items_router", "responses_router"]
 
@@ -33,19 +34,24 @@ def _serving(request: Request) -> Serving:
     return serving
 
 
+def _store(request: Request) -> ResponseStore:
+    """The app's store of responses (``app.state.responses``)."""
+    store: ResponseStore = request.app.state.responses
+    return store
+
+
 def responses_router() -> APIRouter:
     """``/v1/responses`` (create, retrieve, delete)."""
     router = APIRouter(prefix="/v1")
 
     @router.post("/responses", summary="A response through a scaffold", tags=["responses"])
     async def create_response(body: ResponsesRequest, request: Request) -> Response:
-        serving = _serving(request)
-        wire = await prepare(serving.responses, body)
-        return await serving.handle("chat", wire.chat(), request.receive, wire)
+        wire = await prepare(_store(request), body)
+        return await _serving(request).handle("chat", wire.chat(), request.receive, wire)
 
     @router.get("/responses/{response_id}", summary="A stored response", tags=["responses"])
     async def get_response(response_id: str, request: Request) -> dict[str, Any]:
-        stored = await _serving(request).responses.get(response_id)
+        stored = await _store(request).get(response_id)
         if stored is None:
             raise NotFoundError(f"no stored response with id {response_id!r}", param="id")
         return stored.body
@@ -54,7 +60,7 @@ def responses_router() -> APIRouter:
         "/responses/{response_id}", summary="Forget a stored response", tags=["responses"]
     )
     async def delete_response(response_id: str, request: Request) -> dict[str, Any]:
-        if not await _serving(request).responses.delete(response_id):
+        if not await _store(request).delete(response_id):
             raise NotFoundError(f"no stored response with id {response_id!r}", param="id")
         return {"id": response_id, "object": "response.deleted", "deleted": True}
 
@@ -77,7 +83,7 @@ def input_items_router() -> APIRouter:
         order: Literal["asc", "desc"] = "desc",
         after: str | None = None,
     ) -> dict[str, Any]:
-        stored = await _serving(request).responses.get(response_id)
+        stored = await _store(request).get(response_id)
         if stored is None:
             raise NotFoundError(f"no stored response with id {response_id!r}", param="id")
         return input_items_page(stored, limit=limit, order=order, after=after)
