@@ -264,8 +264,16 @@ SUBPACKAGE_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 def _subpackage(module: str) -> str:
     """The node a module belongs to: ``scaffolds.core.run`` -> ``scaffolds.core``; a
-    top-level module (``scaffolds.terminal``) and the package itself are their own."""
-    return ".".join(module.split(".")[:2])
+    top-level module (``scaffolds.terminal``) and the package itself are their own; each
+    API folder of the server (``server.api.<name>``) is its own.
+
+    >>> _subpackage("scaffolds.core.run"), _subpackage("server.api.messages.serving")
+    ('scaffolds.core', 'server.api.messages')
+    >>> _subpackage("server.errors")
+    'server.errors'
+    """
+    parts = module.split(".")
+    return ".".join(parts[:3] if parts[:2] == ["server", "api"] and len(parts) > 2 else parts[:2])
 
 
 def subpackage_edges(package: str) -> dict[str, set[str]]:
@@ -283,7 +291,7 @@ def subpackage_edges(package: str) -> dict[str, set[str]]:
     return edges
 
 
-@pytest.mark.parametrize("package", ["scaffolds"])
+@pytest.mark.parametrize("package", ["scaffolds", "server"])
 def test_no_circle_between_subpackages(package: str) -> None:
     """Arrows between subpackages point one way: no subpackage reaches back to one that
     imports it, even through others (ARCHITECTURE.md, Arrows)."""
@@ -296,3 +304,67 @@ def test_no_circle_between_subpackages(package: str) -> None:
     assert not circles, "subpackage circles:\n" + "\n".join(" <-> ".join(c) for c in circles)
     stale = listed - arrows
     assert not stale, f"subpackage exceptions that no longer happen; drop them: {sorted(stale)}"
+
+
+SERVER_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("server.cli",),
+    ("server.app",),
+    ("server.api",),
+    ("server.runs",),
+    ("server.pool", "server.store"),
+    ("server.telemetry", "server.settings"),
+    ("server.model_settings", "server.errors"),
+)
+"""The subpackages of ``server``, top layer first: an import points to a lower layer.
+Each API folder, ``server.api.<name>``, is its own subpackage on the ``server.api`` layer
+(so no API imports another); a top-level module (``server.errors``) is its own."""
+
+SERVER_LAYER_EXCEPTIONS: dict[tuple[str, str], str] = {}
+"""(importing subpackage, imported subpackage) -> why that arrow points sideways or up for
+now (the list only shrinks)."""
+
+
+def _server_layer(subpackage: str) -> int:
+    layer = "server.api" if subpackage.startswith("server.api.") else subpackage
+    return next(i for i, names in enumerate(SERVER_LAYERS) if layer in names)
+
+
+def _server_arrows() -> dict[tuple[str, str], list[Import]]:
+    """The run-time imports (type-only ones aside, function-level ones included) between
+    two subpackages of ``server``, by (importer, imported) subpackage."""
+    arrows: dict[tuple[str, str], list[Import]] = {}
+    for imp in ALL_IMPORTS:
+        if imp.type_only or imp.imported not in ALL_MODULES:
+            continue
+        if not (imp.importer.startswith("server.") and imp.imported.startswith("server.")):
+            continue
+        pair = (_subpackage(imp.importer), _subpackage(imp.imported))
+        if pair[0] != pair[1]:
+            arrows.setdefault(pair, []).append(imp)
+    return arrows
+
+
+def test_every_server_subpackage_has_a_layer() -> None:
+    subpackages = {_subpackage(m) for m in ALL_MODULES if m.startswith("server.")}
+    placed = {name for names in SERVER_LAYERS for name in names}
+    unplaced = {s for s in subpackages if s not in placed and not s.startswith("server.api.")}
+    assert not unplaced, f"place these in SERVER_LAYERS: {sorted(unplaced)}"
+    assert ("server.api.chat_completions", "server.runs") in _server_arrows(), (
+        "the arrows between server's subpackages are read"
+    )
+
+
+def test_server_subpackages_point_down() -> None:
+    """Every arrow between the subpackages of ``server`` points to a lower layer of
+    :data:`SERVER_LAYERS` (or is listed in :data:`SERVER_LAYER_EXCEPTIONS`); with
+    :func:`test_no_circle_between_subpackages`, which finds none between them."""
+    arrows = _server_arrows()
+    upward = {pair for pair in arrows if _server_layer(pair[1]) <= _server_layer(pair[0])}
+    new = [
+        f"{a} -> {b}: "
+        + ", ".join(f"{i.importer} (line {i.line}) imports {i.imported}" for i in arrows[a, b])
+        for a, b in sorted(upward - set(SERVER_LAYER_EXCEPTIONS))
+    ]
+    assert not new, "arrows that do not point down (see SERVER_LAYERS):\n" + "\n".join(new)
+    stale = set(SERVER_LAYER_EXCEPTIONS) - upward
+    assert not stale, f"layer exceptions that no longer happen; drop them: {sorted(stale)}"

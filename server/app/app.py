@@ -30,7 +30,8 @@ from fastapi import FastAPI
 from scaffolds.engines.protocol import Engine
 from scaffolds.processes.children import set_parent_death_signal
 from server.api.chat_completions.api_router import api_router, ops_router
-from server.api.responses.api_router import agent_router
+from server.api.messages.api_router import count_tokens_router, messages_router
+from server.api.responses.api_router import input_items_router, responses_router
 from server.api.tokenize.api_router import companion_router
 from server.app.auth import APIKeyAuth, RequireAPIKey
 from server.app.collector import tune_collector
@@ -44,6 +45,7 @@ from server.errors import install_error_handlers
 from server.pool.tokenizers import Tokenizers
 from server.runs.handler import Serving
 from server.settings import Settings
+from server.store.response_store import ResponseStore, default_store_url
 from server.telemetry.logs import RequestContext, configure_logging
 from server.telemetry.metrics import MULTIPROC_ENV, Metrics
 
@@ -58,6 +60,11 @@ def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = Non
     """Build a ready-to-serve app. ``engines`` (by model name) replaces the HTTP engines."""
     metrics = Metrics()
     serving = Serving.build(settings, metrics=metrics, engines=engines)
+    responses = ResponseStore(
+        settings.responses_db or default_store_url(),
+        max_age_s=settings.responses_max_age_s,
+        max_count=settings.responses_max_count,
+    )
     auth = APIKeyAuth(settings.client_api_keys())
 
     @asynccontextmanager
@@ -75,6 +82,7 @@ def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = Non
             yield
         finally:
             await serving.aclose()
+            await responses.aclose()
             metrics.worker_exited()
 
     app = FastAPI(
@@ -87,12 +95,17 @@ def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = Non
     )
     app.state.settings = settings
     app.state.serving = serving
+    app.state.responses = responses
     app.state.metrics = metrics
     app.state.auth = auth
     app.state.tokenizers = Tokenizers(serving.served)
     install_error_handlers(app)
+    # In this order: the OpenAPI document lists the paths in it.
     app.include_router(api_router())
-    app.include_router(agent_router())
+    app.include_router(responses_router())
+    app.include_router(messages_router())
+    app.include_router(input_items_router())
+    app.include_router(count_tokens_router())
     app.include_router(companion_router())
     app.include_router(ops_router())
     mount_playground(app)

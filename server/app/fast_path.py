@@ -26,10 +26,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from scaffolds import fastjson
 from scaffolds.errors import PonderError
-from server.api.chat_completions.protocol import ChatCompletionRequest, CompletionRequest, Endpoint
 from server.errors import api_error, error_response
 from server.runs.handler import Serving
 from server.runs.planning import AnyRequest
+from server.runs.request import ChatCompletionRequest, CompletionRequest, Endpoint
 from server.telemetry.metrics import Metrics
 
 __all__ = ["ROUTES", "CompletionRoutes"]

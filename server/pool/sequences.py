@@ -10,7 +10,7 @@ The bound (:func:`sequence_bound`) is, in order: the one set for the model
 (``--max-sequences``); else twice what the engine says it runs at once (SGLang's
 ``max_running_requests``, vLLM's ``max_num_seqs`` where it publishes its config), so the
 engine's own waiting queue stays full as sequences finish; else :data:`DEFAULT_SEQUENCES`
-per replica. The run limiter (:mod:`server.app.limits`) in front of it only bounds
+per replica. The run limiter (:mod:`server.runs.admission`) in front of it only bounds
 Ponder's own memory; this gate is what keeps the engine full and no fuller.
 
 >>> import asyncio

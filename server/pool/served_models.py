@@ -16,6 +16,7 @@ replicated and metered), validates its scaffolds once, and resolves a request's
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -33,7 +34,6 @@ from scaffolds.spec_grammar import format_spec, parse_spec
 from scaffolds.strategies.base import Strategy
 from scaffolds.verifiers import GenerativeVerifier, LocalVerifier, PoolingVerifier
 from scaffolds.verifiers.local import MAX_BATCH
-from server.api.chat_completions.protocol import model_card
 from server.pool.engine_responses import EngineResponses, engine_responses
 from server.pool.metered import (
     MeteredEngine,
@@ -46,7 +46,18 @@ from server.pool.metered import (
 from server.settings import ModelConfig, Settings
 from server.telemetry.metrics import Metrics
 
-__all__ = ["ServedModel", "ServedModels", "spec_error"]
+__all__ = ["ServedModel", "ServedModels", "model_card", "spec_error"]
+
+
+def model_card(model_id: str, *, owned_by: str = "ponder", **extra: Any) -> dict[str, Any]:
+    """One entry of ``GET /v1/models``."""
+    return {
+        "id": model_id,
+        "object": "model",
+        "created": int(time.time()),
+        "owned_by": owned_by,
+        **extra,
+    }
 
 
 @dataclass(frozen=True)

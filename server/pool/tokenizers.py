@@ -1,5 +1,6 @@
-"""The served models' tokenizers: vLLM's ``/tokenize`` and ``/detokenize``, Anthropic's
-``count_tokens``, and the engines' versions (:mod:`server.api.tokenize.api_router`).
+"""The served models' tokenizers: vLLM's ``/tokenize`` and ``/detokenize``, and the
+engines' versions (:mod:`server.api.tokenize.api_router`), and Anthropic's ``count_tokens``
+(:mod:`server.api.messages.api_router`).
 
 A model whose engine is a vLLM server (an HTTP engine whose dialect has the routes, see
 :meth:`~scaffolds.engines.dialects.Dialect.tokenize_route`) has each call passed to it

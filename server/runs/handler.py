@@ -2,9 +2,9 @@
 
 :class:`Serving` ties the parts together: :mod:`server.pool.served_models` (the served
 models and their engines), :mod:`server.runs.planning` (request to :class:`RunPlan`),
-admission (:class:`~server.app.limits.RunLimiter`, 429 when full), the run itself through
+admission (:class:`~server.runs.admission.RunLimiter`, 429 when full), the run itself through
 :func:`~scaffolds.core.run.run_scaffold` while watching for the client to go away
-(:mod:`server.runs.disconnect`), and :mod:`server.api.chat_completions.serving` (the
+(:mod:`server.runs.disconnect`), and :mod:`server.runs.completion` (the
 OpenAI response or SSE stream). Routers only call :meth:`Serving.handle`.
 
 >>> from scaffolds.engines.mock import MockEngine
@@ -36,18 +36,17 @@ from scaffolds.problem import Problem
 from scaffolds.spec.build import SpecLimits
 from scaffolds.spec.registry import Registry
 from scaffolds.strategies.base import Strategy
-from server.api.chat_completions.protocol import Endpoint
-from server.api.chat_completions.serving import (
+from server.errors import ClientDisconnectedError, api_error
+from server.pool.served_models import ServedModel, ServedModels
+from server.runs.admission import RunLimiter
+from server.runs.completion import (
     FastJSONResponse,
     finish_reasons,
     response_body,
 )
-from server.api.responses.store import ResponseStore, default_store_url
-from server.app.limits import RunLimiter
-from server.errors import ClientDisconnectedError, api_error
-from server.pool.served_models import ServedModel, ServedModels
 from server.runs.disconnect import Receive, until_disconnect
 from server.runs.planning import AnyRequest, RunPlan, plan_run
+from server.runs.request import Endpoint
 from server.runs.sse_bodies import chat_sse, start_live, wire_sse
 from server.runs.streaming import SSEResponse
 from server.runs.wire import DirectCall, LiveRun, WireFormat
@@ -74,11 +73,6 @@ class Serving:
         # a process pool with a time limit keeps that off the event loop.
         self.voter = AnswerChecker(max_workers=1)
         self._warming: asyncio.Task[None] | None = None
-        self.responses = ResponseStore(
-            settings.responses_db or default_store_url(),
-            max_age_s=settings.responses_max_age_s,
-            max_count=settings.responses_max_count,
-        )
 
     @classmethod
     def build(
@@ -128,7 +122,6 @@ class Serving:
         if self._warming is not None:
             self._warming.cancel()
         await self.served.aclose()
-        await self.responses.aclose()
         self.voter.close()
 
     def model_cards(self) -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@ turns messages or a prompt into a :class:`~scaffolds.core.context.Problem`, caps
 and fixes the sampling params, and refuses OpenAI fields Ponder cannot honour.
 
 >>> from scaffolds.engines.mock import MockEngine
->>> from server.api.chat_completions.protocol import ChatCompletionRequest
+>>> from server.runs.request import ChatCompletionRequest
 >>> from server.pool.served_models import ServedModels
 >>> from server.settings import Settings
 >>> settings = Settings(model="m", engines=("http://unused/v1",))
@@ -29,8 +29,8 @@ from scaffolds.errors import InvalidRequestError
 from scaffolds.evaluation.answers import AnswerFormat
 from scaffolds.spec.build import check_runs
 from scaffolds.strategies.base import Strategy
-from server.api.chat_completions.protocol import ChatCompletionRequest, CompletionRequest, Endpoint
 from server.pool.served_models import ServedModel, ServedModels
+from server.runs.request import ChatCompletionRequest, CompletionRequest, Endpoint
 from server.settings import Settings
 
 __all__ = [

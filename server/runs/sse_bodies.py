@@ -12,7 +12,7 @@ status to ``observe`` once (499 when the client left).
 >>> from scaffolds.engines.mock import MockEngine
 >>> from server.runs.handler import Serving
 >>> from server.settings import Settings
->>> from server.api.chat_completions.protocol import ChatCompletionRequest
+>>> from server.runs.request import ChatCompletionRequest
 >>> serving = Serving.build(Settings(model="m", engines=("http://unused/v1",)),
 ...                         engines={"m": MockEngine(lambda r: "4")})
 >>> req = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "2+2?"}],
@@ -33,14 +33,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 from scaffolds.core.run import RunResult
 from scaffolds.core.trace import StepFinished, StepStarted, TraceEvent, TraceRecorder
-from server.api.chat_completions.protocol import delta_choice
-from server.api.chat_completions.serving import (
+from server.errors import APIError, api_error
+from server.runs.completion import (
     ChunkMaker,
+    delta_choice,
     finish_reasons,
     reasoning_tokens,
     response_extra,
 )
-from server.errors import APIError, api_error
 from server.runs.planning import RunPlan
 from server.runs.streaming import ChoiceRouter, sse_event, stream_event_json
 from server.runs.wire import DirectCall, LiveRun, WireFormat

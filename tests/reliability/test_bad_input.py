@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from scaffolds.errors import PonderError
-from server.api.chat_completions.protocol import ChatCompletionRequest, CompletionRequest
 from server.errors import api_error, validation_error
+from server.runs.request import ChatCompletionRequest, CompletionRequest
 from tests.reliability.conftest import assert_openai_error
 from tests.server.conftest import build_app
 

@@ -7,8 +7,8 @@ import pytest
 
 from scaffolds.errors import UnsupportedError
 from server.api.responses.input_items import input_items_page
-from server.api.responses.store import StoredResponse
 from server.pool.tokenizers import LocalTokenizer
+from server.store.response_store import StoredResponse
 from tests.server.conftest import ROOT
 
 MODEL_DIR = ROOT / "scaffolds" / "models" / "ponder-addition"

@@ -11,9 +11,9 @@ import pytest
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import EngineDelta, GenerateRequest, GenerateResult, StreamItem
 from scaffolds.errors import EngineUnavailableError
-from server.app.limits import RunLimiter
 from server.errors import OverloadedError
 from server.pool.metered import MeteredEngine, ReplicaEngine
+from server.runs.admission import RunLimiter
 from server.telemetry.metrics import Metrics
 from tests.server.conftest import chat_body, parse_sse
 

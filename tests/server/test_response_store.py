@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from scaffolds.processes.children import stop_group
-from server.api.responses.store import ResponseStore, StoredResponse
 from server.errors import StoreUnavailableError, api_error
+from server.store.response_store import ResponseStore, StoredResponse
 from testing.fake_engine import FakeEngineConfig, running_fake_engine
 from tests.server.conftest import start_ponder_serve
 

@@ -18,7 +18,7 @@ import pytest
 
 from scaffolds.engines.vllm_server import free_port
 from scaffolds.processes.children import popen_owned, stop_group
-from server.api.responses.store import ResponseStore, StoredResponse
+from server.store.response_store import ResponseStore, StoredResponse
 from tests.server.conftest import wait_until
 
 BINARIES = ("initdb", "postgres", "pg_isready")

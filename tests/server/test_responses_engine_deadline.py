@@ -18,9 +18,9 @@ from scaffolds.problem import Budget
 from scaffolds.strategies.single import Single
 from server.api.responses.engine import EngineResponse
 from server.api.responses.protocol import ResponsesRequest
-from server.api.responses.store import ResponseStore
 from server.pool.engine_responses import EngineResponses
 from server.runs.planning import RunPlan
+from server.store.response_store import ResponseStore
 
 DEADLINE_S = 0.05
 EVENTS = 100

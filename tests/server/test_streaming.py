@@ -154,8 +154,7 @@ def test_a_chunk_of_choices_is_the_same_bytes_as_the_chunk_object_encoded() -> N
     from typing import cast
 
     from scaffolds import fastjson
-    from server.api.chat_completions.protocol import chunk_object, delta_choice
-    from server.api.chat_completions.serving import ChunkMaker
+    from server.runs.completion import ChunkMaker, chunk_object, delta_choice
     from server.runs.planning import RunPlan
     from server.runs.streaming import sse_event
 

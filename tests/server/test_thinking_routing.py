@@ -8,9 +8,9 @@ import pytest
 
 from scaffolds.engines.mock import MockEngine
 from scaffolds.errors import InvalidRequestError
-from server.api.chat_completions.protocol import ChatCompletionRequest
 from server.pool.served_models import ServedModels
 from server.runs.planning import plan_run
+from server.runs.request import ChatCompletionRequest
 from server.settings import ModelConfig, Settings
 
 MESSAGES = [{"role": "user", "content": "3+4="}]

@@ -15,8 +15,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from scaffolds.errors import NotFoundError
-from server.api.chat_completions.protocol import ChatCompletionRequest, CompletionRequest
 from server.runs.handler import Serving
+from server.runs.request import ChatCompletionRequest, CompletionRequest
 from server.telemetry.metrics import CONTENT_TYPE, Metrics
 
 

@@ -24,8 +24,8 @@ from typing import Any
 from pydantic import Field, ValidationError
 
 from scaffolds.errors import InvalidRequestError
-from server.api.chat_completions.protocol import BudgetRequest, ChatCompletionRequest, _Open
 from server.errors import validation_error
+from server.runs.request import BudgetRequest, ChatCompletionRequest, _Open
 
 __all__ = ["STOP_REASONS", "MessagesRequest", "chat_messages", "chat_request"]
 

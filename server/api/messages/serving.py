@@ -29,11 +29,11 @@ from typing import Any
 from scaffolds import fastjson
 from scaffolds.core.run import RunResult
 from scaffolds.core.trace import TraceRecorder
-from server.api.chat_completions.protocol import ChatCompletionRequest
-from server.api.chat_completions.serving import finish_reasons, response_body, response_extra
 from server.api.messages.protocol import STOP_REASONS, MessagesRequest, chat_request
 from server.errors import APIError
+from server.runs.completion import finish_reasons, response_body, response_extra
 from server.runs.planning import RunPlan
+from server.runs.request import ChatCompletionRequest
 from server.runs.streaming import ChoiceRouter, Piece, stream_event_json
 from server.runs.wire import LiveRun
 

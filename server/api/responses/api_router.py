@@ -1,31 +1,32 @@
-"""The APIs agents and SDKs use besides chat: OpenAI's Responses and Anthropic's Messages.
+"""OpenAI's Responses API: ``/v1/responses`` (create, retrieve, delete) and a stored
+response's input items.
 
-Both run the same scaffolds, budgets and cancellation as chat completions (they are
-planned as one: :meth:`Serving.handle <server.runs.handler.Serving.handle>` with
-their own :class:`~server.runs.wire.WireFormat`). Example::
+A response runs the same scaffolds, budgets and cancellation as chat completions (planned
+as one: :meth:`Serving.handle <server.runs.handler.Serving.handle>` with the
+:class:`~server.api.responses.serving.ResponsesFormat`).
+``GET /v1/responses/{id}/input_items`` lists a stored response's input items, in OpenAI's
+list shape (:mod:`server.api.responses.input_items`); a 404 as ``GET /v1/responses/{id}``.
+Example::
 
     curl -s localhost:8000/v1/responses -H 'Authorization: Bearer sk-...' \\
       -d '{"model": "qwen3-4b+gsr4", "input": "What is 17 * 23?"}'
-    curl -s localhost:8000/v1/messages -H 'x-api-key: sk-...' \\
-      -d '{"model": "qwen3-4b", "max_tokens": 512,
-           "messages": [{"role": "user", "content": "2+2?"}]}'
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from scaffolds.errors import NotFoundError
-from server.api.messages.protocol import MessagesRequest
-from server.api.messages.serving import MessagesFormat
+from server.api.responses.input_items import MAX_LIMIT, input_items_page
 from server.api.responses.protocol import ResponsesRequest
 from server.api.responses.serving import prepare
 from server.runs.handler import Serving
+from server.store.response_store import ResponseStore
 
-__all__ = ["agent_router"]
+__all__ = ["input_items_router", "responses_router"]
 
 
 def _serving(request: Request) -> Serving:
@@ -33,19 +34,24 @@ def _serving(request: Request) -> Serving:
     return serving
 
 
-def agent_router() -> APIRouter:
-    """``/v1/responses`` (create, retrieve, delete) and ``/v1/messages``."""
+def _store(request: Request) -> ResponseStore:
+    """The app's store of responses (``app.state.responses``)."""
+    store: ResponseStore = request.app.state.responses
+    return store
+
+
+def responses_router() -> APIRouter:
+    """``/v1/responses`` (create, retrieve, delete)."""
     router = APIRouter(prefix="/v1")
 
     @router.post("/responses", summary="A response through a scaffold", tags=["responses"])
     async def create_response(body: ResponsesRequest, request: Request) -> Response:
-        serving = _serving(request)
-        wire = await prepare(serving.responses, body)
-        return await serving.handle("chat", wire.chat(), request.receive, wire)
+        wire = await prepare(_store(request), body)
+        return await _serving(request).handle("chat", wire.chat(), request.receive, wire)
 
     @router.get("/responses/{response_id}", summary="A stored response", tags=["responses"])
     async def get_response(response_id: str, request: Request) -> dict[str, Any]:
-        stored = await _serving(request).responses.get(response_id)
+        stored = await _store(request).get(response_id)
         if stored is None:
             raise NotFoundError(f"no stored response with id {response_id!r}", param="id")
         return stored.body
@@ -54,13 +60,32 @@ def agent_router() -> APIRouter:
         "/responses/{response_id}", summary="Forget a stored response", tags=["responses"]
     )
     async def delete_response(response_id: str, request: Request) -> dict[str, Any]:
-        if not await _serving(request).responses.delete(response_id):
+        if not await _store(request).delete(response_id):
             raise NotFoundError(f"no stored response with id {response_id!r}", param="id")
         return {"id": response_id, "object": "response.deleted", "deleted": True}
 
-    @router.post("/messages", summary="An Anthropic message through a scaffold", tags=["anthropic"])
-    async def create_message(body: MessagesRequest, request: Request) -> Response:
-        wire = MessagesFormat(body)
-        return await _serving(request).handle("chat", wire.chat(), request.receive, wire)
+    return router
+
+
+def input_items_router() -> APIRouter:
+    """``GET /v1/responses/{id}/input_items``."""
+    router = APIRouter()
+
+    @router.get(
+        "/v1/responses/{response_id}/input_items",
+        summary="A stored response's input items",
+        tags=["responses"],
+    )
+    async def list_input_items(
+        response_id: str,
+        request: Request,
+        limit: int = Query(default=20, ge=1, le=MAX_LIMIT),
+        order: Literal["asc", "desc"] = "desc",
+        after: str | None = None,
+    ) -> dict[str, Any]:
+        stored = await _store(request).get(response_id)
+        if stored is None:
+            raise NotFoundError(f"no stored response with id {response_id!r}", param="id")
+        return input_items_page(stored, limit=limit, order=order, after=after)
 
     return router

@@ -32,9 +32,9 @@ from scaffolds.engines.protocol import Usage
 from scaffolds.errors import DeadlineExceededError
 from scaffolds.spec.build import spec_string
 from server.api.responses.protocol import ResponsesRequest, input_messages
-from server.api.responses.store import ResponseStore, StoredResponse
 from server.pool.engine_responses import EngineResponses, responses_usage
 from server.runs.planning import RunPlan
+from server.store.response_store import ResponseStore, StoredResponse
 
 __all__ = ["EngineResponse", "history_items", "output_messages"]
 

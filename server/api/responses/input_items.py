@@ -3,14 +3,14 @@
 A stored response's input is every item the model read for it: the earlier turns its
 ``previous_response_id`` chain carried (their inputs and outputs) and its own ``input``.
 The store keeps that conversation as chat messages ending with the response's output
-(one assistant message: :class:`~server.api.responses.store.StoredResponse`), so the
+(one assistant message: :class:`~server.store.response_store.StoredResponse`), so the
 input is the conversation without its last message, as Responses items (``message``,
 ``function_call``, ``function_call_output``), each with an id fixed by the response and
 its place. The list is OpenAI's: ``object: "list"``, ``data``, ``first_id``,
 ``last_id``, ``has_more``; ``order`` (``desc``, the default, newest first, or ``asc``),
 ``after`` (an item id: the page starts after it) and ``limit`` (1 to 100, default 20).
 
->>> from server.api.responses.store import StoredResponse
+>>> from server.store.response_store import StoredResponse
 >>> stored = StoredResponse("resp_ab", 0.0, {}, [
 ...     {"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"},
 ...     {"role": "user", "content": "times 3?"}, {"role": "assistant", "content": "12"}])
@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from scaffolds.errors import InvalidRequestError
 from server.api.responses.engine import history_items
-from server.api.responses.store import StoredResponse
+from server.store.response_store import StoredResponse
 
 __all__ = ["MAX_LIMIT", "input_items", "input_items_page"]
 

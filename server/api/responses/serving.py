@@ -9,7 +9,7 @@ arrive through the Responses event sequence (``response.created``, ``output_item
 ``reasoning_summary_part.added``, ``reasoning_summary_text.delta``..., ``output_text.delta``,
 ``response.completed``), each event as ``event: <type>`` and ``data: <json>`` with a
 ``sequence_number``. With ``store`` (the default) the response and its conversation go
-to the :class:`~server.api.responses.store.ResponseStore`.
+to the :class:`~server.store.response_store.ResponseStore`.
 
 >>> from server.runs.streaming import Piece
 >>> out = OutputBuilder()
@@ -34,12 +34,6 @@ from scaffolds import fastjson
 from scaffolds.core.run import RunResult
 from scaffolds.core.trace import TraceRecorder
 from scaffolds.errors import NotFoundError
-from server.api.chat_completions.serving import (
-    finish_reasons,
-    reasoning_tokens,
-    response_body,
-    response_extra,
-)
 from server.api.responses.engine import EngineResponse
 from server.api.responses.protocol import (
     ResponsesRequest,
@@ -47,11 +41,17 @@ from server.api.responses.protocol import (
     input_messages,
     responses_usage,
 )
-from server.api.responses.store import ResponseStore, StoredResponse
 from server.errors import APIError
+from server.runs.completion import (
+    finish_reasons,
+    reasoning_tokens,
+    response_body,
+    response_extra,
+)
 from server.runs.planning import RunPlan
 from server.runs.streaming import ChoiceRouter, Piece, stream_event_json
 from server.runs.wire import LiveRun
+from server.store.response_store import ResponseStore, StoredResponse
 
 __all__ = ["OutputBuilder", "ResponsesFormat", "prepare"]
 

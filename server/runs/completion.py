@@ -1,14 +1,19 @@
 """Response shaping: a finished run as an OpenAI completion object or SSE chunks.
 
+A run's answer is a chat completion (or text completion) object: the chat completions
+API sends it as is, and the Responses and Messages APIs reshape it.
+
 >>> response_id("chat").startswith("chatcmpl-"), response_id("completions")[:5]
 (True, 'cmpl-')
+>>> usage_json(Usage(prompt_tokens=3, completion_tokens=4, calls=2))["total_tokens"]
+7
 """
 
 from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi.responses import JSONResponse
@@ -17,20 +22,147 @@ from scaffolds import fastjson
 from scaffolds.core.run import RunResult
 from scaffolds.core.solution import Solution
 from scaffolds.core.trace import StepFinished, StepStarted, TraceRecorder
+from scaffolds.engines.protocol import Usage
 from scaffolds.spec.build import spec_string
-from server.api.chat_completions.protocol import Endpoint, chunk_object, completion_object
 from server.runs.planning import RunPlan
+from server.runs.request import Endpoint
 from server.runs.streaming import ChoiceRouter, sse_event
 
 __all__ = [
     "ChunkMaker",
     "FastJSONResponse",
+    "chunk_object",
+    "completion_object",
+    "delta_choice",
     "finish_reasons",
     "reasoning_tokens",
     "response_body",
     "response_extra",
     "response_id",
+    "usage_json",
 ]
+
+
+def usage_json(usage: Usage, reasoning_tokens: int | None = None) -> dict[str, Any]:
+    """OpenAI usage plus cached and reasoning tokens and Ponder's ``engine_calls``.
+
+    ``reasoning_tokens`` defaults to what the engines reported as reasoning.
+    """
+    reasoning = usage.reasoning_tokens if reasoning_tokens is None else reasoning_tokens
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": reasoning},
+        "engine_calls": usage.calls,
+    }
+
+
+def completion_object(
+    endpoint: Endpoint,
+    *,
+    response_id: str,
+    created: int,
+    model: str,
+    choices: Sequence[Mapping[str, Any]],
+    usage: Usage,
+    extra: Mapping[str, Any] | None = None,
+    reasoning_tokens: int | None = None,
+) -> dict[str, Any]:
+    """A whole (non-streamed) response. ``choices`` hold text, reasoning, finish_reason
+    and the engine's own fields of the answer (``extra``: logprobs, a message's
+    tool_calls...), which go in unchanged beside Ponder's."""
+    out_choices: list[dict[str, Any]] = []
+    for index, choice in enumerate(choices):
+        own = dict(choice.get("extra") or {})
+        if endpoint == "chat":
+            mine = own.pop("message", None) or {}
+            content = choice["text"]
+            if not content and "tool_calls" in mine:
+                content = None  # as the engine sent it: a tool call has no text
+            message: dict[str, Any] = {"role": "assistant", "content": content, **mine}
+            if choice.get("reasoning"):
+                message["reasoning_content"] = choice["reasoning"]
+                message["reasoning"] = choice["reasoning"]
+            body_choice = {"index": index, "message": message}
+        else:
+            body_choice = {"index": index, "text": choice["text"]}
+        body_choice |= {"finish_reason": choice["finish_reason"], "logprobs": None, **own}
+        out_choices.append(body_choice)
+    body: dict[str, Any] = {
+        "id": response_id,
+        "object": "chat.completion" if endpoint == "chat" else "text_completion",
+        "created": created,
+        "model": model,
+        "choices": out_choices,
+        "usage": usage_json(usage, reasoning_tokens),
+    }
+    if extra:
+        body.update(extra)
+    return body
+
+
+def chunk_object(
+    endpoint: Endpoint,
+    *,
+    response_id: str,
+    created: int,
+    model: str,
+    choices: Sequence[dict[str, Any]],
+    usage: Usage | None = None,
+    extra: Mapping[str, Any] | None = None,
+    reasoning_tokens: int | None = None,
+) -> dict[str, Any]:
+    """One SSE chunk; ``choices`` come from :func:`delta_choice`."""
+    body: dict[str, Any] = {
+        "id": response_id,
+        "object": "chat.completion.chunk" if endpoint == "chat" else "text_completion",
+        "created": created,
+        "model": model,
+        "choices": list(choices),
+    }
+    if usage is not None:
+        body["usage"] = usage_json(usage, reasoning_tokens)
+    if extra:
+        body.update(extra)
+    return body
+
+
+def delta_choice(
+    endpoint: Endpoint,
+    index: int,
+    *,
+    content: str | None = None,
+    reasoning: str | None = None,
+    role: bool = False,
+    finish_reason: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One choice of a chunk: a content and/or reasoning delta, or a finish reason.
+
+    Reasoning goes in both fields vLLM has used (``reasoning_content`` and ``reasoning``).
+    ``extra`` is the engine chunk's own fields (its ``logprobs``; under ``"delta"``, a
+    chat delta's ``tool_calls``), passed on unchanged.
+    """
+    own = dict(extra or {})
+    if endpoint == "chat":
+        delta: dict[str, Any] = {}
+        if role:
+            delta["role"] = "assistant"
+        if content is not None and (content or "tool_calls" not in own.get("delta", {})):
+            delta["content"] = content
+        if reasoning is not None:
+            delta["reasoning_content"] = reasoning
+            delta["reasoning"] = reasoning
+        delta |= own.pop("delta", None) or {}
+        choice = {"index": index, "delta": delta}
+    else:
+        choice = {"index": index, "text": content or ""}
+        if reasoning is not None:
+            choice["reasoning_content"] = reasoning
+            choice["reasoning"] = reasoning
+    return choice | {"finish_reason": finish_reason, "logprobs": None, **own}
 
 
 class FastJSONResponse(JSONResponse):

@@ -1,0 +1,78 @@
+"""Anthropic's Messages API: ``POST /v1/messages`` and ``POST /v1/messages/count_tokens``.
+
+``/v1/messages`` runs the same scaffolds, budgets and cancellation as chat completions
+(planned as one: :meth:`Serving.handle <server.runs.handler.Serving.handle>` with the
+:class:`~server.api.messages.serving.MessagesFormat`). ``count_tokens`` is Anthropic's
+count of a Messages request's input (``{"input_tokens": N}``): its system prompt,
+messages and tools as the model's chat template renders them for one call (a scaffold's
+steps add their own prompts to that), with the model's tokenizer
+(:mod:`server.pool.tokenizers`). Example::
+
+    curl -s localhost:8000/v1/messages -H 'x-api-key: sk-...' \\
+      -d '{"model": "qwen3-4b", "max_tokens": 512,
+           "messages": [{"role": "user", "content": "2+2?"}]}'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from pydantic import Field
+
+from server.api.messages.protocol import MessagesRequest, chat_request
+from server.api.messages.serving import MessagesFormat
+from server.pool.tokenizers import Tokenizers
+from server.runs.handler import Serving
+
+__all__ = ["CountTokensRequest", "count_tokens_router", "messages_router"]
+
+
+class CountTokensRequest(MessagesRequest):
+    """Anthropic's ``count_tokens``: a Messages request without ``max_tokens``."""
+
+    max_tokens: int = Field(default=1, ge=1, description="ignored")
+
+
+def _serving(request: Request) -> Serving:
+    serving: Serving = request.app.state.serving
+    return serving
+
+
+def _tokenizers(request: Request) -> Tokenizers:
+    tokenizers: Tokenizers = request.app.state.tokenizers
+    return tokenizers
+
+
+def messages_router() -> APIRouter:
+    """``POST /v1/messages``."""
+    router = APIRouter(prefix="/v1")
+
+    @router.post("/messages", summary="An Anthropic message through a scaffold", tags=["anthropic"])
+    async def create_message(body: MessagesRequest, request: Request) -> Response:
+        wire = MessagesFormat(body)
+        return await _serving(request).handle("chat", wire.chat(), request.receive, wire)
+
+    return router
+
+
+def count_tokens_router() -> APIRouter:
+    """``POST /v1/messages/count_tokens``."""
+    router = APIRouter()
+
+    @router.post(
+        "/v1/messages/count_tokens", summary="Count a message's input tokens", tags=["anthropic"]
+    )
+    async def count_tokens(body: CountTokensRequest, request: Request) -> dict[str, int]:
+        chat = chat_request(body)
+        fields: dict[str, Any] = {
+            "messages": [m.model_dump(exclude_none=True) for m in chat.messages],
+            "add_generation_prompt": True,
+        }
+        if tools := (chat.model_extra or {}).get("tools"):
+            fields["tools"] = tools
+        counted = await _tokenizers(request).of(body.model).tokenize(fields)
+        return {"input_tokens": int(counted["count"])}
+
+    return router

@@ -1,0 +1,146 @@
+"""The request a run answers: the OpenAI chat completion and completion models every API's
+request becomes (Responses and Messages requests are turned into a chat completion).
+
+Request models accept fields they do not know (``extra="allow"``), as OpenAI clients
+send new ones all the time; the serving layer logs their names and passes them on to the
+engine (:meth:`passthrough`). Ponder's own fields are ``scaffold`` (a spec string or JSON
+object), ``budget``, ``return_trace`` and ``stream_trace``.
+
+>>> req = ChatCompletionRequest.model_validate(
+...     {"model": "m", "messages": [{"role": "user", "content": "2+2?"}], "metadata": {},
+...      "logprobs": True, "budget": {"max_calls": 2}}
+... )
+>>> req.unknown_fields(), req.requested_max_tokens(), req.passthrough()
+(['logprobs', 'metadata'], None, {'metadata': {}, 'logprobs': True})
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_N = 128
+"""The most choices one request may ask for."""
+
+MODELED_FIELDS = frozenset(
+    {
+        "model",
+        "messages",
+        "prompt",
+        "n",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "stop",
+        "seed",
+        "stream",
+        "stream_options",
+    }
+)
+"""Request fields Ponder reads itself (and sends on to every engine call it makes)."""
+
+PONDER_FIELDS = frozenset(
+    {"scaffold", "budget", "return_trace", "stream_trace", "answer_format", "reference"}
+)
+"""Ponder's own request fields; never sent to an engine."""
+
+
+class _Open(BaseModel):
+    """A request model that keeps unknown fields (and can list them)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    def unknown_fields(self) -> list[str]:
+        return sorted(self.model_extra or {})
+
+
+class StreamOptions(_Open):
+    include_usage: bool = False
+
+
+class BudgetRequest(BaseModel):
+    """Ponder's per-request budget; the server caps each limit with its own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_tokens: int | None = Field(default=None, ge=1, description="generated tokens, all calls")
+    max_calls: int | None = Field(default=None, ge=1, description="engine calls")
+    timeout_s: float | None = Field(default=None, gt=0, description="wall-clock seconds")
+
+
+class ChatMessage(_Open):
+    role: str
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+
+
+class _CommonRequest(_Open):
+    model: str
+    n: int = Field(default=1, ge=1, le=MAX_N)
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    scaffold: str | dict[str, Any] | None = Field(
+        default=None,
+        description='Ponder: the scaffold spec, e.g. "gsr(n=4)" or {"name": "gsr", "n": 4}',
+    )
+    budget: BudgetRequest | None = Field(default=None, description="Ponder: per-request budget")
+    answer_format: Literal["boxed", "lenient"] | None = Field(
+        default=None,
+        description='Ponder: how answers are read for votes: "boxed" (the last \\boxed{} '
+        'after the thinking only) or "lenient"; default: the model\'s answer_format',
+    )
+    return_trace: bool = Field(default=False, description="Ponder: add the run's trace")
+    stream_trace: bool = Field(
+        default=False,
+        description="Ponder: on a stream, also send every trace event as a chunk with no "
+        'choices and a "ponder": {"event": ...} field',
+    )
+    reference: str | None = Field(
+        default=None,
+        description="Ponder: the problem's known answer (ponder eval sends it); never shown "
+        "to the model; a scaffold's trace may score its intermediate answers against it",
+    )
+
+    def requested_max_tokens(self) -> int | None:
+        return self.max_tokens
+
+    def stop_list(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+    def passthrough(self) -> dict[str, Any]:
+        """Every field the caller set beyond :data:`MODELED_FIELDS` and Ponder's own, as
+        given (OpenAI's ``logprobs``, ``tools``, ``response_format``..., vLLM's extras)."""
+        return self.model_dump(exclude_unset=True, exclude=set(MODELED_FIELDS | PONDER_FIELDS))
+
+
+class ChatCompletionRequest(_CommonRequest):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+
+    def requested_max_tokens(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+class CompletionRequest(_CommonRequest):
+    prompt: str | list[str]
+    """One prompt, or several: each is its own run (choices ``prompt_index * n + i``);
+    through ``single``, their calls are one engine request (:mod:`scaffolds.engines.coalesce`)."""
+
+
+Endpoint = Literal["chat", "completions"]
+"""Which OpenAI API a run answers in: chat completions or (text) completions."""
