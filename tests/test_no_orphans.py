@@ -25,7 +25,7 @@ from scaffolds.evaluation.synthetic import write_addition
 from scaffolds.processes.children import owned_process, popen_owned, stop_group
 from testing.fake_engine import FakeEngineConfig, running_fake_engine
 from testing.process_guard import descendants_of, gone
-from tests.clients.evalkit import MODEL, adder
+from tests.evalkit import MODEL, adder
 from tests.server.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ import json
 import re
 from pathlib import Path
 
-from tests.clients.evalkit import MODEL, ponder_over_fake, write_problems
+from tests.evalkit import MODEL, ponder_over_fake, write_problems
 from tests.ponder_command import run_ponder
 
 PROGRESS_LINE = re.compile(r"^single: \d+/5 \((\d+)%\) elapsed \d+:\d\d:\d\d eta (\S+)")

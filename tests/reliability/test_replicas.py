@@ -1,6 +1,6 @@
 """A replica killed outright (SIGKILL) under load: no request lost, the breaker takes it out.
 
-``tests/server/test_replicas.py`` stops a replica politely (it answers 503 while it shuts
+``tests/server/pool/test_replicas.py`` stops a replica politely (it answers 503 while it shuts
 down); here the engine process dies mid-call, so Ponder sees connections reset with
 half-done calls on them. Every request must still get its answer from the live replica,
 the breaker must keep traffic off the dead one (one probe per cooldown at most), and the

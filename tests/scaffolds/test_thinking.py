@@ -1,6 +1,6 @@
 """Scaffolds against a model that thinks before it answers (a MockEngine that behaves as
 vLLM with a reasoning parser does; the same through real vLLM is in
-tests/engines/test_vllm_thinking.py)."""
+tests/scaffolds/engines/test_vllm_thinking.py)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from testing.fake_engine import FakeEngineConfig, running_fake_engine
-from tests.clients.evalkit import MODEL, write_problems
+from tests.evalkit import MODEL, write_problems
 from tests.ponder_command import run_ponder
 
 _SUM = re.compile(r"(\d{3})\+(\d{3})=")

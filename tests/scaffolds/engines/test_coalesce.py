@@ -1,7 +1,7 @@
 """The request-scoped Coalescer: k concurrent runs' calls as one engine request.
 
 Its engine here is a MockEngine that takes lists (each ``generate_batch`` recorded), so
-these tests see exactly which calls were batched; tests/server/test_prompt_lists.py
+these tests see exactly which calls were batched; tests/server/runs/test_prompt_lists.py
 runs the same through Ponder over HTTP against an engine server that counts requests.
 """
 

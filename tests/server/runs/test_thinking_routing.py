@@ -84,7 +84,7 @@ def test_an_alias_naming_an_unserved_helper_model_fails_at_start() -> None:
 def test_the_readmes_thinking_config_serves_a_reasoner_with_an_instruct_summarizer(
     tmp_path: Path,
 ) -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
     block = readme.split("# ponder serve --config thinking.yaml\n", 1)[1].split("```", 1)[0]
     path = tmp_path / "thinking.yaml"
     path.write_text(block)

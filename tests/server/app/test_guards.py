@@ -39,7 +39,7 @@ class DownEngine:
 
 
 async def test_replicas_spread_and_fail_over() -> None:
-    # (routing policy in detail: tests/server/test_replicas.py)
+    # (routing policy in detail: tests/server/pool/test_replicas.py)
     a, b, down = MockEngine(lambda r: "a"), MockEngine(lambda r: "b"), DownEngine()
     pool = ReplicaEngine([a, down, b], failure_threshold=1)
     texts = [(await pool.generate(GenerateRequest("x"))).completions[0].text for _ in range(3)]

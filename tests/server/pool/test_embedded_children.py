@@ -25,9 +25,9 @@ from server.pool import embedded
 from server.settings import Settings
 from testing.process_guard import children_of, gone
 from tests.server.conftest import wait_until
-from tests.server.test_supervised import HEALTHY
+from tests.server.pool.test_supervised import HEALTHY
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ADDITION, REAL = embedded.EMBEDDED_MODEL, embedded.REAL_MODEL
 NEVER_UP = "import os, sys, time; open(sys.argv[2], 'w').write(str(os.getpid())); time.sleep(600)"
 """A child that never answers its health check (its start waits until it is aborted); it
@@ -206,7 +206,7 @@ import sys
 from pathlib import Path
 from server.pool import embedded
 from server.settings import Settings
-from tests.server import test_embedded_children as here
+from tests.server.pool import test_embedded_children as here
 
 here._models(here.pytest.MonkeyPatch(), Path(sys.argv[1]),
                  lambda model, folder, port: here._child(here.NEVER_UP, port,

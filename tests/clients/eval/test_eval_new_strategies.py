@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from clients.eval.cli import eval_app
 from clients.eval.report import markdown_report, print_table, summarize, tokens_saved
-from tests.clients.evalkit import MODEL, ponder_over_fake, read_jsonl, write_problems
+from tests.evalkit import MODEL, ponder_over_fake, read_jsonl, write_problems
 
 
 async def by_text(answers: Sequence[str | None]) -> list[list[int]]:

@@ -199,7 +199,7 @@ async def test_a_list_of_prompts_gives_choices_prompt_index_times_n_plus_i(
         (0, "a#0"), (1, "a#1"), (2, "b#0"), (3, "b#1"), (4, "c#0"), (5, "c#1"),
     ]  # fmt: skip
     # MockEngine takes no list of prompts: one engine request per prompt (with an engine
-    # that takes one, it is one request: tests/server/test_prompt_lists.py).
+    # that takes one, it is one request: tests/server/runs/test_prompt_lists.py).
     assert r.json()["usage"]["engine_calls"] == 3
     # A multi-step scaffold runs each prompt as its own run: 2 calls each.
     body = scaffolded.json()

@@ -23,7 +23,7 @@ from server.pool import embedded
 from server.settings import Settings
 from testing.process_guard import children_of, gone
 from tests.server.conftest import wait_until
-from tests.server.test_embedded_children import (
+from tests.server.pool.test_embedded_children import (
     ADDITION,
     REAL,
     ROOT,
@@ -32,7 +32,7 @@ from tests.server.test_embedded_children import (
     _healthy,
     _models,
 )
-from tests.server.test_supervised import HEALTHY
+from tests.server.pool.test_supervised import HEALTHY
 
 GSR = "smollm2-135m-gsr"
 
@@ -143,8 +143,8 @@ import sys, time
 from pathlib import Path
 from server.pool import embedded
 from server.settings import Settings
-from tests.server import test_embedded_children as here
-from tests.server.test_supervised import HEALTHY
+from tests.server.pool import test_embedded_children as here
+from tests.server.pool.test_supervised import HEALTHY
 
 folder = Path(sys.argv[1])
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from clients.eval.cli import eval_app
-from tests.clients.evalkit import MODEL, keys, ponder_over_fake, read_jsonl, write_problems
+from tests.evalkit import MODEL, keys, ponder_over_fake, read_jsonl, write_problems
 
 
 def test_run_rerun_report_and_compare(tmp_path: Path) -> None:

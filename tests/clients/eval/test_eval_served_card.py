@@ -23,7 +23,7 @@ from server.settings import Settings
 from testing.fake_engine import FakeEngineConfig, running_fake_engine
 from testing.fake_engine.tokens import prompt_text
 from testing.threaded import serving_in_thread
-from tests.clients.evalkit import MODEL, read_jsonl
+from tests.evalkit import MODEL, read_jsonl
 
 OPEN, CLOSE = "<|begin_of_thought|>", "<|end_of_thought|>"
 THOUGHT = ThinkingMarkers(OPEN, CLOSE)

@@ -13,8 +13,8 @@ from scaffolds.evaluation.grading import MathGrader
 from scaffolds.evaluation.problems import load_problems
 from scaffolds.evaluation.synthetic import addition_problems, arithmetic_problems
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "problems.jsonl"
+SHARED = Path(__file__).resolve().parents[4] / "shared" / "data"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "problems.jsonl"
 
 
 def test_bad_lines_are_reported_with_their_numbers_and_skipped(tmp_path: Path) -> None:

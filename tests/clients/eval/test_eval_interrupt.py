@@ -20,10 +20,10 @@ from scaffolds.evaluation.synthetic import write_addition
 from scaffolds.processes.children import popen_owned, stop_group
 from testing.fake_engine import FakeEngineHandle
 from testing.process_guard import descendants_of
-from tests.clients.evalkit import MODEL, ponder_over_fake, read_jsonl
+from tests.evalkit import MODEL, ponder_over_fake, read_jsonl
 from tests.server.conftest import wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PROBLEMS = 40
 
 

@@ -20,7 +20,7 @@ from scaffolds.evaluation.grading import ExactGrader, MathGrader
 from scaffolds.evaluation.problems import ProblemRow
 from testing.fake_engine import FakeEngineConfig, Responder, running_fake_engine
 from testing.fake_engine.tokens import prompt_text
-from tests.clients.evalkit import MODEL, read_jsonl, serve_ponder
+from tests.evalkit import MODEL, read_jsonl, serve_ponder
 
 BOXED = r"Adding the columns: \boxed{579}."
 FINAL_IS = "Adding the columns, the final answer is 579."

@@ -1,7 +1,7 @@
 """The in-process vLLM engine, run inside the vLLM venv on the tiny random Llama.
 
 vLLM is not importable in Ponder's environment, so the engine is exercised by a child
-process (:mod:`tests.engines.inprocess_vllm_check`) that reports what it saw as JSON.
+process (:mod:`tests.scaffolds.engines.inprocess_vllm_check`) that reports what it saw as JSON.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def report() -> dict[str, Any]:
     model_dir = build_tiny_model(python, CACHE / "tiny-llama")
     report, _ = child_report(
         python,
-        "tests.engines.inprocess_vllm_check",
+        "tests.scaffolds.engines.inprocess_vllm_check",
         str(model_dir),
         env={"VLLM_CPU_KVCACHE_SPACE": "1"},
     )

