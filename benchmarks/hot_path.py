@@ -12,7 +12,10 @@ times), on the CPU clock:
   per chat request (``Serving._run_all`` and the metered engine's ``takes_prompt_lists``);
 - ``call_aiohttp``, ``call_httpx``: the engine client's own CPU for one chat call
   (``OpenAIEngine.generate``, one at a time, ``--calls`` of them) to the fake engine,
-  which runs in a process of its own, over each transport; once per engine call.
+  which runs in a process of its own, over each transport; once per engine call;
+- ``body_chat``, ``body_responses``, ``body_messages`` (and ``..._gsr``): the whole
+  (non-streamed) body of a finished run as each API writes it, of ``single`` (a thinking
+  model's answer) and of ``gsr(n=4)`` (candidates as reasoning); once per request.
 
     python -m benchmarks.hot_path --baseline 9a37331 --rounds 3
 """
@@ -45,6 +48,14 @@ from scaffolds.engines.messages import chat
 from scaffolds.engines.protocol import GenerateRequest, SamplingParams, batch_engine
 from scaffolds.engines.openai_http import OpenAIEngine
 from server.runs.disconnect import until_disconnect
+from scaffolds.engines.mock import MockEngine
+from server.api.messages.protocol import MessagesRequest
+from server.api.messages.serving import MessagesFormat
+from server.api.responses.protocol import ResponsesRequest
+from server.api.responses.serving import ResponsesFormat
+from server.runs.completion import response_body
+from server.runs.handler import Serving
+from server.settings import Settings
 
 def per_call(fn, n):
     fn(); start = time.process_time()
@@ -75,13 +86,33 @@ async def calls(transport, n):
             await engine.generate(request)
         return (time.process_time() - start) / n * 1e6
 
+async def bodies(model, n):
+    thinker = MockEngine(lambda r: "<think>2 and 2 make 4.</think>\\boxed{4}")
+    serving = Serving.build(Settings(model="m", engines=("http://unused/v1",)),
+                            engines={"m": thinker})
+    question = [{"role": "user", "content": "2+2?"}]
+    responses = ResponsesFormat(None, ResponsesRequest(model=model, input="2+2?", store=False), [])
+    messages = MessagesFormat(MessagesRequest(model=model, max_tokens=64, messages=question))
+    out = {}
+    for name, wire in (("chat", None), ("responses", responses), ("messages", messages)):
+        plan = serving.plan("chat", (wire or responses).chat())
+        runs = await serving._run_all(plan)
+        start = time.process_time()
+        for _ in range(n):
+            response_body(plan, runs) if wire is None else await wire.body(plan, runs)
+        out[name] = (time.process_time() - start) / n * 1e6
+    return out
+
 engine = OpenAIEngine("http://127.0.0.1:9/v1", "m")
 n_calls = int(os.environ["HOT_PATH_CALLS"])
+single, gsr = asyncio.run(bodies("m", 5000)), asyncio.run(bodies("m+gsr(n=4)", 5000))
 print(json.dumps({
     "until_disconnect": asyncio.run(watch(20000)),
     "batch_engine": per_call(lambda: batch_engine(engine), 20000),
     "call_aiohttp": asyncio.run(calls("aiohttp", n_calls)),
     "call_httpx": asyncio.run(calls("httpx", n_calls)),
+    **{f"body_{name}": us for name, us in single.items()},
+    **{f"body_{name}_gsr": us for name, us in gsr.items()},
 }))
 """
 

@@ -26,14 +26,16 @@ from scaffolds.engines.protocol import Usage
 from scaffolds.spec.build import spec_string
 from server.runs.planning import RunPlan
 from server.runs.request import Endpoint
-from server.runs.streaming import ChoiceRouter, sse_event
+from server.runs.streaming import finished_reasoning, sse_event
 
 __all__ = [
     "ChunkMaker",
     "FastJSONResponse",
+    "answer_choices",
     "chunk_object",
     "completion_object",
     "delta_choice",
+    "engine_fields",
     "finish_reasons",
     "reasoning_tokens",
     "response_body",
@@ -197,20 +199,7 @@ def response_body(plan: RunPlan, runs: list[tuple[RunResult, TraceRecorder]]) ->
     their choices in order, their usage summed."""
     choices: list[dict[str, Any]] = []
     for result, _ in runs:
-        router = ChoiceRouter(plan.n)
-        for event in result.events:
-            router.feed(event)
-        reasons = finish_reasons(result)
-        steps = _finished_steps(result)
-        choices += [
-            {
-                "text": s.text,
-                "reasoning": router.reasoning(i) or None,
-                "finish_reason": reasons[i],
-                "extra": _engine_fields(s, steps),
-            }
-            for i, s in enumerate(result.solutions)
-        ]
+        choices += answer_choices(plan, result)
     first = runs[0][0]
     usage = sum((result.usage for result, _ in runs[1:]), first.usage)
     cut = next((r.cut_reason for r, _ in runs if r.cut_reason), None)
@@ -225,6 +214,26 @@ def response_body(plan: RunPlan, runs: list[tuple[RunResult, TraceRecorder]]) ->
         extra=response_extra(plan, merged, [recorder for _, recorder in runs]),
         reasoning_tokens=sum(reasoning_tokens(result) for result, _ in runs),
     )
+
+
+def answer_choices(plan: RunPlan, result: RunResult) -> list[dict[str, Any]]:
+    """A finished run's choices as :func:`completion_object` takes them: each solution's
+    text, its reasoning (:func:`~server.runs.streaming.finished_reasoning`: what the
+    stream's reasoning carried), finish reason and engine fields."""
+    reasoning = [""] * plan.n
+    for piece in finished_reasoning(result.events, plan.n):
+        reasoning[piece.choice] += piece.text
+    reasons = finish_reasons(result)
+    fields = engine_fields(result)
+    return [
+        {
+            "text": s.text,
+            "reasoning": reasoning[i] or None,
+            "finish_reason": reasons[i],
+            "extra": fields[i],
+        }
+        for i, s in enumerate(result.solutions)
+    ]
 
 
 class ChunkMaker:
@@ -296,9 +305,15 @@ def _sample_of(solution: Solution, step: StepFinished, choice: int) -> int:
     return index
 
 
-def _engine_fields(solution: Solution, steps: Mapping[str, StepFinished]) -> Any:
-    """The engine's own fields of the generation that is the answer (its logprobs, tool
-    calls...), when the answer is exactly one engine generation."""
+def engine_fields(result: RunResult) -> list[Any]:
+    """Per choice: the engine's own fields of the generation that is its answer (its
+    logprobs, a chat message's tool calls under ``"message"``...), when the answer is
+    exactly one engine generation; else None."""
+    steps = _finished_steps(result)
+    return [_generation_fields(solution, steps) for solution in result.solutions]
+
+
+def _generation_fields(solution: Solution, steps: Mapping[str, StepFinished]) -> Any:
     step = steps.get(solution.step_id or "")
     if step is None or solution.cut_short or not step.extras:
         return None

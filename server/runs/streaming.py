@@ -29,7 +29,7 @@ answer) or ``reasoning`` (intermediate steps: candidates, summaries, feedback...
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -110,26 +110,11 @@ class ChoiceRouter:
             return []  # a strategy's own note: for the trace, not the text
         return self._run_finished(event)
 
-    def _choice_of(self, step: StepStarted | None, index: int) -> int:
-        if step is not None and step.choice is not None:
-            return step.choice if 0 <= step.choice < self.n else 0
-        return index if 0 <= index < self.n else 0
-
     def _is_content(self, step: StepStarted | None, index: int, choice: int) -> bool:
-        if step is None or not step.final:
-            return False
-        if step.choice is None and not 0 <= index < self.n:
-            return False
-        if step.choice is not None and index != 0:
+        if step is None or not may_answer(step, index, self.n):
             return False
         owner = self._choices[choice].content_step
         return owner is None or owner == step.step_id
-
-    def _header(self, step: StepStarted | None, index: int) -> str:
-        label = step.label if step is not None else "step"
-        if step is not None and step.n > 1 and not (step.choice is None and self.n > 1):
-            label = f"{label} {index + 1}"
-        return f"\n### {label}\n"
 
     def _delta(
         self,
@@ -140,7 +125,7 @@ class ChoiceRouter:
         extra: Mapping[str, Any] | None = None,
     ) -> list[Piece]:
         step = self._steps.get(step_id)
-        choice = self._choice_of(step, index)
+        choice = choice_of(step, index, self.n)
         state = self._choices[choice]
         key = (step_id, index)
         self._seen.add(key)
@@ -173,7 +158,7 @@ class ChoiceRouter:
                 and not state.pending
             )
             if not bare:
-                text = self._header(step, key[1]) + text
+                text = step_header(step, key[1], self.n) + text
         if state.current == key:
             state.reasoning.append(text)
             return [Piece(choice, "reasoning", text, key=key)]
@@ -234,6 +219,94 @@ class ChoiceRouter:
             state.content.append(rest)
             out.append(Piece(choice, "content", rest))
         return out
+
+
+def choice_of(step: StepStarted | None, index: int, n: int) -> int:
+    """The choice (of ``n``) that sample ``index`` of ``step`` belongs to: the step's
+    ``choice`` when set, else the sample index when below ``n``, else 0."""
+    if step is not None and step.choice is not None:
+        return step.choice if 0 <= step.choice < n else 0
+    return index if 0 <= index < n else 0
+
+
+def may_answer(step: StepStarted | None, index: int, n: int) -> bool:
+    """Whether sample ``index`` of ``step`` may be its choice's answer (content): a
+    ``final`` step's sample of its own choice (the first ``final`` step to answer a
+    choice owns its content; a later one's text is reasoning)."""
+    if step is None or not step.final:
+        return False
+    if step.choice is None and not 0 <= index < n:
+        return False
+    return step.choice is None or index == 0
+
+
+def step_header(step: StepStarted | None, index: int, n: int) -> str:
+    """The line that heads a step sample's reasoning: its label, numbered when the step
+    has several samples of one choice."""
+    label = step.label if step is not None else "step"
+    if step is not None and step.n > 1 and not (step.choice is None and n > 1):
+        label = f"{label} {index + 1}"
+    return f"\n### {label}\n"
+
+
+def finished_reasoning(events: Iterable[TraceEvent], n: int) -> list[Piece]:
+    """The reasoning of a finished run, read from its steps (its ``StepStarted`` and
+    ``StepFinished`` events; a finished run's result holds no deltas): one piece per
+    step sample, the same text and order a :class:`ChoiceRouter` fed the events gives
+    (each choice's reasoning is its pieces' text, joined), without routing them.
+
+    >>> from scaffolds.engines.protocol import Usage
+    >>> events = [StepStarted("s1", "run", "candidate", "candidate", n=2),
+    ...           StepFinished("s1", ("3", "4"), ("3", "4"), ("stop", "stop"), Usage()),
+    ...           StepStarted("s2", "run", "answer", "answer", final=True),
+    ...           StepFinished("s2", ("4",), ("4",), ("stop",), Usage())]
+    >>> [(p.key, p.text) for p in finished_reasoning(events, 1)]
+    [(('s1', 0), '\\n### candidate 1\\n3'), (('s1', 1), '\\n### candidate 2\\n4')]
+    """
+    steps: dict[str, StepStarted] = {}
+    owners: list[str | None] = [None] * n  # the step whose text is each choice's content
+    said = [False] * n  # whether a choice has reasoning yet
+    seen: set[Key] = set()
+    out: list[Piece] = []
+    for event in events:
+        if isinstance(event, StepStarted):
+            steps[event.step_id] = event
+        if not isinstance(event, StepFinished):
+            continue
+        step = steps.get(event.step_id)
+        first: set[int] = set()  # the choices this step has written to (the router's live key)
+        held: dict[int, list[Piece]] = {}  # a choice's later samples, written when it ends
+        now: list[Piece] = []
+        for index in range(max(len(event.texts), len(event.reasonings))):
+            key = (event.step_id, index)
+            if key in seen:
+                continue
+            seen.add(key)
+            text = (event.texts[index] if index < len(event.texts) else "") or ""
+            reasoning = (event.reasonings[index] if index < len(event.reasonings) else "") or ""
+            choice = choice_of(step, index, n)
+            owner = owners[choice]
+            answers = may_answer(step, index, n) and owner in (None, event.step_id)
+            parts: list[str] = []
+            if reasoning:
+                bare = answers and not said[choice]  # a thinking answer's own reasoning
+                parts += [reasoning] if bare else [step_header(step, index, n), reasoning]
+            if text and answers:
+                owners[choice] = event.step_id
+            elif text:
+                parts += [text] if parts else [step_header(step, index, n), text]
+            if not parts:
+                continue
+            said[choice] = True
+            piece = Piece(choice, "reasoning", "".join(parts), key=key)
+            if choice in first:
+                held.setdefault(choice, []).append(piece)
+            else:
+                first.add(choice)
+                now.append(piece)
+        out += now
+        out += [piece for choice in sorted(held) for piece in held[choice]]
+    return out
 
 
 class _ClientGone(Exception):

@@ -23,63 +23,46 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from typing import Any
 
-from scaffolds import fastjson
 from scaffolds.core.run import RunResult
 from scaffolds.core.trace import TraceRecorder
 from server.api.messages.protocol import STOP_REASONS, MessagesRequest, chat_request
 from server.errors import APIError
-from server.runs.completion import finish_reasons, response_body, response_extra
+from server.runs.completion import finish_reasons, response_extra
+from server.runs.event_wire import PieceBuilder, build_finished, build_live, named_event
 from server.runs.planning import RunPlan
 from server.runs.request import ChatCompletionRequest
-from server.runs.streaming import ChoiceRouter, Piece, stream_event_json
+from server.runs.streaming import Piece
 from server.runs.wire import LiveRun
 
 __all__ = ["BlockBuilder", "MessagesFormat"]
 
 
-class BlockBuilder:
+class BlockBuilder(PieceBuilder):
     """Anthropic content blocks built from routed pieces, and the events that build them."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.blocks: list[dict[str, Any]] = []
         self._open: dict[str, Any] | None = None
         self._key: Any = None
-        self._calls: dict[int, dict[str, Any]] = {}
 
-    def piece(self, piece: Piece) -> list[dict[str, Any]]:
-        """The events of one routed piece (and the tool call deltas in its engine fields)."""
+    def _reasoning(self, piece: Piece) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
-        if piece.kind == "reasoning":
-            text = piece.text
-            if self._open is None or self._open["type"] != "thinking" or piece.key != self._key:
-                events += self._start({"type": "thinking", "thinking": "", "signature": ""})
-                self._key = piece.key
-                text = text.lstrip("\n")
-            events += self._delta({"type": "thinking_delta", "thinking": text})
-        elif piece.text:
-            if self._open is None or self._open["type"] != "text":
-                events += self._start({"type": "text", "text": ""})
-            events += self._delta({"type": "text_delta", "text": piece.text})
-        for call in ((piece.extra or {}).get("delta") or {}).get("tool_calls") or ():
-            self._call_delta(call)
-        return events
+        text = piece.text
+        if self._open is None or self._open["type"] != "thinking" or piece.key != self._key:
+            events += self._start({"type": "thinking", "thinking": "", "signature": ""})
+            self._key = piece.key
+            text = text.lstrip("\n")
+        return events + self._delta({"type": "thinking_delta", "thinking": text})
 
-    def tool_calls(self, calls: Iterable[dict[str, Any]]) -> None:
-        """A finished answer's chat tool calls (non-streamed)."""
-        for index, call in enumerate(calls):
-            self._call_delta({"index": index, **call})
-
-    def _call_delta(self, call: dict[str, Any]) -> None:
-        entry = self._calls.setdefault(int(call.get("index", len(self._calls))), {})
-        function = call.get("function") or {}
-        if call.get("id"):
-            entry["id"] = call["id"]
-        if function.get("name"):
-            entry["name"] = function["name"]
-        entry["arguments"] = entry.get("arguments", "") + (function.get("arguments") or "")
+    def _content(self, text: str) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        if self._open is None or self._open["type"] != "text":
+            events += self._start({"type": "text", "text": ""})
+        return events + self._delta({"type": "text_delta", "text": text})
 
     def _start(self, block: dict[str, Any]) -> list[dict[str, Any]]:
         events = self._stop()
@@ -108,9 +91,9 @@ class BlockBuilder:
         """Close the open block; the answer's text block (even empty, unless the answer is
         a tool call) and its tool calls as ``tool_use`` blocks."""
         events = self._stop()
-        if not self._calls and not any(b["type"] == "text" for b in self.blocks):
+        if not self.calls and not any(b["type"] == "text" for b in self.blocks):
             events += self._start({"type": "text", "text": ""}) + self._stop()
-        for _, entry in sorted(self._calls.items()):
+        for entry in self.calls.entries():
             arguments = entry.get("arguments") or "{}"
             block_id = entry.get("id") or f"toolu_{secrets.token_hex(12)}"
             block = {"type": "tool_use", "id": block_id, "name": entry.get("name", ""), "input": {}}
@@ -155,55 +138,39 @@ class MessagesFormat:
 
     async def body(self, plan: RunPlan, runs: list[tuple[RunResult, TraceRecorder]]) -> Any:
         result, recorder = runs[0]
-        chat = response_body(plan, runs)
-        choice = chat["choices"][0]
-        router = ChoiceRouter(plan.n)
         out = BlockBuilder()
-        for event in result.events:
-            for piece in router.feed(event):
-                if piece.kind == "reasoning":
-                    out.piece(piece)
-        if choice["message"].get("content"):
-            out.piece(Piece(0, "content", choice["message"]["content"]))
-        out.tool_calls(choice["message"].get("tool_calls") or ())
+        build_finished(out, plan, result)
         out.finish()
         return self.message(
             out.blocks,
-            stop_reason=STOP_REASONS.get(choice["finish_reason"], "end_turn"),
+            stop_reason=STOP_REASONS.get(finish_reasons(result)[0], "end_turn"),
             usage=_usage(result),
             **response_extra(plan, result, recorder),
         )
 
     async def stream(self, plan: RunPlan, run: LiveRun) -> AsyncIterator[bytes]:
-        yield _sse({"type": "message_start", "message": self.message([])})
-        router = ChoiceRouter(plan.n)
+        yield named_event({"type": "message_start", "message": self.message([])})
         out = BlockBuilder()
-        async for batch in run.batches:
-            chunk = b""
-            for event in batch:
-                if plan.stream_trace:
-                    chunk += _sse({"type": "ponder_trace", "event": stream_event_json(event)})
-                for piece in router.feed(event):
-                    chunk += b"".join(_sse(e) for e in out.piece(piece))
-            if chunk:
-                yield chunk
+        async for chunk in build_live(plan, run, out, named_event, "ponder_trace"):
+            yield chunk
         result = await run.result
         reason = STOP_REASONS.get(finish_reasons(result)[0], "end_turn")
-        end = b"".join(_sse(e) for e in out.finish())
+        end = b"".join(named_event(e) for e in out.finish())
         delta = {
             "type": "message_delta",
             "delta": {"stop_reason": reason, "stop_sequence": None},
             "usage": _usage(result),
             **response_extra(plan, result, run.recorder),
         }
-        yield end + _sse(delta) + _sse({"type": "message_stop"})
+        yield end + named_event(delta) + named_event({"type": "message_stop"})
 
     def direct(self, plan: RunPlan) -> None:
         """Messages are always answered by a run."""
         return None
 
     def stream_error(self, error: APIError) -> bytes:
-        return _sse({"type": "error", "error": {"type": error.type, "message": error.message}})
+        error_event = {"type": "error", "error": {"type": error.type, "message": error.message}}
+        return named_event(error_event)
 
 
 def _usage(result: RunResult) -> dict[str, Any]:
@@ -216,7 +183,3 @@ def _usage(result: RunResult) -> dict[str, Any]:
         "output_tokens": u.completion_tokens,
         "engine_calls": u.calls,
     }
-
-
-def _sse(event: dict[str, Any]) -> bytes:
-    return b"event: " + str(event["type"]).encode() + b"\ndata: " + fastjson.dumps(event) + b"\n\n"

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from scaffolds import fastjson
@@ -42,14 +42,10 @@ from server.api.responses.protocol import (
     responses_usage,
 )
 from server.errors import APIError
-from server.runs.completion import (
-    finish_reasons,
-    reasoning_tokens,
-    response_body,
-    response_extra,
-)
+from server.runs.completion import finish_reasons, reasoning_tokens, response_extra
+from server.runs.event_wire import PieceBuilder, build_finished, build_live, named_event
 from server.runs.planning import RunPlan
-from server.runs.streaming import ChoiceRouter, Piece, stream_event_json
+from server.runs.streaming import Piece
 from server.runs.wire import LiveRun
 from server.store.response_store import ResponseStore, StoredResponse
 
@@ -60,14 +56,14 @@ def _id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(16)}"
 
 
-class OutputBuilder:
+class OutputBuilder(PieceBuilder):
     """A Responses output list built from routed pieces, and the events that build it."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.items: list[dict[str, Any]] = []
         self._open: dict[str, Any] | None = None
         self._part_key: Any = None
-        self._calls: dict[int, dict[str, Any]] = {}
 
     @property
     def text(self) -> str:
@@ -78,22 +74,6 @@ class OutputBuilder:
             if item["type"] == "message"
             for part in item["content"]
         )
-
-    def piece(self, piece: Piece) -> list[dict[str, Any]]:
-        """The events of one routed piece (and the tool call deltas in its engine fields)."""
-        events: list[dict[str, Any]] = []
-        if piece.kind == "reasoning":
-            events += self._reasoning(piece)
-        elif piece.text:
-            events += self._content(piece.text)
-        for call in ((piece.extra or {}).get("delta") or {}).get("tool_calls") or ():
-            self._call_delta(call)
-        return events
-
-    def tool_calls(self, calls: Iterable[dict[str, Any]]) -> None:
-        """A finished answer's chat tool calls (non-streamed)."""
-        for index, call in enumerate(calls):
-            self._call_delta({"index": index, **call})
 
     def _reasoning(self, piece: Piece) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
@@ -164,15 +144,6 @@ class OutputBuilder:
         )
         return events
 
-    def _call_delta(self, call: dict[str, Any]) -> None:
-        entry = self._calls.setdefault(int(call.get("index", len(self._calls))), {})
-        function = call.get("function") or {}
-        if call.get("id"):
-            entry["call_id"] = call["id"]
-        if function.get("name"):
-            entry["name"] = function["name"]
-        entry["arguments"] = entry.get("arguments", "") + (function.get("arguments") or "")
-
     def _add(self, item: dict[str, Any]) -> list[dict[str, Any]]:
         self.items.append(item)
         self._open = item
@@ -222,13 +193,13 @@ class OutputBuilder:
         """Close what is open; the answer's message (even empty, unless the answer is a
         tool call) and its tool calls as ``function_call`` items."""
         events = self._close(status)
-        if not self._calls and not any(i["type"] == "message" for i in self.items):
+        if not self.calls and not any(i["type"] == "message" for i in self.items):
             events += self._content("") + self._close(status)
-        for _, entry in sorted(self._calls.items()):
+        for entry in self.calls.entries():
             item = {
                 "type": "function_call",
                 "id": _id("fc"),
-                "call_id": entry.get("call_id") or _id("call"),
+                "call_id": entry.get("id") or _id("call"),
                 "name": entry.get("name", ""),
                 "arguments": "",
                 "status": "in_progress",
@@ -350,43 +321,26 @@ class ResponsesFormat:
 
     async def body(self, plan: RunPlan, runs: list[tuple[RunResult, TraceRecorder]]) -> Any:
         result, recorder = runs[0]
-        chat = response_body(plan, runs)
-        message = chat["choices"][0]["message"]
-        router = ChoiceRouter(plan.n)
         out = OutputBuilder()
-        for event in result.events:
-            for piece in router.feed(event):
-                if piece.kind == "reasoning":
-                    out.piece(piece)
-        if message.get("content"):
-            out.piece(Piece(0, "content", message["content"]))
-        out.tool_calls(message.get("tool_calls") or ())
-        status = "incomplete" if chat["choices"][0]["finish_reason"] == "length" else "completed"
+        build_finished(out, plan, result)
+        status = "incomplete" if finish_reasons(result)[0] == "length" else "completed"
         out.finish(status)
-        usage = _usage(result, chat["usage"]["completion_tokens_details"]["reasoning_tokens"])
+        usage = _usage(result, reasoning_tokens(result))
         return await self._finish(plan, result, recorder, out, usage)
 
     def _sse(self, event: dict[str, Any]) -> bytes:
+        """The event as SSE, numbered (its ``sequence_number``)."""
         event["sequence_number"] = self._sequence
         self._sequence += 1
-        head = b"event: " + str(event["type"]).encode()
-        return head + b"\ndata: " + fastjson.dumps(event) + b"\n\n"
+        return named_event(event)
 
     async def stream(self, plan: RunPlan, run: LiveRun) -> AsyncIterator[bytes]:
         started = self.response("in_progress", [])
         yield self._sse({"type": "response.created", "response": started})
         yield self._sse({"type": "response.in_progress", "response": started})
-        router = ChoiceRouter(plan.n)
         out = OutputBuilder()
-        async for batch in run.batches:
-            chunk = b""
-            for event in batch:
-                if plan.stream_trace:
-                    chunk += self._sse({"type": "ponder.trace", "event": stream_event_json(event)})
-                for piece in router.feed(event):
-                    chunk += b"".join(self._sse(e) for e in out.piece(piece))
-            if chunk:
-                yield chunk
+        async for chunk in build_live(plan, run, out, self._sse, "ponder.trace"):
+            yield chunk
         result = await run.result
         status = "incomplete" if finish_reasons(result)[0] == "length" else "completed"
         yield b"".join(self._sse(e) for e in out.finish(status))

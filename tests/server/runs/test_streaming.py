@@ -174,3 +174,49 @@ def test_a_chunk_of_choices_is_the_same_bytes_as_the_chunk_object_encoded() -> N
             )  # fmt: skip
             assert made == sse_event(whole)
             assert fastjson.loads(made[len(b"data: ") :]) == fastjson.loads(fastjson.dumps(whole))
+
+
+def test_a_finished_runs_reasoning_is_what_the_router_gives_its_events() -> None:
+    """``finished_reasoning`` (a whole body's reasoning, read from the steps) says what a
+    router fed the finished run's events says: each choice's text, and each step sample's
+    piece in the router's order, over random steps (final or not, of one choice or all,
+    texts and reasonings empty or not, a step finished twice)."""
+    import random
+
+    from server.runs.streaming import finished_reasoning
+
+    def merged(pieces: list[Piece]) -> list[tuple[object, int, str]]:
+        out: list[tuple[object, int, str]] = []
+        for p in pieces:
+            if p.kind != "reasoning":
+                continue
+            if out and out[-1][:2] == (p.key, p.choice):
+                out[-1] = (p.key, p.choice, out[-1][2] + p.text)
+            else:
+                out.append((p.key, p.choice, p.text))
+        return out
+
+    rng = random.Random(0)
+    texts = ["", "a", "\n", "\nx", "bb", None]
+    for _ in range(3000):
+        n = rng.choice([1, 1, 2, 3])
+        events: list[object] = []
+        for i in range(rng.randint(1, 5)):
+            k = rng.choice([1, 1, 2, 3, 4])
+            if rng.random() < 0.9:
+                final = rng.random() < 0.4
+                choice = rng.choice([None, None, 0, 1, 2, 5])
+                events.append(
+                    started(f"s{i}", rng.choice(["c", "d"]), n=k, final=final, choice=choice)
+                )
+            said = tuple(rng.choice(texts) for _ in range(k))
+            thought = tuple(rng.choice(texts) for _ in range(rng.choice([0, k])))
+            done = StepFinished(f"s{i}", said, said, ("stop",) * k, Usage(), reasonings=thought)  # type: ignore[arg-type]
+            events += [done, done] if rng.random() < 0.1 else [done]
+        events += [run_end("t", choice=c) for c in range(n)]
+        router = ChoiceRouter(n)
+        routed = feed(router, *events)
+        pieces = finished_reasoning(events, n)  # type: ignore[arg-type]
+        for c in range(n):
+            assert "".join(p.text for p in pieces if p.choice == c) == router.reasoning(c)
+        assert merged(pieces) == merged(routed)
