@@ -17,11 +17,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn
 
 from scaffolds.core.forcing import plan_forced
 from scaffolds.core.ledger import Ledger
-from scaffolds.core.thinking import Routing, Thinking, helper_text
+from scaffolds.core.run_settings import RunSettings
+from scaffolds.core.thinking import Thinking, helper_text
 from scaffolds.core.trace import StepNote, StepStarted, TraceRecorder
 from scaffolds.core.traced_call import traced_call
 from scaffolds.core.traced_verify import traced_verify
@@ -31,7 +32,6 @@ from scaffolds.engines.protocol import (
     GenerateRequest,
     GenerateResult,
     Prompt,
-    SamplingParams,
     Verdicts,
     Verifier,
 )
@@ -41,7 +41,7 @@ from scaffolds.fanout import gather
 from scaffolds.problem import StepPrompt
 from scaffolds.prompts import PromptSet
 
-__all__ = ["MAX_STOPS", "RunState", "Step", "StepCalls", "Voter", "derive_seed"]
+__all__ = ["MAX_STOPS", "RunState", "Step", "StepCalls", "derive_seed"]
 
 MAX_STOPS = 4
 """The most stop strings a call sends (OpenAI's limit, which vLLM enforces): a step's
@@ -68,32 +68,21 @@ class Step:
         return self.completions[0]
 
 
-class Voter(Protocol):
-    """Picks the winning answer of a vote (e.g.
-    :class:`scaffolds.evaluation.answer_pool.AnswerChecker`,
-    which runs math-verify in a process pool with a time limit), and groups equivalent
-    answers (for votes that weigh their members)."""
-
-    async def vote(self, answers: Sequence[str | None]) -> int | None: ...
-
-    async def cluster(self, answers: Sequence[str | None]) -> list[list[int]]: ...
-
-
 @dataclass
 class RunState:
-    """Shared, mutable accounting of one run (one per root context)."""
+    """Shared, mutable accounting of one run (one per root context), with the run's
+    settings as its caller made them and the two they leave open, resolved: the prompt
+    set (a name becomes its set) and the prompt form."""
 
     engine: Engine
     ledger: Ledger
     recorder: TraceRecorder
+    settings: RunSettings
     prompts: PromptSet
-    params: SamplingParams
+    """``settings.prompts`` as a set."""
     chat: bool
-    voter: Voter | None = None
+    """``settings.chat`` decided: whether engine prompts are chat messages."""
     affinity_key: str | None = None
-    verifier: Verifier | None = None
-    routing: Routing = field(default_factory=Routing)
-    answer_format: AnswerFormat = "lenient"
     step_counter: int = 0
     child_counters: dict[str, int] = field(default_factory=dict)
 
@@ -112,7 +101,7 @@ class StepCalls:
     @property
     def answer_format(self) -> AnswerFormat:
         """How this run reads a sample's final answer (``boxed`` or ``lenient``)."""
-        return self._state.answer_format
+        return self._state.settings.answer_format
 
     def _answer_reader(self, thinking: Thinking | None) -> Callable[[str], str | None]:
         """:meth:`answer` with ``thinking``, each distinct text read once: a step's trace
@@ -130,8 +119,10 @@ class StepCalls:
         """The final answer of a sample's ``text`` as the run reads answers (``boxed``:
         only the last ``\\boxed{}`` after the thinking of ``thinking``, default the run's
         model's; None when there is none)."""
-        marks = thinking or self._state.routing.thinking
-        return final_answer(text, self._state.answer_format, start=marks.start, end=marks.end)
+        marks = thinking or self._state.settings.routing.thinking
+        return final_answer(
+            text, self._state.settings.answer_format, start=marks.start, end=marks.end
+        )
 
     def note(self, kind: str, values: Mapping[str, Any], *, step_id: str | None = None) -> None:
         """Record a :class:`~scaffolds.core.trace.StepNote` about this scope, or about one of
@@ -174,11 +165,12 @@ class StepCalls:
         Raises :class:`BudgetExhaustedError` if no budget is left to start.
         """
         state = self._state
+        params = state.settings.params
         engine, thinking = self._route(model, helper)
         source = prompt if isinstance(prompt, StepPrompt) else StepPrompt(prompt)
         if source.parent_step is None and self.parent is not None:
             source = StepPrompt(source.prompt, source.template, source.fields, *self.parent)
-        wanted = max_tokens if max_tokens is not None else state.params.max_tokens
+        wanted = max_tokens if max_tokens is not None else params.max_tokens
         grant = state.ledger.reserve(n, wanted, choice=self.choice)
         try:
             step_id = self._next_step_id()
@@ -186,19 +178,19 @@ class StepCalls:
             if temperature is not None:
                 changes["temperature"] = temperature
             if stop is not None:  # added to the request's own, within OpenAI's limit
-                merged = tuple(dict.fromkeys((*state.params.stop, *stop)))
-                changes["stop"] = merged[: max(MAX_STOPS, len(state.params.stop))]
+                merged = tuple(dict.fromkeys((*params.stop, *stop)))
+                changes["stop"] = merged[: max(MAX_STOPS, len(params.stop))]
             if top_logprobs is not None:
                 changes["top_logprobs"] = top_logprobs
-            if state.params.seed is not None:
-                changes["seed"] = derive_seed(state.params.seed, step_id)
-            if final and self.final and state.params.final_extra:
-                changes["extra"] = {**state.params.extra, **state.params.final_extra}
+            if params.seed is not None:
+                changes["seed"] = derive_seed(params.seed, step_id)
+            if final and self.final and params.final_extra:
+                changes["extra"] = {**params.extra, **params.final_extra}
             if helper and thinking.off and not keep_thinking:
-                changes["extra"] = {**state.params.extra, **thinking.off}
+                changes["extra"] = {**params.extra, **thinking.off}
             request = GenerateRequest(
                 source.prompt,
-                state.params.replace(**changes),
+                params.replace(**changes),
                 affinity_key=state.affinity_key,
                 continue_final=continue_final,
             )
@@ -305,7 +297,7 @@ class StepCalls:
     def _route(self, model: str | None, helper: bool) -> tuple[Engine, Thinking]:
         """The engine and thinking of the model a step runs on: ``model``, else (for a
         helper step) the run's helper model, else the run's own."""
-        routing = self._state.routing
+        routing = self._state.settings.routing
         target = routing.target(model or (routing.helper if helper else None))
         if target is None:
             return self._state.engine, routing.thinking
@@ -417,10 +409,10 @@ class StepCalls:
             self._state.ledger.cut("tokens")
             # The thinking is closed in the prompt, which a reasoning parser does not see:
             # the model's thinking-off fields make it read the answer as content.
-            extra = {**self._state.params.extra, **(thinking.off if plan.closed else {})}
+            extra = {**self._state.settings.params.extra, **(thinking.off if plan.closed else {})}
             request = GenerateRequest(
                 plan.prompt,
-                self._state.params.replace(
+                self._state.settings.params.replace(
                     n=1, max_tokens=max_tokens, seed=None, top_logprobs=None, extra=extra
                 ),
                 affinity_key=self._state.affinity_key,
