@@ -41,7 +41,15 @@ from scaffolds.fanout import gather
 from scaffolds.problem import StepPrompt
 from scaffolds.prompts import PromptSet
 
-__all__ = ["MAX_STOPS", "RunState", "Step", "StepCalls", "derive_seed"]
+__all__ = [
+    "MAX_STOPS",
+    "RunState",
+    "Step",
+    "StepCalls",
+    "StepRole",
+    "StepSampling",
+    "derive_seed",
+]
 
 MAX_STOPS = 4
 """The most stop strings a call sends (OpenAI's limit, which vLLM enforces): a step's
@@ -85,6 +93,49 @@ class RunState:
     affinity_key: str | None = None
     step_counter: int = 0
     child_counters: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class StepSampling:
+    """A step's own sampling, over the request's (None: the request's own).
+
+    >>> StepSampling(temperature=0.0, stop=("\\n\\n",)).top_logprobs is None
+    True
+    """
+
+    temperature: float | None = None
+    stop: Sequence[str] | None = None
+    """Stop strings besides the request's own (those first; at most :data:`MAX_STOPS`
+    in all)."""
+    top_logprobs: int | None = None
+    """Also ask for each position's top logprobs (deepconf)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepRole:
+    """What a step is to its run: whether it may give the final answer, how a cut
+    sample gets one, and which model it runs on.
+
+    >>> StepRole(helper=True).model is None
+    True
+    """
+
+    final: bool = False
+    """Its samples are the run's final answer (in a final scope)."""
+    force_answer: bool = False
+    """If the budget cut a sample short before it gave a ``\\boxed`` answer, ask for the
+    final answer right away (the MRT "time is up" move)."""
+    continue_final: bool = False
+    """The chat prompt ends with a partial assistant message that the model continues
+    (budget forcing)."""
+    helper: bool = False
+    """A helper step (summary, feedback, abstraction, judge): it runs on ``model``, else
+    the run's helper model, else its own, with that model's thinking turned off (unless
+    ``keep_thinking``: it thinks as that model does), and its text is never empty (see
+    :meth:`StepCalls._usable`)."""
+    model: str | None = None
+    """The served model the step runs on (default: the run's own)."""
+    keep_thinking: bool = False
 
 
 class StepCalls:
@@ -138,35 +189,23 @@ class StepCalls:
         label: str,
         n: int = 1,
         max_tokens: int | None = None,
-        final: bool = False,
-        force_answer: bool = False,
-        temperature: float | None = None,
-        stop: Sequence[str] | None = None,
-        top_logprobs: int | None = None,
-        continue_final: bool = False,
-        helper: bool = False,
-        model: str | None = None,
-        keep_thinking: bool = False,
+        sampling: StepSampling | None = None,
+        role: StepRole | None = None,
     ) -> Step:
         """One engine call of ``n`` samples (one request), within the budget.
 
-        ``force_answer``: if the budget cut a sample short before it gave a ``\\boxed``
-        answer, ask for the final answer right away (the MRT "time is up" move).
-        ``top_logprobs``: also ask for each position's top logprobs (deepconf);
-        ``continue_final``: the chat prompt ends with a partial assistant message that
-        the model continues (budget forcing).
-        ``stop``: stop strings for this call, besides the request's own (those first;
-        at most :data:`MAX_STOPS` in all).
-        ``model``: the served model the step runs on (default: the run's own).
-        ``helper``: a helper step (summary, feedback, abstraction, judge): it runs on
-        ``model``, else the run's helper model, else its own, with that model's thinking
-        turned off (unless ``keep_thinking``: it thinks as that model does), and its text
-        is never empty (see :meth:`_usable`).
+        ``kind`` and ``label`` name the step in the trace; ``max_tokens`` bounds each
+        sample (default: the request's), within what the budget grants. ``sampling`` is
+        the step's own sampling over the request's (:class:`StepSampling`); ``role`` is
+        what the step is to the run: its final answer, a helper, the model it runs on
+        (:class:`StepRole`).
         Raises :class:`BudgetExhaustedError` if no budget is left to start.
         """
+        sampling = sampling or StepSampling()
+        role = role or StepRole()
         state = self._state
         params = state.settings.params
-        engine, thinking = self._route(model, helper)
+        engine, thinking = self._route(role.model, role.helper)
         source = prompt if isinstance(prompt, StepPrompt) else StepPrompt(prompt)
         if source.parent_step is None and self.parent is not None:
             source = StepPrompt(source.prompt, source.template, source.fields, *self.parent)
@@ -175,24 +214,24 @@ class StepCalls:
         try:
             step_id = self._next_step_id()
             changes: dict[str, Any] = {"n": n, "max_tokens": grant.call_tokens}
-            if temperature is not None:
-                changes["temperature"] = temperature
-            if stop is not None:  # added to the request's own, within OpenAI's limit
-                merged = tuple(dict.fromkeys((*params.stop, *stop)))
+            if sampling.temperature is not None:
+                changes["temperature"] = sampling.temperature
+            if sampling.stop is not None:  # added to the request's own, within OpenAI's limit
+                merged = tuple(dict.fromkeys((*params.stop, *sampling.stop)))
                 changes["stop"] = merged[: max(MAX_STOPS, len(params.stop))]
-            if top_logprobs is not None:
-                changes["top_logprobs"] = top_logprobs
+            if sampling.top_logprobs is not None:
+                changes["top_logprobs"] = sampling.top_logprobs
             if params.seed is not None:
                 changes["seed"] = derive_seed(params.seed, step_id)
-            if final and self.final and params.final_extra:
+            if role.final and self.final and params.final_extra:
                 changes["extra"] = {**params.extra, **params.final_extra}
-            if helper and thinking.off and not keep_thinking:
+            if role.helper and thinking.off and not role.keep_thinking:
                 changes["extra"] = {**params.extra, **thinking.off}
             request = GenerateRequest(
                 source.prompt,
                 params.replace(**changes),
                 affinity_key=state.affinity_key,
-                continue_final=continue_final,
+                continue_final=role.continue_final,
             )
             read = self._answer_reader(thinking)
             try:
@@ -201,7 +240,7 @@ class StepCalls:
                     step_id,
                     kind=kind,
                     label=label,
-                    final=final and self.final,
+                    final=role.final and self.final,
                     source=source,
                     engine=engine,
                     answer_of=read,
@@ -213,16 +252,16 @@ class StepCalls:
             if result.no_room:
                 self._context_full(label, None)
             completions = list(result.completions)
-            if helper:
+            if role.helper:
                 completions = self._usable(completions, thinking, step_id)
-            if force_answer and grant.held > 0:
+            if role.force_answer and grant.held > 0:
                 completions = await self._force_answers(
                     source.prompt,
                     completions,
                     label,
                     grant.held,
                     step_id,
-                    continue_final,
+                    role.continue_final,
                     engine=engine,
                     thinking=thinking,
                 )

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from scaffolds.core.context import Budget, Context, Problem
+from scaffolds.core.engine_calls import StepRole
 from scaffolds.core.ledger import FORCE_ANSWER_TOKENS
 from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.trace import StepDelta, StepFinished, StepStarted, TraceRecorder
@@ -80,7 +81,9 @@ async def test_text_mode_forced_answer_continues_the_text() -> None:
     ctx = Context.root(
         engine, RunSettings(budget=Budget(max_tokens=FORCE_ANSWER_TOKENS + 60), chat=False)
     )
-    step = await ctx.generate("Q:", kind="generate", label="x", max_tokens=500, force_answer=True)
+    step = await ctx.generate(
+        "Q:", kind="generate", label="x", max_tokens=500, role=StepRole(force_answer=True)
+    )
     forced = engine.requests[1].prompt
     assert isinstance(forced, str) and forced.startswith("Q:a b c") and "Time is up" in forced
     assert step.first.text.endswith("\\boxed{9}") and step.cut_short
@@ -94,7 +97,9 @@ async def test_a_budget_too_small_to_hold_back_an_answer_still_reports_its_cut(
     # answer, but the budget still bounds the call, so the sample it ends is a cut.
     engine = MockEngine(lambda r: "a b c d e f g h")
     ctx = Context.root(engine, RunSettings(budget=Budget(max_tokens=max_tokens)))
-    step = await ctx.generate("Q:", kind="generate", label="x", max_tokens=500, force_answer=True)
+    step = await ctx.generate(
+        "Q:", kind="generate", label="x", max_tokens=500, role=StepRole(force_answer=True)
+    )
     assert [r.params.max_tokens for r in engine.requests] == [max_tokens]  # no forced call
     assert step.cut_short and ctx.cut_reason == "tokens"
     assert step.first.completion_tokens == max_tokens
@@ -103,7 +108,9 @@ async def test_a_budget_too_small_to_hold_back_an_answer_still_reports_its_cut(
 async def test_a_budget_that_does_not_bind_is_no_cut() -> None:
     engine = MockEngine(lambda r: "a b c d e f g h")
     ctx = Context.root(engine, RunSettings(budget=Budget(max_tokens=1000)))
-    step = await ctx.generate("Q:", kind="generate", label="x", max_tokens=3, force_answer=True)
+    step = await ctx.generate(
+        "Q:", kind="generate", label="x", max_tokens=3, role=StepRole(force_answer=True)
+    )
     assert step.first.truncated and not step.cut_short and ctx.cut_reason is None
 
 
@@ -129,7 +136,7 @@ async def test_live_recorder_streams_deltas_between_start_and_finish() -> None:
     recorder = TraceRecorder(live=True)
     ctx = Context.root(MockEngine(lambda r: "one two three"), recorder=recorder)
     events = recorder.subscribe()
-    await ctx.generate("p", kind="generate", label="x", final=True)
+    await ctx.generate("p", kind="generate", label="x", role=StepRole(final=True))
     recorder.close()
     seen = [e async for e in events]
     assert isinstance(seen[0], StepStarted) and seen[0].final
