@@ -27,7 +27,7 @@ from pathlib import Path
 
 import httpx
 
-from scaffolds import solve
+from scaffolds import RunSettings, solve
 from scaffolds.engines.openai_http import OpenAIEngine
 from scaffolds.engines.protocol import (
     GenerateRequest,
@@ -103,7 +103,7 @@ async def measure(base_url: str, model: str, count: int) -> dict[str, dict[str, 
                 before = counters(base_url)
                 await asyncio.gather(
                     *(
-                        solve(spec, text, target, params=params, prompts=prompts)
+                        solve(spec, text, target, RunSettings(params=params, prompts=prompts))
                         for text in problems(f"{way}-{spec}", count)
                     )
                 )

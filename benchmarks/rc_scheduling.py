@@ -22,6 +22,7 @@ import zlib
 from collections.abc import AsyncIterator
 
 from scaffolds.core.context import Context, Problem
+from scaffolds.core.engine_calls import StepRole
 from scaffolds.core.run import run_scaffold
 from scaffolds.core.solution import Solution
 from scaffolds.engines.protocol import (
@@ -109,7 +110,7 @@ async def lock_step(engine: SimulatedEngine, rc: RC, problems: list[Problem], k:
                     kind="summary",
                     label="summary",
                     max_tokens=rc.summary_tokens,
-                    helper=True,
+                    role=StepRole(helper=True),
                 )
                 for i, (ctx, p) in enumerate(zip(contexts, problems, strict=True))
                 for j in range(k)

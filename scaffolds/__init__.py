@@ -13,34 +13,39 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scaffolds.core.context import Budget, Problem, Voter
+from scaffolds.core.context import Budget, Problem
 from scaffolds.core.run import RunResult, run_scaffold
+from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.trace import TraceRecorder
-from scaffolds.engines.protocol import Engine, Message, SamplingParams, Verifier
-from scaffolds.prompts import PromptSet
+from scaffolds.engines.protocol import Engine, Message, SamplingParams
 from scaffolds.strategies.base import Strategy
 
-__all__ = ["Budget", "Problem", "RunResult", "SamplingParams", "Strategy", "run_scaffold", "solve"]
+__all__ = [
+    "Budget",
+    "Problem",
+    "RunResult",
+    "RunSettings",
+    "SamplingParams",
+    "Strategy",
+    "run_scaffold",
+    "solve",
+]
 
 
 async def solve(
     spec: str | Mapping[str, Any] | Strategy,
     problem: str | Sequence[Message] | Problem,
     engine: Engine,
+    settings: RunSettings | None = None,
     *,
-    n: int = 1,
-    budget: Budget | None = None,
-    params: SamplingParams | None = None,
-    prompts: PromptSet | str = "default",
     recorder: TraceRecorder | None = None,
-    voter: Voter | None = None,
-    verifier: Verifier | None = None,
 ) -> RunResult:
     """Run the scaffold ``spec`` (a compact string, a JSON dict or a Strategy) on a problem.
 
     A string problem is sent as one user chat message; pass ``Problem.from_text(...)``
-    to use the plain completions API instead. ``verifier`` scores candidates for the
-    scaffolds that use one (:mod:`scaffolds.verifiers`).
+    to use the plain completions API instead. ``settings`` are the run's, as
+    :func:`run_scaffold` takes them (e.g. ``settings.verifier`` scores candidates for
+    the scaffolds that use one, :mod:`scaffolds.verifiers`).
     """
     from scaffolds.spec.build import build_strategy
 
@@ -49,15 +54,4 @@ async def solve(
         problem = Problem.from_messages((Message("user", problem),))
     elif not isinstance(problem, Problem):
         problem = Problem.from_messages(tuple(problem))
-    return await run_scaffold(
-        strategy,
-        problem,
-        engine,
-        n=n,
-        budget=budget,
-        params=params,
-        prompts=prompts,
-        recorder=recorder,
-        voter=voter,
-        verifier=verifier,
-    )
+    return await run_scaffold(strategy, problem, engine, settings, recorder=recorder)

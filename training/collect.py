@@ -30,6 +30,7 @@ from pathlib import Path
 
 from scaffolds.core.context import Budget
 from scaffolds.core.run import run_scaffold
+from scaffolds.core.run_settings import RunSettings
 from scaffolds.engines.protocol import Engine, SamplingParams
 from scaffolds.evaluation.answer_pool import AnswerChecker
 from scaffolds.evaluation.answers import is_correct
@@ -88,6 +89,13 @@ async def collect(
     stats = CollectStats()
     gate = asyncio.Semaphore(max(1, concurrency))
     scaffold = str(strategy)
+    settings = RunSettings(
+        n=samples,
+        budget=budget or Budget(),
+        params=params or SamplingParams(),
+        prompts=prompt_set,
+        chat=chat,
+    )
 
     async def one(row: ProblemRow) -> None:
         async with gate:
@@ -96,11 +104,7 @@ async def collect(
                     strategy,
                     row.to_problem(chat),
                     engine,
-                    n=samples,
-                    budget=budget,
-                    params=params,
-                    prompts=prompt_set,
-                    chat=chat,
+                    settings,
                 )
             except Exception as exc:  # one bad problem must not stop a long collection
                 stats.failed += 1

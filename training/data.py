@@ -41,9 +41,11 @@ step builders; :func:`row_kinds` lists them all.
 >>> from scaffolds.core.context import Problem
 >>> from scaffolds.engines.mock import MockEngine
 >>> from scaffolds.core.run import run_scaffold
+>>> from scaffolds.core.run_settings import RunSettings
 >>> from scaffolds.strategies import GSR
 >>> engine = MockEngine(lambda r: "7" if "[" in r.prompt_text() else "5")
->>> run = run_scaffold(GSR(n=2), Problem.from_text("3+4="), engine, prompts="compact")
+>>> settings = RunSettings(prompts="compact")
+>>> run = run_scaffold(GSR(n=2), Problem.from_text("3+4="), engine, settings)
 >>> events = tuple(asyncio.run(run).events)
 >>> record = TraceRecord("p1", "3+4=", "7", events, prompt_set="compact")
 >>> [(r["kind"], r["prompt"], r["completion"], r["candidates_correct"]) for r in build_rows(record)]

@@ -14,10 +14,11 @@ solution make no row.
 >>> from scaffolds.core.context import Problem
 >>> from scaffolds.engines.mock import MockEngine
 >>> from scaffolds.core.run import run_scaffold
+>>> from scaffolds.core.run_settings import RunSettings
 >>> from scaffolds.strategies import Majority
 >>> engine = MockEngine(lambda r: ["7", "8", "9", "6"])
->>> run = asyncio.run(run_scaffold(Majority(k=4), Problem.from_text("3+4="), engine,
-...     prompts="compact"))
+>>> settings = RunSettings(prompts="compact")
+>>> run = asyncio.run(run_scaffold(Majority(k=4), Problem.from_text("3+4="), engine, settings))
 >>> record = TraceRecord("p", "3+4=", "7", tuple(run.events), prompt_set="compact")
 >>> [(r["prompt"], r["completion"], r["target"]) for r in regrouped_refine_rows([record], n=2)]
 [('3+4=[7,8]', '7', 'candidate'), ('3+4=[9,6]', '7', 'borrowed')]

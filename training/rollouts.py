@@ -51,6 +51,8 @@ from typing import Annotated, Any, TypeVar
 
 from scaffolds.cli_options import Flag
 from scaffolds.core.context import Context, Problem, StepPrompt
+from scaffolds.core.engine_calls import StepRole
+from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.trace import StepFinished, TraceRecorder, event_to_dict
 from scaffolds.engines.local import LocalEngine, encode_prompt
 from scaffolds.engines.messages import messages_from_openai
@@ -198,7 +200,12 @@ async def sample_step(
     come from the engine (None if it gave none)."""
     prompt = plan.source if plan.source is not None else plan.prompt
     step = await ctx.generate(
-        prompt, kind=plan.kind, label=plan.mode, n=n, max_tokens=max_tokens, final=True
+        prompt,
+        kind=plan.kind,
+        label=plan.mode,
+        n=n,
+        max_tokens=max_tokens,
+        role=StepRole(final=True),
     )
     finished = next(
         e
@@ -225,9 +232,11 @@ async def rollout_group(
     recorder = TraceRecorder()
     ctx = Context.root(
         engine,
-        prompts=prompt_set or settings.prompt_set,
-        params=params or SamplingParams(logprobs=True),
-        chat=not isinstance(row["prompt"], str),
+        RunSettings(
+            prompts=prompt_set or settings.prompt_set,
+            params=params or SamplingParams(logprobs=True),
+            chat=not isinstance(row["prompt"], str),
+        ),
         recorder=recorder,
     )
     mode = str(row.get("mode") or settings.default_mode)

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from scaffolds.core.context import Context
+from scaffolds.core.run_settings import RunSettings
 from scaffolds.engines.local import encode_prompt
 from scaffolds.engines.protocol import SamplingParams
 from scaffolds.evaluation.answer_pool import AnswerChecker
@@ -186,9 +187,10 @@ async def run_scaffold_step(
     )
     problem = problem_from_prompt(messages)
     params = SamplingParams(logprobs=True)
+    run_settings = RunSettings(prompts=settings.prompt_set, params=params, chat=True)
 
     def context() -> Context:
-        return Context.root(engine, prompts=settings.prompt_set, params=params, chat=True)
+        return Context.root(engine, run_settings)
 
     async def make() -> StepPlan:
         return await plan_step(mode, stored, context(), problem, settings.rollout())

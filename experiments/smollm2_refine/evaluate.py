@@ -180,7 +180,7 @@ async def _run_seed(
 ) -> None:  # fmt: skip
     """The problems of ``path`` that are not done, through the evaluation loop
     (:mod:`scaffolds.evaluation.loop`); each row is appended to ``path`` as it lands."""
-    from scaffolds import solve
+    from scaffolds import RunSettings, solve
     from scaffolds.evaluation.loop import Job, make_jobs, run_jobs
     from scaffolds.evaluation.results import ResultStore
 
@@ -194,9 +194,11 @@ async def _run_seed(
             params = dataclasses.replace(params, seed=seed * 1_000_003 + job.index)
         try:
             result = await solve(
-                exp.eval_scaffold, problem.to_problem(True), engine, params=params,
-                prompts=exp.prompts,
-            )  # fmt: skip
+                exp.eval_scaffold,
+                problem.to_problem(True),
+                engine,
+                RunSettings(params=params, prompts=exp.prompts),
+            )
             return run_row(problem, result)
         except Exception as exc:
             return {"id": problem.id, "error": f"{type(exc).__name__}: {exc}"}

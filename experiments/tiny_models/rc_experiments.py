@@ -114,7 +114,7 @@ async def run_condition(
 ) -> dict[str, list[Any]]:
     """One pass of ``condition`` over ``items`` (all in flight at once, through the
     evaluation loop of :mod:`scaffolds.evaluation.loop`)."""
-    from scaffolds import SamplingParams, solve
+    from scaffolds import RunSettings, SamplingParams, solve
     from scaffolds.evaluation.loop import Job, make_jobs, run_jobs
 
     async def one(job: Job[ListSumProblem]) -> dict[str, Any]:
@@ -125,7 +125,9 @@ async def run_condition(
             seed=None if condition.greedy else request_seed(seed, job.index),
         )
         spec = condition_spec(condition, item.length)
-        result = await solve(spec, item.problem, engine, params=params, prompts="compact")
+        result = await solve(
+            spec, item.problem, engine, RunSettings(params=params, prompts="compact")
+        )
         answer = result.solutions[0].answer
         usage = result.usage
         return {

@@ -87,7 +87,7 @@ def oracle_engine() -> Any:
 
 async def oracle_records(items: Sequence[ListSumProblem], extra_steps: int = 1) -> list[Any]:
     """One trace per problem: ``rc(steps=needed + extra_steps)`` over the oracle."""
-    from scaffolds import SamplingParams, solve
+    from scaffolds import RunSettings, SamplingParams, solve
     from training.traces import TraceRecord
 
     engine = oracle_engine()
@@ -95,7 +95,10 @@ async def oracle_records(items: Sequence[ListSumProblem], extra_steps: int = 1) 
     for item in items:
         spec = f"rc(steps={item.chunks_needed + extra_steps})"
         result = await solve(
-            spec, item.problem, engine, params=SamplingParams(max_tokens=16), prompts="compact"
+            spec,
+            item.problem,
+            engine,
+            RunSettings(params=SamplingParams(max_tokens=16), prompts="compact"),
         )
         if result.solutions[0].answer != item.answer:
             raise AssertionError(f"the oracle got {item.problem} wrong")

@@ -46,7 +46,7 @@ class Recording:
 
 async def served_runs(model_dir: Path, items: Sequence[AdditionProblem]) -> list[dict[str, Any]]:
     """gsr(n=4) on each problem as the experiments serve it, with what each call got."""
-    from scaffolds import SamplingParams, solve
+    from scaffolds import RunSettings, SamplingParams, solve
     from scaffolds.engines.local import LocalEngine
 
     engine = LocalEngine(model_dir, threads=1)
@@ -56,7 +56,7 @@ async def served_runs(model_dir: Path, items: Sequence[AdditionProblem]) -> list
             recording = Recording(engine)
             params = SamplingParams(temperature=1.0, max_tokens=8, seed=index)
             result = await solve(
-                "gsr(n=4)", item.problem, recording, params=params, prompts="compact"
+                "gsr(n=4)", item.problem, recording, RunSettings(params=params, prompts="compact")
             )
             (_, drawn), (request, refined) = recording.calls
             out.append(

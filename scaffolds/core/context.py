@@ -11,7 +11,8 @@ prompts and votes); :mod:`scaffolds.core.engine_calls` is how a scope calls the 
 
 >>> import asyncio
 >>> from scaffolds.engines.mock import MockEngine
->>> ctx = Context.root(MockEngine(lambda r: "\\\\boxed{7}"), budget=Budget(max_calls=3))
+>>> settings = RunSettings(budget=Budget(max_calls=3))
+>>> ctx = Context.root(MockEngine(lambda r: "\\\\boxed{7}"), settings)
 >>> [c.text for c in asyncio.run(ctx.generate("3+4=", kind="generate", label="try")).completions]
 ['\\\\boxed{7}']
 >>> ctx.usage.calls
@@ -24,12 +25,12 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from scaffolds.core.engine_calls import RunState, Step, StepCalls, Voter, derive_seed
+from scaffolds.core.engine_calls import RunState, Step, StepCalls, derive_seed
 from scaffolds.core.ledger import Ledger
-from scaffolds.core.thinking import HelperModel, Routing, Thinking
+from scaffolds.core.run_settings import RunSettings
+from scaffolds.core.thinking import HelperModel, Thinking
 from scaffolds.core.trace import TraceRecorder
-from scaffolds.engines.protocol import Engine, Message, Prompt, SamplingParams, Usage, Verifier
-from scaffolds.evaluation.answers import AnswerFormat
+from scaffolds.engines.protocol import Engine, Message, Prompt, Usage, Verifier
 from scaffolds.problem import Budget, Problem, StepPrompt
 from scaffolds.prompts import PromptSet, Template, common_prompts
 
@@ -40,7 +41,6 @@ __all__ = [
     "Step",
     "StepPrompt",
     "TemplateOwner",
-    "Voter",
 ]
 
 
@@ -76,30 +76,24 @@ class Context(StepCalls):
     def root(
         cls,
         engine: Engine,
+        settings: RunSettings | None = None,
         *,
-        budget: Budget | None = None,
         recorder: TraceRecorder | None = None,
-        prompts: PromptSet | str = "default",
-        params: SamplingParams | None = None,
-        chat: bool = True,
-        voter: Voter | None = None,
         affinity_key: str | None = None,
-        verifier: Verifier | None = None,
-        routing: Routing | None = None,
-        answer_format: AnswerFormat = "lenient",
     ) -> Context:
+        """The run's root scope on ``engine``, made with ``settings`` (default: none
+        named); ``settings.chat`` None means chat prompts. ``settings.n`` is the run's
+        (:func:`~scaffolds.core.run.run_scaffold`), not a scope's."""
+        settings = settings or RunSettings()
+        prompts = settings.prompts
         state = RunState(
             engine=engine,
-            ledger=Ledger.start(budget or Budget()),
+            ledger=Ledger.start(settings.budget),
             recorder=recorder or TraceRecorder(),
+            settings=settings,
             prompts=common_prompts(prompts) if isinstance(prompts, str) else prompts,
-            params=params or SamplingParams(),
-            chat=chat,
-            voter=voter,
+            chat=True if settings.chat is None else settings.chat,
             affinity_key=affinity_key,
-            verifier=verifier,
-            routing=routing or Routing(),
-            answer_format=answer_format,
         )
         return cls(state, "run", (), final=True)
 
@@ -130,18 +124,18 @@ class Context(StepCalls):
     @property
     def verifier(self) -> Verifier | None:
         """The verifier configured for this run's model, if any."""
-        return self._state.verifier
+        return self._state.settings.verifier
 
     def served_model(self, name: str) -> HelperModel:
         """The served model ``name``: its engine and how it thinks (an unknown name is
         an :class:`~scaffolds.errors.InvalidRequestError`)."""
-        target = self._state.routing.target(name)
+        target = self._state.settings.routing.target(name)
         return HelperModel(self._state.engine) if target is None else target
 
     @property
     def thinking(self) -> Thinking:
         """How the run's model thinks (where its thinking ends)."""
-        return self._state.routing.thinking
+        return self._state.settings.routing.thinking
 
     def thought(self, text: str, reasoning: str | None = None) -> str:
         """What a sample of the run's model thought (what an RC summary summarizes)."""
@@ -230,16 +224,16 @@ class Context(StepCalls):
 
     async def vote(self, answers: Sequence[str | None]) -> int | None:
         """Index of a representative of the most common answer (None if none)."""
-        if self._state.voter is not None:
-            return await self._state.voter.vote(answers)
+        if self._state.settings.voter is not None:
+            return await self._state.settings.voter.vote(answers)
         from scaffolds.evaluation.answers import majority_vote
 
         return majority_vote(answers)
 
     async def cluster(self, answers: Sequence[str | None]) -> list[list[int]]:
         """Indices of equivalent answers grouped, largest group first (the vote's groups)."""
-        if self._state.voter is not None:
-            return await self._state.voter.cluster(answers)
+        if self._state.settings.voter is not None:
+            return await self._state.settings.voter.cluster(answers)
         from scaffolds.evaluation.answers import cluster_answers
 
         return cluster_answers(answers)
@@ -248,5 +242,5 @@ class Context(StepCalls):
         """A random generator for this scope's own draws (which members a step reads):
         seeded from the run's seed (0 when it has none), the scope and ``label``, so one
         run shape with one seed always draws the same."""
-        seed = self._state.params.seed or 0
+        seed = self._state.settings.params.seed or 0
         return random.Random(derive_seed(seed, f"{self.scope_id}/{label}"))

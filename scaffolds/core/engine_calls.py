@@ -17,11 +17,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn
 
 from scaffolds.core.forcing import plan_forced
 from scaffolds.core.ledger import Ledger
-from scaffolds.core.thinking import Routing, Thinking, helper_text
+from scaffolds.core.run_settings import RunSettings
+from scaffolds.core.thinking import Thinking, helper_text
 from scaffolds.core.trace import StepNote, StepStarted, TraceRecorder
 from scaffolds.core.traced_call import traced_call
 from scaffolds.core.traced_verify import traced_verify
@@ -31,7 +32,6 @@ from scaffolds.engines.protocol import (
     GenerateRequest,
     GenerateResult,
     Prompt,
-    SamplingParams,
     Verdicts,
     Verifier,
 )
@@ -41,7 +41,15 @@ from scaffolds.fanout import gather
 from scaffolds.problem import StepPrompt
 from scaffolds.prompts import PromptSet
 
-__all__ = ["MAX_STOPS", "RunState", "Step", "StepCalls", "Voter", "derive_seed"]
+__all__ = [
+    "MAX_STOPS",
+    "RunState",
+    "Step",
+    "StepCalls",
+    "StepRole",
+    "StepSampling",
+    "derive_seed",
+]
 
 MAX_STOPS = 4
 """The most stop strings a call sends (OpenAI's limit, which vLLM enforces): a step's
@@ -68,34 +76,66 @@ class Step:
         return self.completions[0]
 
 
-class Voter(Protocol):
-    """Picks the winning answer of a vote (e.g.
-    :class:`scaffolds.evaluation.answer_pool.AnswerChecker`,
-    which runs math-verify in a process pool with a time limit), and groups equivalent
-    answers (for votes that weigh their members)."""
-
-    async def vote(self, answers: Sequence[str | None]) -> int | None: ...
-
-    async def cluster(self, answers: Sequence[str | None]) -> list[list[int]]: ...
-
-
 @dataclass
 class RunState:
-    """Shared, mutable accounting of one run (one per root context)."""
+    """Shared, mutable accounting of one run (one per root context), with the run's
+    settings as its caller made them and the two they leave open, resolved: the prompt
+    set (a name becomes its set) and the prompt form."""
 
     engine: Engine
     ledger: Ledger
     recorder: TraceRecorder
+    settings: RunSettings
     prompts: PromptSet
-    params: SamplingParams
+    """``settings.prompts`` as a set."""
     chat: bool
-    voter: Voter | None = None
+    """``settings.chat`` decided: whether engine prompts are chat messages."""
     affinity_key: str | None = None
-    verifier: Verifier | None = None
-    routing: Routing = field(default_factory=Routing)
-    answer_format: AnswerFormat = "lenient"
     step_counter: int = 0
     child_counters: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class StepSampling:
+    """A step's own sampling, over the request's (None: the request's own).
+
+    >>> StepSampling(temperature=0.0, stop=("\\n\\n",)).top_logprobs is None
+    True
+    """
+
+    temperature: float | None = None
+    stop: Sequence[str] | None = None
+    """Stop strings besides the request's own (those first; at most :data:`MAX_STOPS`
+    in all)."""
+    top_logprobs: int | None = None
+    """Also ask for each position's top logprobs (deepconf)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepRole:
+    """What a step is to its run: whether it may give the final answer, how a cut
+    sample gets one, and which model it runs on.
+
+    >>> StepRole(helper=True).model is None
+    True
+    """
+
+    final: bool = False
+    """Its samples are the run's final answer (in a final scope)."""
+    force_answer: bool = False
+    """If the budget cut a sample short before it gave a ``\\boxed`` answer, ask for the
+    final answer right away (the MRT "time is up" move)."""
+    continue_final: bool = False
+    """The chat prompt ends with a partial assistant message that the model continues
+    (budget forcing)."""
+    helper: bool = False
+    """A helper step (summary, feedback, abstraction, judge): it runs on ``model``, else
+    the run's helper model, else its own, with that model's thinking turned off (unless
+    ``keep_thinking``: it thinks as that model does), and its text is never empty (see
+    :meth:`StepCalls._usable`)."""
+    model: str | None = None
+    """The served model the step runs on (default: the run's own)."""
+    keep_thinking: bool = False
 
 
 class StepCalls:
@@ -112,7 +152,7 @@ class StepCalls:
     @property
     def answer_format(self) -> AnswerFormat:
         """How this run reads a sample's final answer (``boxed`` or ``lenient``)."""
-        return self._state.answer_format
+        return self._state.settings.answer_format
 
     def _answer_reader(self, thinking: Thinking | None) -> Callable[[str], str | None]:
         """:meth:`answer` with ``thinking``, each distinct text read once: a step's trace
@@ -130,8 +170,10 @@ class StepCalls:
         """The final answer of a sample's ``text`` as the run reads answers (``boxed``:
         only the last ``\\boxed{}`` after the thinking of ``thinking``, default the run's
         model's; None when there is none)."""
-        marks = thinking or self._state.routing.thinking
-        return final_answer(text, self._state.answer_format, start=marks.start, end=marks.end)
+        marks = thinking or self._state.settings.routing.thinking
+        return final_answer(
+            text, self._state.settings.answer_format, start=marks.start, end=marks.end
+        )
 
     def note(self, kind: str, values: Mapping[str, Any], *, step_id: str | None = None) -> None:
         """Record a :class:`~scaffolds.core.trace.StepNote` about this scope, or about one of
@@ -147,60 +189,49 @@ class StepCalls:
         label: str,
         n: int = 1,
         max_tokens: int | None = None,
-        final: bool = False,
-        force_answer: bool = False,
-        temperature: float | None = None,
-        stop: Sequence[str] | None = None,
-        top_logprobs: int | None = None,
-        continue_final: bool = False,
-        helper: bool = False,
-        model: str | None = None,
-        keep_thinking: bool = False,
+        sampling: StepSampling | None = None,
+        role: StepRole | None = None,
     ) -> Step:
         """One engine call of ``n`` samples (one request), within the budget.
 
-        ``force_answer``: if the budget cut a sample short before it gave a ``\\boxed``
-        answer, ask for the final answer right away (the MRT "time is up" move).
-        ``top_logprobs``: also ask for each position's top logprobs (deepconf);
-        ``continue_final``: the chat prompt ends with a partial assistant message that
-        the model continues (budget forcing).
-        ``stop``: stop strings for this call, besides the request's own (those first;
-        at most :data:`MAX_STOPS` in all).
-        ``model``: the served model the step runs on (default: the run's own).
-        ``helper``: a helper step (summary, feedback, abstraction, judge): it runs on
-        ``model``, else the run's helper model, else its own, with that model's thinking
-        turned off (unless ``keep_thinking``: it thinks as that model does), and its text
-        is never empty (see :meth:`_usable`).
+        ``kind`` and ``label`` name the step in the trace; ``max_tokens`` bounds each
+        sample (default: the request's), within what the budget grants. ``sampling`` is
+        the step's own sampling over the request's (:class:`StepSampling`); ``role`` is
+        what the step is to the run: its final answer, a helper, the model it runs on
+        (:class:`StepRole`).
         Raises :class:`BudgetExhaustedError` if no budget is left to start.
         """
+        sampling = sampling or StepSampling()
+        role = role or StepRole()
         state = self._state
-        engine, thinking = self._route(model, helper)
+        params = state.settings.params
+        engine, thinking = self._route(role.model, role.helper)
         source = prompt if isinstance(prompt, StepPrompt) else StepPrompt(prompt)
         if source.parent_step is None and self.parent is not None:
             source = StepPrompt(source.prompt, source.template, source.fields, *self.parent)
-        wanted = max_tokens if max_tokens is not None else state.params.max_tokens
+        wanted = max_tokens if max_tokens is not None else params.max_tokens
         grant = state.ledger.reserve(n, wanted, choice=self.choice)
         try:
             step_id = self._next_step_id()
             changes: dict[str, Any] = {"n": n, "max_tokens": grant.call_tokens}
-            if temperature is not None:
-                changes["temperature"] = temperature
-            if stop is not None:  # added to the request's own, within OpenAI's limit
-                merged = tuple(dict.fromkeys((*state.params.stop, *stop)))
-                changes["stop"] = merged[: max(MAX_STOPS, len(state.params.stop))]
-            if top_logprobs is not None:
-                changes["top_logprobs"] = top_logprobs
-            if state.params.seed is not None:
-                changes["seed"] = derive_seed(state.params.seed, step_id)
-            if final and self.final and state.params.final_extra:
-                changes["extra"] = {**state.params.extra, **state.params.final_extra}
-            if helper and thinking.off and not keep_thinking:
-                changes["extra"] = {**state.params.extra, **thinking.off}
+            if sampling.temperature is not None:
+                changes["temperature"] = sampling.temperature
+            if sampling.stop is not None:  # added to the request's own, within OpenAI's limit
+                merged = tuple(dict.fromkeys((*params.stop, *sampling.stop)))
+                changes["stop"] = merged[: max(MAX_STOPS, len(params.stop))]
+            if sampling.top_logprobs is not None:
+                changes["top_logprobs"] = sampling.top_logprobs
+            if params.seed is not None:
+                changes["seed"] = derive_seed(params.seed, step_id)
+            if role.final and self.final and params.final_extra:
+                changes["extra"] = {**params.extra, **params.final_extra}
+            if role.helper and thinking.off and not role.keep_thinking:
+                changes["extra"] = {**params.extra, **thinking.off}
             request = GenerateRequest(
                 source.prompt,
-                state.params.replace(**changes),
+                params.replace(**changes),
                 affinity_key=state.affinity_key,
-                continue_final=continue_final,
+                continue_final=role.continue_final,
             )
             read = self._answer_reader(thinking)
             try:
@@ -209,7 +240,7 @@ class StepCalls:
                     step_id,
                     kind=kind,
                     label=label,
-                    final=final and self.final,
+                    final=role.final and self.final,
                     source=source,
                     engine=engine,
                     answer_of=read,
@@ -221,16 +252,16 @@ class StepCalls:
             if result.no_room:
                 self._context_full(label, None)
             completions = list(result.completions)
-            if helper:
+            if role.helper:
                 completions = self._usable(completions, thinking, step_id)
-            if force_answer and grant.held > 0:
+            if role.force_answer and grant.held > 0:
                 completions = await self._force_answers(
                     source.prompt,
                     completions,
                     label,
                     grant.held,
                     step_id,
-                    continue_final,
+                    role.continue_final,
                     engine=engine,
                     thinking=thinking,
                 )
@@ -305,7 +336,7 @@ class StepCalls:
     def _route(self, model: str | None, helper: bool) -> tuple[Engine, Thinking]:
         """The engine and thinking of the model a step runs on: ``model``, else (for a
         helper step) the run's helper model, else the run's own."""
-        routing = self._state.routing
+        routing = self._state.settings.routing
         target = routing.target(model or (routing.helper if helper else None))
         if target is None:
             return self._state.engine, routing.thinking
@@ -417,10 +448,10 @@ class StepCalls:
             self._state.ledger.cut("tokens")
             # The thinking is closed in the prompt, which a reasoning parser does not see:
             # the model's thinking-off fields make it read the answer as content.
-            extra = {**self._state.params.extra, **(thinking.off if plan.closed else {})}
+            extra = {**self._state.settings.params.extra, **(thinking.off if plan.closed else {})}
             request = GenerateRequest(
                 plan.prompt,
-                self._state.params.replace(
+                self._state.settings.params.replace(
                     n=1, max_tokens=max_tokens, seed=None, top_logprobs=None, extra=extra
                 ),
                 affinity_key=self._state.affinity_key,

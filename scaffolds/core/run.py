@@ -6,7 +6,8 @@ This is the single entry point the server, the eval client and training use.
 >>> from scaffolds.engines.mock import MockEngine
 >>> from scaffolds.strategies.single import Single
 >>> engine = MockEngine(lambda r: "\\\\boxed{4}")
->>> result = asyncio.run(run_scaffold(Single(), Problem.from_text("2+2="), engine, n=3))
+>>> settings = RunSettings(n=3)
+>>> result = asyncio.run(run_scaffold(Single(), Problem.from_text("2+2="), engine, settings))
 >>> [s.answer for s in result.solutions], result.usage.calls
 (['4', '4', '4'], 1)
 """
@@ -15,18 +16,16 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
-from scaffolds.core.context import Budget, Context, Problem, Voter
+from scaffolds.core.context import Context, Problem
+from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.solution import Solution
-from scaffolds.core.thinking import Routing
 from scaffolds.core.trace import RunFinished, TraceEvent, TraceRecorder
-from scaffolds.engines.protocol import Engine, SamplingParams, Usage, Verifier
+from scaffolds.engines.protocol import Engine, Usage
 from scaffolds.errors import BudgetExhaustedError, DeadlineExceededError
-from scaffolds.evaluation.answers import AnswerFormat
 from scaffolds.fanout import gather_within_budget
-from scaffolds.prompts import PromptSet
 
 
 class Solver(Protocol):
@@ -68,48 +67,33 @@ async def run_scaffold(
     strategy: Solver,
     problem: Problem,
     engine: Engine,
+    settings: RunSettings | None = None,
     *,
-    n: int = 1,
-    budget: Budget | None = None,
-    params: SamplingParams | None = None,
-    prompts: PromptSet | str = "default",
-    chat: bool | None = None,
     recorder: TraceRecorder | None = None,
-    voter: Voter | None = None,
-    verifier: Verifier | None = None,
-    routing: Routing | None = None,
-    answer_format: AnswerFormat = "lenient",
 ) -> RunResult:
-    """Solve ``problem`` ``n`` times with ``strategy`` and account every engine call.
+    """Solve ``problem`` ``settings.n`` times with ``strategy`` and account every engine call.
 
     Strategies that batch samples (``single``) serve all choices with one request;
     others run ``n`` independent runs concurrently. A choice the budget stopped before
     any answer comes back empty and cut short. If the deadline passed before *any*
     choice had an answer, :class:`DeadlineExceededError` is raised.
-    ``routing`` says how the model thinks and which served models helper steps may
-    run on (:mod:`scaffolds.core.thinking`). ``answer_format`` is how a sample's final
-    answer is read (and so what votes): ``boxed`` (only the last ``\\boxed{}`` after the
-    thinking) or ``lenient`` (:func:`scaffolds.evaluation.answers.extract_answer`).
-    The recorder is closed at the end, whatever happens. A prompt set that the
-    strategy (or one nested in it) lacks is an :class:`InvalidRequestError` up front.
+    ``settings.routing`` says how the model thinks and which served models helper steps
+    may run on (:mod:`scaffolds.core.thinking`). ``settings.answer_format`` is how a
+    sample's final answer is read (and so what votes): ``boxed`` (only the last
+    ``\\boxed{}`` after the thinking) or ``lenient``
+    (:func:`scaffolds.evaluation.answers.extract_answer`). ``settings.chat`` None sends
+    the problem in the form it came in. The recorder is closed at the end, whatever
+    happens. A prompt set that the strategy (or one nested in it) lacks is an
+    :class:`InvalidRequestError` up front.
     """
+    settings = settings or RunSettings()
+    prompts = settings.prompts
     strategy.check_prompt_set(prompts if isinstance(prompts, str) else prompts.name)
     recorder = recorder or TraceRecorder()
-    if chat is None:
-        chat = not isinstance(problem.raw_prompt, str)
-    ctx = Context.root(
-        engine,
-        budget=budget,
-        recorder=recorder,
-        prompts=prompts,
-        params=params,
-        chat=chat,
-        voter=voter,
-        affinity_key=problem_key(problem),
-        verifier=verifier,
-        routing=routing,
-        answer_format=answer_format,
-    )
+    if settings.chat is None:
+        settings = replace(settings, chat=not isinstance(problem.raw_prompt, str))
+    ctx = Context.root(engine, settings, recorder=recorder, affinity_key=problem_key(problem))
+    n = settings.n
     try:
         results: Sequence[Solution | BudgetExhaustedError]
         if n == 1:

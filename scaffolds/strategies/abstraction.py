@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from scaffolds.core.context import Context, Problem, StepPrompt
+from scaffolds.core.engine_calls import StepRole
 from scaffolds.core.solution import Solution
 from scaffolds.errors import BudgetExhaustedError
 from scaffolds.fanout import gather_within_budget
@@ -130,7 +131,12 @@ async def _one_note(
     if "abstraction" in known:
         return known
     proposed = await PROPOSE.generate(
-        ctx, problem, {}, label="1 abstractions", max_tokens=limits.max_tokens, helper=True
+        ctx,
+        problem,
+        {},
+        label="1 abstractions",
+        max_tokens=limits.max_tokens,
+        role=StepRole(helper=True),
     )
     return {"abstraction": proposed.first.text}
 
@@ -206,9 +212,8 @@ class Abstraction(Strategy):
             {"count": per_call} if per_call > 1 else {},
             label=f"{self.m} abstractions",
             n=math.ceil(self.m / per_call),
-            helper=True,
-            model=self.abstractor,
             max_tokens=self.abstraction_tokens or TOKENS_PER_NOTE * per_call,
+            role=StepRole(helper=True, model=self.abstractor),
         )
         heading = ctx.templates(Abstraction).text("abstraction_note_heading")
         notes = [

@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from scaffolds.core.context import Context, Problem, StepPrompt
+from scaffolds.core.engine_calls import StepRole, StepSampling
 from scaffolds.core.solution import Solution
 from scaffolds.engines.protocol import Message, Verifier
 from scaffolds.errors import BudgetExhaustedError
@@ -107,9 +108,9 @@ async def extend(
         path.node,
         label=label,
         n=n,
-        stop=[sep],
         max_tokens=step_tokens,
-        continue_final=chat and bool(path.steps),
+        sampling=StepSampling(stop=[sep]),
+        role=StepRole(continue_final=chat and bool(path.steps)),
     )
     children = []
     for sample, completion in enumerate(step.completions):

@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from scaffolds.core.context import Context, Problem, StepPrompt
+from scaffolds.core.engine_calls import StepRole, StepSampling
 from scaffolds.core.solution import Solution
 from scaffolds.errors import BudgetExhaustedError
 from scaffolds.evaluation.answers import extract_answer
@@ -103,9 +104,8 @@ class BestOfN(Strategy):
                 problem,
                 {"candidates": shown},
                 label="judge",
-                temperature=0.0,
-                helper=True,
-                model=self.judge_model,
+                sampling=StepSampling(temperature=0.0),
+                role=StepRole(helper=True, model=self.judge_model),
             )
         except BudgetExhaustedError:
             return await pick_by_vote(candidates, ctx, expected=self.n + 1)

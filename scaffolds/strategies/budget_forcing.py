@@ -42,6 +42,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from scaffolds.core.context import Context, Problem, Step, StepPrompt
+from scaffolds.core.engine_calls import StepRole, StepSampling
 from scaffolds.core.forcing import forced_answer_text
 from scaffolds.core.solution import Solution
 from scaffolds.core.thinking import Thinking
@@ -185,8 +186,8 @@ class BudgetForcing(Strategy):
             label="answer" if k == 1 else label,
             n=k,
             max_tokens=self._left(0),
-            force_answer=True,
-            stop=(ctx.thinking.end,),
+            sampling=StepSampling(stop=(ctx.thinking.end,)),
+            role=StepRole(force_answer=True),
         )
         return await gather(
             *(self._force(problem, ctx, first, i) for i in range(len(first.completions)))
@@ -259,9 +260,8 @@ class BudgetForcing(Strategy):
             message.source,
             label=label,
             max_tokens=self._message_left(message.spent) if answer else self._left(message.spent),
-            force_answer=True,
-            continue_final=True,
-            stop=None if answer else (thinking.end,),
+            sampling=StepSampling(stop=None if answer else (thinking.end,)),
+            role=StepRole(force_answer=True, continue_final=True),
         )
         message.grow(partial, step, thinking, answer=answer)
 

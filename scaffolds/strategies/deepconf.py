@@ -33,6 +33,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator
 
 from scaffolds.core.context import Context, Problem
+from scaffolds.core.engine_calls import StepRole, StepSampling
 from scaffolds.core.solution import Solution
 from scaffolds.errors import UnsupportedError
 from scaffolds.strategies.base import Strategy
@@ -187,8 +188,8 @@ class DeepConf(Strategy):
             label="trace",
             n=self.n,
             max_tokens=solver.max_tokens,
-            force_answer=True,
-            top_logprobs=self.top_k,
+            sampling=StepSampling(top_logprobs=self.top_k),
+            role=StepRole(force_answer=True),
         )
         confidences: list[float | None] = []
         for completion in step.completions:

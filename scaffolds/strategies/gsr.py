@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from scaffolds.core.context import Context, Problem, StepPrompt
+from scaffolds.core.engine_calls import StepRole
 from scaffolds.core.solution import Solution
 from scaffolds.errors import BudgetExhaustedError
 from scaffolds.prompts import PromptSet, Template
@@ -147,9 +148,7 @@ class GSR(Strategy):
                 {"candidates": shown},
                 parent,
                 label="refine",
-                final=True,
-                force_answer=True,
-                model=self.refiner,
+                role=StepRole(final=True, force_answer=True, model=self.refiner),
             )
         except BudgetExhaustedError:
             return await pick_by_vote(candidates, ctx, expected=self.n + 1)

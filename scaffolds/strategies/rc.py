@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from scaffolds.core.context import Context, Problem, StepPrompt
+from scaffolds.core.engine_calls import StepRole
 from scaffolds.core.solution import Solution
 from scaffolds.errors import BudgetExhaustedError
 from scaffolds.fanout import gather_within_budget
@@ -157,7 +158,7 @@ async def _first_summary(
         attempt.source,
         label="summary 1",
         max_tokens=limits.summary_tokens or limits.max_tokens,
-        helper=True,
+        role=StepRole(helper=True),
     )
     return {"summary": made.first.text}
 
@@ -247,8 +248,7 @@ class RC(Strategy):
                 label="reasoning 1",
                 n=k,
                 max_tokens=self.reasoning_tokens,
-                final=self.steps == 1,
-                force_answer=True,
+                role=StepRole(final=self.steps == 1, force_answer=True),
             )
             first = [Solution.from_step(step, i) for i in range(len(step.completions))]
         if k == 1:
@@ -273,9 +273,11 @@ class RC(Strategy):
                     attempt.source,
                     label=f"summary {turn - 1}",
                     max_tokens=self.summary_tokens,
-                    helper=True,
-                    model=self.summarizer,
-                    keep_thinking=self.summarizer_thinking == "same",
+                    role=StepRole(
+                        helper=True,
+                        model=self.summarizer,
+                        keep_thinking=self.summarizer_thinking == "same",
+                    ),
                 )
                 summary = {"summary": made.first.text}
                 state = self._state(made.first.text)
@@ -286,8 +288,7 @@ class RC(Strategy):
                     (made.step_id, 0),
                     label=f"reasoning {turn}",
                     max_tokens=self.reasoning_tokens,
-                    final=turn == self.steps,
-                    force_answer=True,
+                    role=StepRole(final=turn == self.steps, force_answer=True),
                 )
             except BudgetExhaustedError:
                 return attempt.marked_cut_short()

@@ -36,6 +36,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from scaffolds.core.context import Context, Problem, StepPrompt
+from scaffolds.core.engine_calls import StepRole
 from scaffolds.core.solution import Solution
 from scaffolds.fanout import gather_within_budget
 from scaffolds.prompts import PromptSet, Template
@@ -242,7 +243,9 @@ class RSA(Strategy):
             "candidates": [self._shown(ctx, m) for m in pair],
             "members": [list(m.source) for m in pair],
         }
-        step = await SELECT.generate(ctx, problem, state, label="select", model=self.aggregator)
+        step = await SELECT.generate(
+            ctx, problem, state, label="select", role=StepRole(model=self.aggregator)
+        )
         pick = parse_pick(ctx.shown(step.first.text), len(pair))
         return pair[-1 if pick is None else pick]
 
@@ -276,8 +279,7 @@ class RSA(Strategy):
             state,
             parent,
             label="aggregate",
-            force_answer=True,
-            model=self.aggregator,
+            role=StepRole(force_answer=True, model=self.aggregator),
         )
         return Solution.from_step(step)
 

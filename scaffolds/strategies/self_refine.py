@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from scaffolds.core.context import Context, Problem, StepPrompt
+from scaffolds.core.engine_calls import StepRole
 from scaffolds.core.solution import Solution
 from scaffolds.errors import BudgetExhaustedError
 from scaffolds.prompts import PromptSet, Template
@@ -157,7 +158,7 @@ async def _solution_and_feedback(
         state["solution"] = ctx.shown(first.first.text)
     if "feedback" not in state:
         said = await FEEDBACK.generate(
-            ctx, problem, state, label="feedback 1", max_tokens=limit, helper=True
+            ctx, problem, state, label="feedback 1", max_tokens=limit, role=StepRole(helper=True)
         )
         state["feedback"] = said.first.text
     return {"solution": state["solution"], "feedback": state["feedback"]}
@@ -234,8 +235,7 @@ class SelfRefine(Strategy):
                     state,
                     current.source,
                     label=f"feedback {round_no}",
-                    helper=True,
-                    model=self.critic,
+                    role=StepRole(helper=True, model=self.critic),
                 )
                 verdict = feedback.first.text
                 if says_correct(verdict, marker):
@@ -248,7 +248,7 @@ class SelfRefine(Strategy):
                     state,
                     (feedback.step_id, 0),
                     label=f"refine {round_no}",
-                    force_answer=True,
+                    role=StepRole(force_answer=True),
                 )
             except BudgetExhaustedError:
                 return current.marked_cut_short()

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from scaffolds.core.context import Context, Problem, StepPrompt
+from scaffolds.core.engine_calls import StepRole
 from scaffolds.core.solution import Solution
 from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.steps import ContextLimits, RowInputs, StepBuilder, TracedStep
@@ -81,8 +82,7 @@ class Single(Strategy):
             label="answer" if k == 1 else label,
             n=k,
             max_tokens=self.max_tokens,
-            final=True,
-            force_answer=True,
+            role=StepRole(final=True, force_answer=True),
         )
         return [Solution.from_step(step, i) for i in range(len(step.completions))]
 

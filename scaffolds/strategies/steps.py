@@ -14,7 +14,7 @@ traced step is whatever ``rows`` keeps (each sample's extra columns, or None to 
 >>> def echo_prompt(ctx, problem, state, parent=(None, None)):
 ...     return ctx.render(Template("echo", "$problem$word"), problem, word=state["word"])
 >>> echo = StepBuilder("echo", "generate", ("echo",), build=echo_prompt)
->>> ctx = Context.root(MockEngine(lambda r: "x"), chat=False)
+>>> ctx = Context.root(MockEngine(lambda r: "x"), RunSettings(chat=False))
 >>> echo.build(ctx, Problem.from_text("1+1="), {"word": "?"}).prompt
 '1+1=?'
 """
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from scaffolds.core.context import Context, Problem, Step, StepPrompt
+from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.trace import StepFinished, StepNote, StepStarted, TraceEvent
 from scaffolds.prompts import PromptSet
 
@@ -226,7 +227,7 @@ class StepBuilder:
         >>> def echo_prompt(ctx, problem, state, parent=(None, None)):
         ...     return ctx.render_problem(problem)
         >>> echo = StepBuilder("echo", "generate", (None,), build=echo_prompt)
-        >>> ctx = Context.root(MockEngine(lambda r: "2"), chat=False)
+        >>> ctx = Context.root(MockEngine(lambda r: "2"), RunSettings(chat=False))
         >>> step = asyncio.run(echo.generate(ctx, Problem.from_text("1+1="), {}, label="answer"))
         >>> step.first.text
         '2'
@@ -261,6 +262,6 @@ def render_step(
 
     if builder.build is None:
         raise ValueError(f"step kind {builder.kind!r} has no prompt builder")
-    ctx = Context.root(MockEngine(lambda request: ""), prompts=prompts, chat=chat)
+    ctx = Context.root(MockEngine(lambda request: ""), RunSettings(prompts=prompts, chat=chat))
     as_asked = Problem.from_text(problem) if not chat else Problem(problem)
     return builder.build(ctx, as_asked, state or {})

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from fastapi.responses import Response
 
 from scaffolds.core.run import RunResult, run_scaffold
+from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.trace import TraceRecorder
 from scaffolds.engines.coalesce import Coalescer
 from scaffolds.engines.protocol import Engine, Usage, batch_engine
@@ -185,7 +186,8 @@ class Serving:
             direct = await self._direct(receive, plan, wire)
             live: LiveRun | None = None
             if plan.stream and direct is None:  # up to its first answer: a 4xx before it
-                run = functools.partial(self._run, plan)  # is this request's answer
+                settings = self.run_settings(plan)  # is this request's answer
+                run = functools.partial(self._run, plan, settings)
                 first = start_live(run, every_event=plan.stream_trace)
                 live = await self._until_disconnect(receive, first)
         except BaseException as exc:
@@ -273,17 +275,20 @@ class Serving:
         first failure is raised as is (its status is the response's) and cancels the
         other runs."""
         problems = plan.problems or (plan.problem,)
+        settings = self.run_settings(plan)
         recorders = [TraceRecorder() for _ in problems]
         lists = batch_engine(plan.served.engine)
         if lists is None or len(problems) == 1 or not plan.strategy.passes_through:
-            runs = [self._run(plan, r, p) for r, p in zip(recorders, problems, strict=True)]
+            runs = [
+                self._run(plan, settings, r, p) for r, p in zip(recorders, problems, strict=True)
+            ]
             results = await gather(*runs)
             return list(zip(results, recorders, strict=True))
         coalescer = Coalescer(lists, len(problems))
         try:
             results = await gather(
                 *(
-                    coalescer.member(self._run(plan, recorder, problem, coalescer))
+                    coalescer.member(self._run(plan, settings, recorder, problem, coalescer))
                     for recorder, problem in zip(recorders, problems, strict=True)
                 )
             )
@@ -291,9 +296,26 @@ class Serving:
             await coalescer.aclose()
         return list(zip(results, recorders, strict=True))
 
+    def run_settings(self, plan: RunPlan) -> RunSettings:
+        """The settings every run of ``plan`` is made with: the request's, its served
+        model's, and this server's voter."""
+        served = plan.served
+        return RunSettings(
+            n=plan.n,
+            budget=plan.budget,
+            params=plan.params,
+            prompts=served.prompts or served.config.prompts,
+            chat=plan.endpoint == "chat",
+            voter=self.voter,
+            verifier=served.verifier,
+            routing=served.routing,
+            answer_format=plan.answer_format,
+        )
+
     async def _run(
         self,
         plan: RunPlan,
+        settings: RunSettings,
         recorder: TraceRecorder,
         problem: Problem | None = None,
         engine: Engine | None = None,
@@ -303,16 +325,8 @@ class Serving:
                 plan.strategy,
                 problem or plan.problem,
                 engine or plan.served.engine,
-                n=plan.n,
-                budget=plan.budget,
-                params=plan.params,
-                prompts=plan.served.prompts or plan.served.config.prompts,
-                chat=plan.endpoint == "chat",
+                settings,
                 recorder=recorder,
-                voter=self.voter,
-                verifier=plan.served.verifier,
-                routing=plan.served.routing,
-                answer_format=plan.answer_format,
             )
         finally:
             recorder.close()

@@ -18,8 +18,9 @@ status to ``observe`` once (499 when the client left).
 >>> req = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "2+2?"}],
 ...                             stream=True)
 >>> plan = serving.plan("chat", req)
+>>> settings = serving.run_settings(plan)
 >>> async def body() -> bytes:
-...     live = await start_live(lambda recorder: serving._run(plan, recorder))
+...     live = await start_live(lambda recorder: serving._run(plan, settings, recorder))
 ...     return b"".join([out async for out in chat_sse(plan, live, lambda status: None)])
 >>> asyncio.run(body()).count(b"data: "), b'"content":"4"' in asyncio.run(body())
 (4, True)

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from scaffolds.prompts import PromptSet, Template
+from scaffolds.core.engine_calls import StepRole
 from scaffolds.core.solution import Solution
 from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.single import Single
@@ -62,7 +63,7 @@ class Recheck(Strategy):
         for i in range(1, self.rounds + 1):
             step = await CHECK_STEP.generate(
                 ctx, problem, {"draft": current.text}, current.source,
-                label=f"check {i}", final=True, force_answer=True,
+                label=f"check {i}", role=StepRole(final=True, force_answer=True),
             )
             current = Solution.from_step(step)
         return current

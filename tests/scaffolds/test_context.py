@@ -7,7 +7,9 @@ import asyncio
 import pytest
 
 from scaffolds.core.context import Budget, Context, Problem
+from scaffolds.core.engine_calls import StepRole
 from scaffolds.core.ledger import FORCE_ANSWER_TOKENS
+from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.trace import StepDelta, StepFinished, StepStarted, TraceRecorder
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import Message, SamplingParams
@@ -48,7 +50,7 @@ def test_sampling_params_name_the_bad_parameter() -> None:
 
 
 async def test_call_budget_stops_the_next_call() -> None:
-    ctx = Context.root(MockEngine(lambda r: "x"), budget=Budget(max_calls=2))
+    ctx = Context.root(MockEngine(lambda r: "x"), RunSettings(budget=Budget(max_calls=2)))
     await ctx.generate("a", kind="generate", label="1")
     await ctx.generate("b", kind="generate", label="2")
     with pytest.raises(BudgetExhaustedError) as info:
@@ -58,7 +60,7 @@ async def test_call_budget_stops_the_next_call() -> None:
 
 async def test_parallel_calls_reserve_their_share_of_the_token_budget() -> None:
     engine = MockEngine(lambda r: " ".join(["w"] * 1000), delay=0.05)
-    ctx = Context.root(engine, budget=Budget(max_tokens=300))
+    ctx = Context.root(engine, RunSettings(budget=Budget(max_tokens=300)))
     outcomes = await asyncio.gather(
         *(ctx.generate("p", kind="generate", label=str(i), n=2, max_tokens=100) for i in range(3)),
         return_exceptions=True,
@@ -76,8 +78,12 @@ async def test_text_mode_forced_answer_continues_the_text() -> None:
         return "a b c d e f g h i j " * 20
 
     engine = MockEngine(handler)
-    ctx = Context.root(engine, budget=Budget(max_tokens=FORCE_ANSWER_TOKENS + 60), chat=False)
-    step = await ctx.generate("Q:", kind="generate", label="x", max_tokens=500, force_answer=True)
+    ctx = Context.root(
+        engine, RunSettings(budget=Budget(max_tokens=FORCE_ANSWER_TOKENS + 60), chat=False)
+    )
+    step = await ctx.generate(
+        "Q:", kind="generate", label="x", max_tokens=500, role=StepRole(force_answer=True)
+    )
     forced = engine.requests[1].prompt
     assert isinstance(forced, str) and forced.startswith("Q:a b c") and "Time is up" in forced
     assert step.first.text.endswith("\\boxed{9}") and step.cut_short
@@ -90,8 +96,10 @@ async def test_a_budget_too_small_to_hold_back_an_answer_still_reports_its_cut(
     # share // 4 is 0 for a budget of 1 to 3 tokens: nothing is held back for a forced
     # answer, but the budget still bounds the call, so the sample it ends is a cut.
     engine = MockEngine(lambda r: "a b c d e f g h")
-    ctx = Context.root(engine, budget=Budget(max_tokens=max_tokens))
-    step = await ctx.generate("Q:", kind="generate", label="x", max_tokens=500, force_answer=True)
+    ctx = Context.root(engine, RunSettings(budget=Budget(max_tokens=max_tokens)))
+    step = await ctx.generate(
+        "Q:", kind="generate", label="x", max_tokens=500, role=StepRole(force_answer=True)
+    )
     assert [r.params.max_tokens for r in engine.requests] == [max_tokens]  # no forced call
     assert step.cut_short and ctx.cut_reason == "tokens"
     assert step.first.completion_tokens == max_tokens
@@ -99,16 +107,18 @@ async def test_a_budget_too_small_to_hold_back_an_answer_still_reports_its_cut(
 
 async def test_a_budget_that_does_not_bind_is_no_cut() -> None:
     engine = MockEngine(lambda r: "a b c d e f g h")
-    ctx = Context.root(engine, budget=Budget(max_tokens=1000))
-    step = await ctx.generate("Q:", kind="generate", label="x", max_tokens=3, force_answer=True)
+    ctx = Context.root(engine, RunSettings(budget=Budget(max_tokens=1000)))
+    step = await ctx.generate(
+        "Q:", kind="generate", label="x", max_tokens=3, role=StepRole(force_answer=True)
+    )
     assert step.first.truncated and not step.cut_short and ctx.cut_reason is None
 
 
 async def test_problem_prompt_passes_chat_and_text_through() -> None:
     chat_problem = Problem.from_messages((Message("system", "S"), Message("user", "U")))
-    chat_ctx = Context.root(MockEngine(lambda r: ""), chat=True)
+    chat_ctx = Context.root(MockEngine(lambda r: ""), RunSettings(chat=True))
     assert chat_ctx.problem_prompt(chat_problem) == chat_problem.raw_prompt
-    text_ctx = Context.root(MockEngine(lambda r: ""), chat=False)
+    text_ctx = Context.root(MockEngine(lambda r: ""), RunSettings(chat=False))
     assert text_ctx.problem_prompt(Problem.from_text("1+1=")) == "1+1="
     rendered = chat_ctx.prompt(
         get_prompt_set("default").template("gsr_refine"), chat_problem, candidates="C", count="1"
@@ -126,7 +136,7 @@ async def test_live_recorder_streams_deltas_between_start_and_finish() -> None:
     recorder = TraceRecorder(live=True)
     ctx = Context.root(MockEngine(lambda r: "one two three"), recorder=recorder)
     events = recorder.subscribe()
-    await ctx.generate("p", kind="generate", label="x", final=True)
+    await ctx.generate("p", kind="generate", label="x", role=StepRole(final=True))
     recorder.close()
     seen = [e async for e in events]
     assert isinstance(seen[0], StepStarted) and seen[0].final

@@ -41,6 +41,7 @@ from pydantic import Field
 from scaffolds.evaluation.answers import extract_answer
 from scaffolds.prompts import PromptSet, Template
 from scaffolds.strategies.steps import StepBuilder
+from scaffolds.core.engine_calls import StepRole
 from scaffolds.core.solution import Solution
 from scaffolds.strategies.base import Strategy, register
 from scaffolds.strategies.single import Single
@@ -78,7 +79,9 @@ class Critic(Strategy):
         current = await self.solver.solve(problem, ctx.child("draft"))
         for i in range(1, self.rounds + 1):
             prompt = check_prompt(ctx, problem, {"draft": current.text}, current.source)
-            step = await ctx.generate(prompt, kind="refine", label=f"check {i}", final=True)
+            step = await ctx.generate(
+                prompt, kind="refine", label=f"check {i}", role=StepRole(final=True)
+            )
             text = step.first.text
             current = Solution(text, extract_answer(text), step.step_id)
         return current

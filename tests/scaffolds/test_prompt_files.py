@@ -9,6 +9,7 @@ import pytest
 
 from scaffolds.core.context import Problem
 from scaffolds.core.run import run_scaffold
+from scaffolds.core.run_settings import RunSettings
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import GenerateRequest, Message
 from scaffolds.errors import PromptFileError
@@ -60,7 +61,7 @@ async def test_a_run_speaks_the_files_wording_exactly(tmp_path: Path) -> None:
 
     engine = MockEngine(reply)
     problem = Problem.from_messages((Message("user", "What is 6*7?"),))
-    result = await run_scaffold(strategy, problem, engine, prompts=prompts)
+    result = await run_scaffold(strategy, problem, engine, RunSettings(prompts=prompts))
     assert [r.prompt_text() for r in engine.requests] == [
         "PROBLEM: What is 6*7?\nEARLIER: \nBox it.",
         "SUM [What is 6*7?] [] [6*7=\\boxed{42}]",
@@ -136,7 +137,9 @@ async def test_qed_nanos_first_summary_text_comes_from_the_file(tmp_path: Path) 
     engine = MockEngine(lambda r: "\\boxed{1}")
     problem = Problem.from_text("Q")
     strategy = build_strategy('rc(steps=2, template="one")')
-    await run_scaffold(strategy, problem, engine, prompts=prompt_set_with_files("default", files))
+    await run_scaffold(
+        strategy, problem, engine, RunSettings(prompts=prompt_set_with_files("default", files))
+    )
     assert [r.prompt_text() for r in engine.requests[:2]] == [
         "PROBLEM: Q\nEARLIER: [none]\nBox it.",
         "SUM [Q] [[none]] [\\boxed{1}]",

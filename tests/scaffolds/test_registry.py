@@ -15,7 +15,7 @@ import pytest
 from pydantic import ValidationError
 
 import scaffolds.strategies
-from scaffolds import solve
+from scaffolds import RunSettings, solve
 from scaffolds.engines.mock import MockEngine
 from scaffolds.errors import InvalidRequestError, ScaffoldLoadError
 from scaffolds.prompts import PROMPT_SET_NAMES, PromptSet, Template
@@ -104,7 +104,9 @@ def test_every_step_records_its_builders_kind(prompts: str) -> None:
     for strategy in strategies:
         engine = MockEngine(lambda request: "so \\boxed{4}")
         verifier = ScriptedVerifier(lambda text: 0.5)
-        result = asyncio.run(solve(strategy, "2+2?", engine, prompts=prompts, verifier=verifier))
+        result = asyncio.run(
+            solve(strategy, "2+2?", engine, RunSettings(prompts=prompts, verifier=verifier))
+        )
         for step in TraceView(result.events).steps:
             mine = [b for b in builders if step.template in b.templates]
             if mine:

@@ -8,6 +8,7 @@ import pytest
 
 from scaffolds.core.context import Budget, Problem
 from scaffolds.core.run import run_scaffold
+from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.thinking import HelperModel, Routing, Thinking
 from scaffolds.core.trace import StepNote, StepStarted
 from scaffolds.engines.mock import MockEngine
@@ -52,7 +53,7 @@ async def test_helper_steps_turn_thinking_off_the_configured_way() -> None:
     model = ThinkingModel(says, think=400)
     routing = Routing(Thinking.of("qwen3"))
     spec = build_strategy("rc(steps=2, reasoning_tokens=500, summary_tokens=300)")
-    result = await run_scaffold(spec, PROBLEM, MockEngine(model), routing=routing)
+    result = await run_scaffold(spec, PROBLEM, MockEngine(model), RunSettings(routing=routing))
     [step] = started(result.events, "rc_reasoning_continue")
     assert step.fields and step.fields["summary"] == "I added 3 and 4 and got 7."
     off = [r for r in model.requests if r.params.extra.get("chat_template_kwargs")]
@@ -62,8 +63,12 @@ async def test_helper_steps_turn_thinking_off_the_configured_way() -> None:
 
     model = ThinkingModel(says, think=400)
     routing = Routing(Thinking.of("gpt-oss"))
-    await run_scaffold(build_strategy("abstraction(m=2, n=1)"), PROBLEM, MockEngine(model),
-                       routing=routing)  # fmt: skip
+    await run_scaffold(
+        build_strategy("abstraction(m=2, n=1)"),
+        PROBLEM,
+        MockEngine(model),
+        RunSettings(routing=routing),
+    )
     lowered = [step_of(r) for r in model.requests if r.params.extra.get("reasoning_effort")]
     assert lowered == ["abstraction"]
 
@@ -86,7 +91,7 @@ async def test_a_helper_step_can_run_on_another_served_model() -> None:
     spec = build_strategy(
         'rc(steps=2, reasoning_tokens=500, summary_tokens=300, summarizer="instruct")'
     )
-    result = await run_scaffold(spec, PROBLEM, MockEngine(thinker), routing=routing)
+    result = await run_scaffold(spec, PROBLEM, MockEngine(thinker), RunSettings(routing=routing))
     assert [step_of(r) for r in instruct.requests] == ["summary"]
     assert "summary" not in [step_of(r) for r in thinker.requests]
     [step] = started(result.events, "rc_reasoning_continue")
@@ -96,8 +101,12 @@ async def test_a_helper_step_can_run_on_another_served_model() -> None:
     helper = MockEngine(lambda request: "VERDICT: CORRECT")
     routing = Routing(helper="instruct", models={"instruct": HelperModel(helper)})
     thinker = ThinkingModel(says, think=10)
-    await run_scaffold(build_strategy("self_refine(max_rounds=1)"), PROBLEM,
-                       MockEngine(thinker), routing=routing)  # fmt: skip
+    await run_scaffold(
+        build_strategy("self_refine(max_rounds=1)"),
+        PROBLEM,
+        MockEngine(thinker),
+        RunSettings(routing=routing),
+    )
     assert [step_of(r) for r in helper.requests] == ["feedback"]
 
     with pytest.raises(InvalidRequestError, match="nope"):
@@ -115,7 +124,10 @@ async def test_a_helper_step_that_writes_nothing_leaves_a_placeholder() -> None:
 async def test_a_budget_cut_mid_thought_closes_the_thinking_and_answers_after_it() -> None:
     model = ThinkingModel(says, think=300)
     result = await run_scaffold(
-        build_strategy("single"), PROBLEM, MockEngine(model), budget=Budget(max_tokens=200)
+        build_strategy("single"),
+        PROBLEM,
+        MockEngine(model),
+        RunSettings(budget=Budget(max_tokens=200)),
     )
     solution = result.solutions[0]
     assert solution.text == "The sum is \\boxed{7}" and solution.answer == "7"
@@ -136,8 +148,7 @@ async def test_a_text_prompt_cut_mid_thought_is_closed_in_the_text() -> None:
         build_strategy("single"),
         Problem.from_text("3+4="),
         engine,
-        budget=Budget(max_tokens=20),
-        prompts="compact",
+        RunSettings(budget=Budget(max_tokens=20), prompts="compact"),
     )
     cut = engine.requests[0].params.max_tokens
     assert cut is not None and cut < 20
@@ -165,9 +176,11 @@ async def test_an_aggregation_on_another_model_is_forced_to_answer_there() -> No
     other_model = ThinkingModel(says, think=300)
     routing = Routing(models={"other": HelperModel(MockEngine(other_model))})
     result = await run_scaffold(
-        build_strategy('gsr(n=2, refiner="other")'), PROBLEM, own,
-        budget=Budget(max_tokens=200), routing=routing,
-    )  # fmt: skip
+        build_strategy('gsr(n=2, refiner="other")'),
+        PROBLEM,
+        own,
+        RunSettings(budget=Budget(max_tokens=200), routing=routing),
+    )
     assert [step_of(r) for r in own.requests] == ["solve"]
     assert len(other_model.requests) == 2 and other_model.requests[-1].continue_final
     assert result.solutions[0].text == "The sum is \\boxed{7}"

@@ -8,6 +8,7 @@ import pytest
 
 from scaffolds.core.context import Problem
 from scaffolds.core.run import run_scaffold
+from scaffolds.core.run_settings import RunSettings
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import GenerateRequest, Message
 from scaffolds.strategies import GSR, Majority, Strategy
@@ -25,7 +26,9 @@ def record_of(strategy: Strategy, engine: MockEngine, *, chat: bool, prompts: st
         if chat
         else Problem.from_text(QUESTION)
     )
-    run = asyncio.run(run_scaffold(strategy, problem, engine, chat=chat, prompts=prompts))
+    run = asyncio.run(
+        run_scaffold(strategy, problem, engine, RunSettings(chat=chat, prompts=prompts))
+    )
     return TraceRecord(
         "p", QUESTION, "7", tuple(run.events), chat=chat, prompt_set=prompts, history=history
     )

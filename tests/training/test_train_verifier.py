@@ -90,6 +90,7 @@ def test_a_process_verifier_trains_on_rollout_labels_and_scores_beam_steps(
 
     from scaffolds.core.context import Problem
     from scaffolds.core.run import run_scaffold
+    from scaffolds.core.run_settings import RunSettings
     from scaffolds.core.trace import StepNote
     from scaffolds.engines.mock import MockEngine
     from scaffolds.engines.protocol import GenerateRequest, Message
@@ -143,7 +144,9 @@ def test_a_process_verifier_trains_on_rollout_labels_and_scores_beam_steps(
     problem = Problem.from_messages((Message("user", "1+1="),))
     beam = Beam(width=1, expand=2, max_steps=2)
     try:
-        run = asyncio.run(run_scaffold(beam, problem, MockEngine(grow), verifier=verifier))
+        run = asyncio.run(
+            run_scaffold(beam, problem, MockEngine(grow), RunSettings(verifier=verifier))
+        )
     finally:
         asyncio.run(verifier.aclose())
     scored = [e.values for e in run.events if isinstance(e, StepNote) and e.kind == "scores"]

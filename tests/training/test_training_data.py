@@ -10,6 +10,7 @@ import pytest
 
 from scaffolds.core.context import Problem
 from scaffolds.core.run import run_scaffold
+from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.trace import TRACE_SCHEMA, StepStarted
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import GenerateRequest, Message
@@ -60,7 +61,10 @@ def record_of(
     else:
         problem = Problem.from_text(PROBLEM)
     run = run_scaffold(
-        strategy, problem, engine or MockEngine(handler), n=n, chat=chat, prompts=prompts
+        strategy,
+        problem,
+        engine or MockEngine(handler),
+        RunSettings(n=n, chat=chat, prompts=prompts),
     )
     events = tuple(asyncio.run(run).events)
     return TraceRecord(

@@ -9,6 +9,7 @@ import json
 
 from scaffolds.core.context import Problem
 from scaffolds.core.run import run_scaffold
+from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.thinking import Routing, Thinking
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import GenerateRequest, Message
@@ -30,7 +31,8 @@ def says(request: GenerateRequest) -> str:
 
 def record_of(engine: MockEngine, routing: Routing | None = None) -> TraceRecord:
     problem = Problem.from_messages((Message("user", PROBLEM),))
-    run = run_scaffold(build_strategy(RC), problem, engine, routing=routing)
+    settings = RunSettings(routing=routing or Routing())
+    run = run_scaffold(build_strategy(RC), problem, engine, settings)
     events = tuple(asyncio.run(run).events)
     return TraceRecord("p1", PROBLEM, "7", events, chat=True)
 

@@ -12,7 +12,7 @@ import pytest
 
 from experiments.tiny_models.experiments import GREEDY, GSR4, MAJ4, SINGLE, run_condition
 from experiments.tiny_models.gsr_train import direct_row, encode_rows, lr_at, refine_rows
-from scaffolds import solve
+from scaffolds import RunSettings, solve
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import GenerateRequest
 from scaffolds.evaluation.addition_task import AdditionProblem, parse_problem, problems
@@ -81,7 +81,7 @@ async def test_refine_rows_match_the_prompt_the_gsr_scaffold_sends() -> None:
     item = AdditionProblem(347, 589)
     candidates = ["936", "926", "936", "946"]
     engine = MockEngine(lambda r: candidates if r.params.n == 4 else "936")
-    await solve("gsr(n=4)", item.problem, engine, prompts="compact")
+    await solve("gsr(n=4)", item.problem, engine, RunSettings(prompts="compact"))
     refine_prompt = engine.requests[-1].prompt_text()
     rows = refine_rows([item], [candidates])
     assert rows[0]["prompt"] == refine_prompt == "347+589=[936,926,936,946]"

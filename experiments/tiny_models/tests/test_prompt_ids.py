@@ -17,7 +17,7 @@ import pytest
 
 from experiments.tiny_models.gsr_train import direct_row, encode_rows, refine_rows
 from experiments.tiny_models.refine_diag import Recording
-from scaffolds import SamplingParams, solve
+from scaffolds import RunSettings, SamplingParams, solve
 from scaffolds.core.context import Problem
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import GenerateRequest, GenerateResult
@@ -61,7 +61,12 @@ def test_gsr_rows_have_the_ids_local_engine_sends(shipped_model_dir: Path) -> No
             for index, item in enumerate(items):
                 recording = Recording(engine)
                 params = SamplingParams(temperature=1.0, max_tokens=8, seed=index)
-                await solve("gsr(n=4)", item.problem, recording, params=params, prompts="compact")
+                await solve(
+                    "gsr(n=4)",
+                    item.problem,
+                    recording,
+                    RunSettings(params=params, prompts="compact"),
+                )
                 out.append(recording.calls)
         finally:
             await engine.aclose()
@@ -106,7 +111,7 @@ def test_every_row_kind_has_the_ids_the_scaffold_sends(shipped_model_dir: Path, 
     for spec, replies in SCAFFOLDS:
         engine = MockEngine(_right if replies == "right" else _wrong_then_fixed)
         problem = "3+4=" if chat else Problem.from_text("3+4=")
-        result = asyncio.run(solve(spec, problem, engine, prompts="compact"))
+        result = asyncio.run(solve(spec, problem, engine, RunSettings(prompts="compact")))
         sent = {
             repr(r.prompt): encode_prompt(tokenizer, r.prompt, add_special_tokens=True)
             for r in engine.requests

@@ -28,7 +28,7 @@ from experiments.tiny_models.rc_train import (
     rc_rows,
     row_tokens,
 )
-from scaffolds import SamplingParams, solve
+from scaffolds import RunSettings, SamplingParams, solve
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import GenerateRequest
 from scaffolds.spec.registry import get_prompt_set
@@ -93,7 +93,9 @@ def test_the_oracle_solves_through_the_rc_scaffold() -> None:
         out = []
         for item in problems("test", 20, lengths=(5, 24)):
             spec = f"rc(steps={item.chunks_needed})"
-            result = await solve(spec, item.problem, oracle_engine(), prompts="compact")
+            result = await solve(
+                spec, item.problem, oracle_engine(), RunSettings(prompts="compact")
+            )
             out.append(result.solutions[0].answer == item.answer)
         return out
 

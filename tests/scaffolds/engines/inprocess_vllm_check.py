@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from scaffolds import solve
+from scaffolds import RunSettings, solve
 from scaffolds.engines.messages import chat
 from scaffolds.engines.protocol import GenerateRequest, GenerateResult, SamplingParams
 from scaffolds.engines.vllm_inprocess import InProcessVLLMEngine
@@ -120,7 +120,7 @@ async def _checks(model_dir: str) -> dict[str, Any]:
             "budget_forcing(min_tokens=100000, waits=1)",
             "What is 2+3?",
             engine,
-            params=SamplingParams(max_tokens=8, temperature=1.0, stop=("e", "a", " ")),
+            RunSettings(params=SamplingParams(max_tokens=8, temperature=1.0, stop=("e", "a", " "))),
         )
         report["forcing_kinds"] = [
             e.kind for e in forced.events if getattr(e, "type", "") == "step_started"
@@ -133,7 +133,7 @@ async def _checks(model_dir: str) -> dict[str, Any]:
             "majority(k=4)",
             "What is 2+3?",
             engine,
-            params=SamplingParams(max_tokens=8, temperature=1.0),
+            RunSettings(params=SamplingParams(max_tokens=8, temperature=1.0)),
         )
         report["majority_calls"] = run.usage.calls
         report["majority_completion_tokens"] = run.usage.completion_tokens

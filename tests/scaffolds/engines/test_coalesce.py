@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import pytest
 
 from scaffolds.core.run import run_scaffold
+from scaffolds.core.run_settings import RunSettings
 from scaffolds.engines.coalesce import Coalescer
 from scaffolds.engines.mock import Handler, MockEngine
 from scaffolds.engines.protocol import GenerateRequest, GenerateResult, SamplingParams, Usage
@@ -68,7 +69,9 @@ async def run_prompts(engine: ListEngine, prompts: Sequence[str], n: int = 1) ->
         results = await asyncio.gather(
             *(
                 coalescer.member(
-                    run_scaffold(Single(), Problem.from_text(p), coalescer, n=n, chat=False)
+                    run_scaffold(
+                        Single(), Problem.from_text(p), coalescer, RunSettings(n=n, chat=False)
+                    )
                 )
                 for p in prompts
             )

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from scaffolds import solve
+from scaffolds import RunSettings, solve
 from scaffolds.engines.messages import chat
 from scaffolds.engines.openai_http import OpenAIEngine
 from scaffolds.engines.protocol import GenerateRequest, SamplingParams
@@ -138,7 +138,7 @@ async def test_a_final_step_that_no_longer_fits_falls_back_to_what_the_run_has()
     server = LongRefineServer(context=1024)
     engine = _engine(server)
     result = await solve(
-        "gsr(n=3)", "What is 3 * 4?", engine, params=SamplingParams(max_tokens=900)
+        "gsr(n=3)", "What is 3 * 4?", engine, RunSettings(params=SamplingParams(max_tokens=900))
     )
     [solution] = result.solutions
     assert (solution.answer, solution.cut_short, result.cut_reason) == ("12", True, "context")

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from scaffolds import solve
+from scaffolds import RunSettings, solve
 from scaffolds.core.trace import StepNote
 from scaffolds.engines.local import LocalEngine, encode_prompt
 from scaffolds.engines.messages import chat
@@ -38,7 +38,7 @@ async def test_top_logprobs_per_position_best_first(engine: LocalEngine) -> None
 
 async def test_deepconf_runs_on_the_local_engine(engine: LocalEngine) -> None:
     params = SamplingParams(max_tokens=6, temperature=1.0, seed=2)
-    result = await solve("deepconf(n=4, top_k=3)", "1+2=", engine, params=params)
+    result = await solve("deepconf(n=4, top_k=3)", "1+2=", engine, RunSettings(params=params))
     [note] = [e for e in result.events if isinstance(e, StepNote)]
     assert len(note.values["confidence"]) == 4 and sum(note.values["kept"]) == 2
 

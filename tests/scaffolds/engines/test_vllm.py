@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from scaffolds import Budget, solve
+from scaffolds import Budget, RunSettings, solve
 from scaffolds.core.trace import StepFinished, StepStarted
 from scaffolds.engines import OpenAIEngine
 from scaffolds.engines.messages import chat
@@ -123,7 +123,10 @@ async def test_every_scaffold_accounts_every_vllm_token(vllm_server: VLLMServer,
     before = vllm_server.metric("vllm:generation_tokens_total")
     async with _engine(vllm_server) as engine:
         result = await solve(
-            spec, "What is 3+5?", engine, params=SamplingParams(max_tokens=24, temperature=1.0)
+            spec,
+            "What is 3+5?",
+            engine,
+            RunSettings(params=SamplingParams(max_tokens=24, temperature=1.0)),
         )
     assert_accounts_every_token(vllm_server, result, before)
     assert len(result.solutions) == 1
@@ -135,7 +138,7 @@ async def test_rc_steps_hit_the_prefix_cache(vllm_server: VLLMServer) -> None:
             "rc(steps=2, reasoning_tokens=8, summary_tokens=8)",
             LONG_PROBLEM,
             engine,
-            params=SamplingParams(temperature=1.0),
+            RunSettings(params=SamplingParams(temperature=1.0)),
         )
     finished = [e for e in result.events if isinstance(e, StepFinished)]
     assert len(finished) == 3
@@ -150,7 +153,7 @@ async def test_seeded_scaffold_runs_repeat_exactly(vllm_server: VLLMServer) -> N
                 "gsr(n=2)",
                 "Name a prime.",
                 engine,
-                params=SamplingParams(seed=3, temperature=1.0, max_tokens=12),
+                RunSettings(params=SamplingParams(seed=3, temperature=1.0, max_tokens=12)),
             )
         return [e.texts for e in result.events if isinstance(e, StepFinished)]
 
@@ -163,8 +166,10 @@ async def test_a_token_budget_holds_against_vllm(vllm_server: VLLMServer) -> Non
             "majority(k=4)",
             "Count to ten.",
             engine,
-            budget=Budget(max_tokens=100),
-            params=SamplingParams(max_tokens=200, temperature=1.0, extra={"ignore_eos": True}),
+            RunSettings(
+                budget=Budget(max_tokens=100),
+                params=SamplingParams(max_tokens=200, temperature=1.0, extra={"ignore_eos": True}),
+            ),
         )
     started = [e for e in result.events if isinstance(e, StepStarted)]
     assert started[0].max_tokens is not None and 4 * started[0].max_tokens <= 100
@@ -186,7 +191,10 @@ async def test_every_scaffold_with_its_defaults_fits_a_short_context(
     # Stop strings keep the random model's texts short; vLLM checks max_tokens anyway.
     async with _engine(vllm_server) as engine:
         result = await solve(
-            spec, "What is 3+5?", engine, params=SamplingParams(temperature=1.0, stop=("e", "a"))
+            spec,
+            "What is 3+5?",
+            engine,
+            RunSettings(params=SamplingParams(temperature=1.0, stop=("e", "a"))),
         )
     assert result.solutions
     finished = [e for e in result.events if isinstance(e, StepFinished)]
@@ -201,6 +209,11 @@ async def test_a_prompt_longer_than_the_context_is_context_length_exceeded(
     before = vllm_server.metric("vllm:prompt_tokens_total")
     async with _engine(vllm_server) as engine:
         with pytest.raises(ContextLengthError) as caught:
-            await solve("single", LONG_PROBLEM * 6, engine, params=SamplingParams(max_tokens=64))
+            await solve(
+                "single",
+                LONG_PROBLEM * 6,
+                engine,
+                RunSettings(params=SamplingParams(max_tokens=64)),
+            )
     assert caught.value.code == "context_length_exceeded"
     assert vllm_server.metric("vllm:prompt_tokens_total") == before  # nothing was sent

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from scaffolds import Problem, solve
+from scaffolds import Problem, RunSettings, solve
 from scaffolds.core.trace import StepFinished, StepNote, StepStarted
 from scaffolds.engines import OpenAIEngine
 from scaffolds.engines.messages import chat
@@ -55,7 +55,7 @@ async def test_deepconf_answers_from_vllm_logprobs(vllm_server: VLLMServer) -> N
             "deepconf(n=4, keep=0.5, window=4, top_k=5)",
             "What is 3+5?",
             engine,
-            params=SamplingParams(temperature=1.0, max_tokens=16, seed=1),
+            RunSettings(params=SamplingParams(temperature=1.0, max_tokens=16, seed=1)),
         )
     [note] = [e for e in result.events if isinstance(e, StepNote)]
     confidences = note.values["confidence"]
@@ -84,7 +84,7 @@ async def test_budget_forcing_continuations_are_accepted_and_accounted(
             "budget_forcing(min_tokens=100000, waits=2)",
             problem if problem is not None else Problem.from_text("3+5="),
             engine,
-            params=stopping,
+            RunSettings(params=stopping),
         )
     started = [e for e in result.events if isinstance(e, StepStarted)]
     assert [e.kind for e in started] == ["generate", "continue", "continue"]
@@ -116,9 +116,13 @@ async def test_budget_forcing_stops_at_the_served_models_marker_then_answers(
     before = vllm_server.metric("vllm:generation_tokens_total")
     async with _engine(vllm_server) as engine:
         result = await run_scaffold(
-            strategy, Problem.from_messages(chat("What is 3+5?")), engine, routing=routing,
-            params=SamplingParams(temperature=1.0, max_tokens=8, seed=3),
-        )  # fmt: skip
+            strategy,
+            Problem.from_messages(chat("What is 3+5?")),
+            engine,
+            RunSettings(
+                routing=routing, params=SamplingParams(temperature=1.0, max_tokens=8, seed=3)
+            ),
+        )
     started = [e for e in result.events if isinstance(e, StepStarted)]
     finished = [e for e in result.events if isinstance(e, StepFinished)]
     assert all(e.error is None for e in finished) and 2 <= len(started) <= 3

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from scaffolds import solve
+from scaffolds import RunSettings, solve
 from scaffolds.engines import OpenAIEngine
 from scaffolds.engines.messages import chat
 from scaffolds.engines.protocol import GenerateRequest, SamplingParams
@@ -54,7 +54,7 @@ async def test_a_plain_question_gets_an_english_answer(smollm2_server: VLLMServe
             "single",
             "What is the capital of France? Answer in one sentence.",
             engine,
-            params=SamplingParams(max_tokens=40, temperature=0.0),
+            RunSettings(params=SamplingParams(max_tokens=40, temperature=0.0)),
         )
     text = result.solutions[0].text
     assert "Paris" in text, text
@@ -78,7 +78,10 @@ async def test_every_scaffold_runs_and_accounts_every_token(
     before = smollm2_server.metric("vllm:generation_tokens_total")
     async with _engine(smollm2_server) as engine:
         result = await solve(
-            spec, "What is 7 + 5?", engine, params=SamplingParams(max_tokens=48, temperature=0.7)
+            spec,
+            "What is 7 + 5?",
+            engine,
+            RunSettings(params=SamplingParams(max_tokens=48, temperature=0.7)),
         )
     assert_accounts_every_token(smollm2_server, result, before)
     assert result.solutions and result.solutions[0].text.strip()
@@ -155,8 +158,9 @@ async def test_beam_search_on_vllm_continues_the_assistant_message_and_counts_ev
             "beam(width=1, expand=2, max_steps=2, step_tokens=16)",
             "Tom has 3 apples and buys 4 more. How many apples does he have?",
             engine,
-            params=SamplingParams(temperature=0.8),
-            verifier=GenerativeVerifier(engine, MODEL),
+            RunSettings(
+                params=SamplingParams(temperature=0.8), verifier=GenerativeVerifier(engine, MODEL)
+            ),
         )
     kinds = [e.kind for e in result.events if isinstance(e, StepStarted)]
     assert kinds[:2] == ["search_step", "verify"] and kinds.count("verify") >= 1

@@ -19,6 +19,7 @@ import pytest
 
 from scaffolds.core.context import Budget, Problem
 from scaffolds.core.run import RunResult, run_scaffold
+from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.thinking import HelperModel, Routing, Thinking
 from scaffolds.core.trace import StepFinished, StepNote, StepStarted
 from scaffolds.engines import OpenAIEngine
@@ -63,8 +64,8 @@ def _chat(server: VLLMServer, **body: Any) -> dict[str, Any]:
 async def _run(server: VLLMServer, spec: str, **kwargs: Any) -> RunResult:
     async with OpenAIEngine(server.base_url, MODEL, max_retries=1) as engine:
         kwargs.setdefault("params", GREEDY)
-        return await run_scaffold(build_strategy(spec), PROBLEM, engine, prompts="compact",
-                                  **kwargs)  # fmt: skip
+        settings = RunSettings(prompts="compact", **kwargs)
+        return await run_scaffold(build_strategy(spec), PROBLEM, engine, settings)
 
 
 def _started(result: RunResult, template: str) -> list[StepStarted]:

@@ -8,6 +8,7 @@ import pytest
 
 from scaffolds.core.context import Budget, Problem
 from scaffolds.core.run import run_scaffold
+from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.trace import StepFinished, StepStarted
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import Completion, GenerateRequest, Message
@@ -127,7 +128,10 @@ async def test_length_and_the_message_cap_end_the_waits() -> None:
 async def test_the_call_budget_stops_the_waits_with_the_answer_so_far() -> None:
     engine = replies("first \\boxed{1}", "then \\boxed{2}")
     result = await run_scaffold(
-        BudgetForcing(min_tokens=100, waits=3), PROBLEM, engine, budget=Budget(max_calls=2)
+        BudgetForcing(min_tokens=100, waits=3),
+        PROBLEM,
+        engine,
+        RunSettings(budget=Budget(max_calls=2)),
     )
     assert len(engine.requests) == 2
     assert result.solutions[0].answer == "2" and result.solutions[0].cut_short
@@ -142,7 +146,10 @@ async def test_a_token_budget_forces_the_answer_after_the_whole_message() -> Non
 
     engine = MockEngine(handler)
     result = await run_scaffold(
-        BudgetForcing(min_tokens=100, waits=1), PROBLEM, engine, budget=Budget(max_tokens=40)
+        BudgetForcing(min_tokens=100, waits=1),
+        PROBLEM,
+        engine,
+        RunSettings(budget=Budget(max_tokens=40)),
     )
     kinds = [e.kind for e in result.events if isinstance(e, StepStarted)]
     assert kinds == ["generate", "continue", "force_answer"]
@@ -163,7 +170,9 @@ async def test_k_samples_start_in_one_request_and_continue_independently() -> No
         return "more \\boxed{9}"
 
     engine = MockEngine(handler)
-    result = await run_scaffold(BudgetForcing(min_tokens=5, waits=1), PROBLEM, engine, n=3)
+    result = await run_scaffold(
+        BudgetForcing(min_tokens=5, waits=1), PROBLEM, engine, RunSettings(n=3)
+    )
     assert [r.params.n for r in engine.requests] == [3, 1, 1]
     assert [s.answer for s in result.solutions] == ["9", "2", "9"]
     assert result.usage.calls == 3

@@ -11,6 +11,7 @@ import pytest
 
 from scaffolds.core.context import Problem
 from scaffolds.core.run import RunResult, run_scaffold
+from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.thinking import Routing, Thinking
 from scaffolds.core.trace import StepStarted
 from scaffolds.engines.mock import MockEngine
@@ -48,7 +49,7 @@ class Writer:
 
 async def run(strategy: BudgetForcing, writer: Writer, thinking: Thinking = S1) -> RunResult:
     routing = Routing(thinking=thinking)
-    return await run_scaffold(strategy, PROBLEM, MockEngine(writer), routing=routing)
+    return await run_scaffold(strategy, PROBLEM, MockEngine(writer), RunSettings(routing=routing))
 
 
 def test_options_parse_and_round_trip() -> None:
@@ -147,10 +148,14 @@ async def test_the_requests_own_stop_strings_stay() -> None:
     strategy = BudgetForcing(waits=0)
     routing = Routing(thinking=S1)
     params = SamplingParams(stop=("So",))
-    await run_scaffold(strategy, PROBLEM, MockEngine(writer), routing=routing, params=params)
+    await run_scaffold(
+        strategy, PROBLEM, MockEngine(writer), RunSettings(routing=routing, params=params)
+    )
     assert [r.params.stop for r in writer.requests] == [("So", S1.end), ("So",)]
     # OpenAI takes four stop strings at most: a request with four keeps its own.
     writer = Writer("<|im_start|>think 6*7 is 42. So", " \\boxed{42}")
     params = SamplingParams(stop=("So", "a", "b", "c"))
-    await run_scaffold(strategy, PROBLEM, MockEngine(writer), routing=routing, params=params)
+    await run_scaffold(
+        strategy, PROBLEM, MockEngine(writer), RunSettings(routing=routing, params=params)
+    )
     assert writer.requests[0].params.stop == ("So", "a", "b", "c")

@@ -8,6 +8,7 @@ import pytest
 
 from scaffolds.core.context import Budget, Problem
 from scaffolds.core.run import run_scaffold
+from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.trace import StepFinished, StepNote, StepStarted
 from scaffolds.engines.mock import MockEngine, synthetic_top_logprobs
 from scaffolds.engines.protocol import Completion, GenerateRequest, Message, SamplingParams
@@ -209,7 +210,9 @@ async def test_an_engine_without_logprobs_is_an_unsupported_error_naming_deepcon
 async def test_token_budget_forces_answers_and_marks_the_vote_cut_short() -> None:
     long = "step " * 40 + "\\boxed{5}"
     engine = MockEngine(lambda r: "\\boxed{5}" if "Time is up" in r.prompt_text() else [long, long])
-    result = await run_scaffold(DeepConf(n=2), PROBLEM, engine, budget=Budget(max_tokens=60))
+    result = await run_scaffold(
+        DeepConf(n=2), PROBLEM, engine, RunSettings(budget=Budget(max_tokens=60))
+    )
     kinds = [e.kind for e in result.events if isinstance(e, StepStarted)]
     assert kinds == ["generate", "force_answer", "force_answer"]
     assert result.solutions[0].answer == "5" and result.solutions[0].cut_short
@@ -221,7 +224,7 @@ async def test_token_budget_forces_answers_and_marks_the_vote_cut_short() -> Non
 async def test_a_call_budget_stops_further_deepconf_runs() -> None:
     engine = MockEngine(lambda r: "\\boxed{1}")
     strategy = Majority(k=3, solver=DeepConf(n=2))
-    result = await run_scaffold(strategy, PROBLEM, engine, budget=Budget(max_calls=1))
+    result = await run_scaffold(strategy, PROBLEM, engine, RunSettings(budget=Budget(max_calls=1)))
     assert len(engine.requests) == 1
     assert result.solutions[0].answer == "1" and result.solutions[0].cut_short
     assert result.cut_reason == "calls"

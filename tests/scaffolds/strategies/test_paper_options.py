@@ -9,6 +9,7 @@ import pytest
 
 from scaffolds.core.context import Budget, Problem
 from scaffolds.core.run import run_scaffold
+from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.thinking import Routing, Thinking
 from scaffolds.core.trace import StepFinished, StepStarted
 from scaffolds.engines.mock import MockEngine
@@ -43,7 +44,7 @@ async def test_the_answer_format_decides_what_votes(
         Majority(k=5),
         PROBLEM,
         engine,
-        answer_format=answer_format,  # type: ignore[arg-type]
+        RunSettings(answer_format=answer_format),  # type: ignore[arg-type]
     )
     assert [r.params.n for r in engine.requests] == [5]
     [finished] = [e for e in result.events if isinstance(e, StepFinished)]
@@ -54,7 +55,7 @@ async def test_the_answer_format_decides_what_votes(
 
 async def test_boxed_without_any_box_is_no_answer() -> None:
     engine = MockEngine(lambda r: ["it is 42", "42"])
-    result = await run_scaffold(Majority(k=2), PROBLEM, engine, answer_format="boxed")
+    result = await run_scaffold(Majority(k=2), PROBLEM, engine, RunSettings(answer_format="boxed"))
     assert result.solutions[0].answer is None
 
 
@@ -63,7 +64,7 @@ async def test_boxed_reads_only_after_the_models_own_thinking_marker() -> None:
     texts = ["\\boxed{1}<|end_think|>so \\boxed{2}", "<think>\\boxed{1} still thinking"]
     engine = MockEngine(lambda r: texts)
     result = await run_scaffold(
-        Majority(k=2), PROBLEM, engine, answer_format="boxed", routing=routing
+        Majority(k=2), PROBLEM, engine, RunSettings(answer_format="boxed", routing=routing)
     )
     [finished] = [e for e in result.events if isinstance(e, StepFinished)]
     assert finished.answers == ("2", None)
@@ -80,10 +81,10 @@ async def test_a_cut_sample_without_a_box_is_forced_to_answer_when_boxed() -> No
     # gets the forced-answer call (its 1 token writes \boxed{7}).
     for answer_format, calls, answer in (("lenient", 1, "7 and then"), ("boxed", 2, "7")):
         engine = MockEngine(reply)
+        settings = RunSettings(budget=Budget(max_tokens=6), answer_format=answer_format)  # type: ignore[arg-type]
         result = await run_scaffold(
-            build_strategy("rc(steps=1, reasoning_tokens=64)"), PROBLEM, engine,
-            budget=Budget(max_tokens=6), answer_format=answer_format,  # type: ignore[arg-type]
-        )  # fmt: skip
+            build_strategy("rc(steps=1, reasoning_tokens=64)"), PROBLEM, engine, settings
+        )
         assert [r.params.max_tokens for r in engine.requests] == [5, 1][:calls]
         assert result.solutions[0].answer == answer
 
@@ -127,7 +128,9 @@ async def test_rc_without_a_reasoning_cap_leaves_each_chunk_to_the_context() -> 
     await run_scaffold(strategy, PROBLEM, engine)
     assert [r.params.max_tokens for r in engine.requests] == [None, 16, None]
     engine = MockEngine(lambda r: "x \\boxed{1}")
-    await run_scaffold(strategy, PROBLEM, engine, params=SamplingParams(max_tokens=100))
+    await run_scaffold(
+        strategy, PROBLEM, engine, RunSettings(params=SamplingParams(max_tokens=100))
+    )
     assert [r.params.max_tokens for r in engine.requests] == [100, 16, 100]
 
 
@@ -135,10 +138,13 @@ async def test_a_requests_max_tokens_leaves_a_steps_own_limit_alone() -> None:
     # An eval harness's max_tokens=5 limits the calls no step limits; rc's own do not shrink.
     engine = MockEngine(lambda r: "x \\boxed{1}")
     strategy = RC(steps=2, reasoning_tokens=64, summary_tokens=16)
-    await run_scaffold(strategy, PROBLEM, engine, params=SamplingParams(max_tokens=5))
+    await run_scaffold(strategy, PROBLEM, engine, RunSettings(params=SamplingParams(max_tokens=5)))
     assert [r.params.max_tokens for r in engine.requests] == [64, 16, 64]
     await run_scaffold(
-        strategy, PROBLEM, engine, params=SamplingParams(max_tokens=5), budget=Budget(max_tokens=20)
+        strategy,
+        PROBLEM,
+        engine,
+        RunSettings(params=SamplingParams(max_tokens=5), budget=Budget(max_tokens=20)),
     )
     # The run's budget does cap them: 20 in all (less what it keeps for a forced answer).
     capped = [r.params.max_tokens or 0 for r in engine.requests[3:]]
@@ -149,7 +155,9 @@ async def test_a_requests_max_tokens_leaves_a_steps_own_limit_alone() -> None:
 async def test_rc_summarizer_thinking(setting: str, off_requests: int) -> None:
     model = ThinkingModel(lambda r: "I added and got \\boxed{42}.", think=5)
     strategy = RC(steps=2, summarizer_thinking=setting)  # type: ignore[arg-type]
-    await run_scaffold(strategy, PROBLEM, MockEngine(model), routing=Routing(Thinking.of("qwen3")))
+    await run_scaffold(
+        strategy, PROBLEM, MockEngine(model), RunSettings(routing=Routing(Thinking.of("qwen3")))
+    )
     assert len(model.requests) == 3
     off = [r for r in model.requests if r.params.extra.get("chat_template_kwargs")]
     assert len(off) == off_requests

@@ -10,6 +10,7 @@ import pytest
 
 from scaffolds.core.context import Budget, Problem
 from scaffolds.core.run import RunResult, run_scaffold
+from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.trace import StepFinished, StepNote, StepStarted
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import GenerateRequest, Message, SamplingParams, Usage
@@ -24,7 +25,7 @@ PROBLEM = Problem.from_messages((Message("user", "What is 6*7?"),))
 
 async def run(strategy: Strategy, handler: Any, **kwargs: Any) -> tuple[MockEngine, RunResult]:
     engine = MockEngine(handler)
-    return engine, await run_scaffold(strategy, PROBLEM, engine, **kwargs)
+    return engine, await run_scaffold(strategy, PROBLEM, engine, RunSettings(**kwargs))
 
 
 def started(result: RunResult, kind: str) -> list[StepStarted]:

@@ -11,6 +11,7 @@ import pytest
 
 from scaffolds.core.context import Budget, Problem
 from scaffolds.core.run import RunResult, run_scaffold
+from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.trace import StepNote, StepStarted
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import Completion, GenerateRequest, Message, SamplingParams
@@ -24,7 +25,7 @@ PROBLEM = Problem.from_messages((Message("user", "What is 6*7?"),))
 
 
 async def run(strategy: RSA, handler: Any, problem: Problem = PROBLEM, **kw: Any) -> RunResult:
-    return await run_scaffold(strategy, problem, MockEngine(handler), **kw)
+    return await run_scaffold(strategy, problem, MockEngine(handler), RunSettings(**kw))
 
 
 def started(result: RunResult, kind: str) -> list[StepStarted]:

@@ -8,6 +8,7 @@ import pytest
 
 from scaffolds.core.context import Problem
 from scaffolds.core.run import run_scaffold
+from scaffolds.core.run_settings import RunSettings
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import Completion, GenerateRequest, Message, SamplingParams
 from scaffolds.strategies import Beam, ParticleFilter
@@ -56,7 +57,7 @@ def beam_tree(answer: bool | None) -> dict[str, list[Completion]]:
 async def test_beam_ends_a_path_whose_step_ended_at_end_of_sequence() -> None:
     engine, verifier = tree_engine(beam_tree(EOS)), ScriptedVerifier(last_step_score)
     result = await run_scaffold(
-        Beam(width=3, expand=1, max_steps=2), PROBLEM, engine, verifier=verifier
+        Beam(width=3, expand=1, max_steps=2), PROBLEM, engine, RunSettings(verifier=verifier)
     )
     # Level 1 keeps all three (0.9, 0.8, 0.7); only the two unfinished ones go on, and the
     # finished answer (0.9) beats their second steps (0.6, 0.5).
@@ -74,7 +75,7 @@ async def test_beam_goes_on_after_a_separator_or_when_the_engine_does_not_say(
 ) -> None:
     engine, verifier = tree_engine(beam_tree(answer)), ScriptedVerifier(last_step_score)
     result = await run_scaffold(
-        Beam(width=3, expand=1, max_steps=2), PROBLEM, engine, verifier=verifier
+        Beam(width=3, expand=1, max_steps=2), PROBLEM, engine, RunSettings(verifier=verifier)
     )
     calls = sorted((partial_of(r), r.params.n) for r in engine.requests)
     assert calls == [
@@ -105,9 +106,11 @@ async def test_particle_filter_ends_a_particle_whose_step_ended_at_end_of_sequen
     engine = tree_engine(tree)
     verifier = ScriptedVerifier(lambda text: weights[text.split("\n\n")[-1]])
     result = await run_scaffold(
-        ParticleFilter(n=3, max_steps=3), PROBLEM, engine, verifier=verifier,
-        params=SamplingParams(seed=3),
-    )  # fmt: skip
+        ParticleFilter(n=3, max_steps=3),
+        PROBLEM,
+        engine,
+        RunSettings(verifier=verifier, params=SamplingParams(seed=3)),
+    )
     # Scores 1 and 0: every draw takes the first particle (the others ~1e-14 each).
     requests = [(partial_of(r), r.params.n) for r in engine.requests]
     assert requests == [("", 3), ("12 * 4 = 48\n\n", 3)][:rounds]

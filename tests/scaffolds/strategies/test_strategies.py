@@ -9,6 +9,7 @@ import pytest
 
 from scaffolds.core.context import Budget, Problem
 from scaffolds.core.run import run_scaffold
+from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.trace import StepFinished, StepStarted
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import Message, SamplingParams
@@ -30,7 +31,7 @@ PROBLEM = Problem.from_messages((Message("user", "What is 6*7?"),))
 
 async def run(strategy: Strategy, script: Script, **kwargs: object):
     engine = MockEngine(script)
-    result = await run_scaffold(strategy, PROBLEM, engine, **kwargs)  # type: ignore[arg-type]
+    result = await run_scaffold(strategy, PROBLEM, engine, RunSettings(**kwargs))  # type: ignore[arg-type]
     return engine, result
 
 
@@ -263,8 +264,7 @@ async def test_token_budget_clamps_calls_and_forces_an_answer() -> None:
         Single(),
         PROBLEM,
         engine,
-        budget=Budget(max_tokens=200),
-        params=SamplingParams(max_tokens=1000),
+        RunSettings(budget=Budget(max_tokens=200), params=SamplingParams(max_tokens=1000)),
     )
     assert engine.requests[0].params.max_tokens is not None
     assert engine.requests[0].params.max_tokens <= 200
@@ -279,7 +279,9 @@ async def test_a_budget_cut_sample_that_needs_no_forced_answer_still_reports_tok
     """The budget ends the only call (200 of 500 tokens, held back 48: 152 granted) after
     an answer was written, so no forced answer is asked; the run is still cut by tokens."""
     engine = MockEngine(Script(solve="\\boxed{42} " + " ".join(["more"] * 500)))
-    result = await run_scaffold(Single(), PROBLEM, engine, budget=Budget(max_tokens=200))
+    result = await run_scaffold(
+        Single(), PROBLEM, engine, RunSettings(budget=Budget(max_tokens=200))
+    )
     assert [r.params.max_tokens for r in engine.requests] == [152]
     assert result.solutions[0].cut_short and result.cut_reason == "tokens"
 
@@ -293,7 +295,7 @@ async def test_exhausted_budget_before_any_answer_gives_an_empty_cut_choice() ->
 async def test_deadline_with_no_answer_raises() -> None:
     engine = MockEngine(Script(), delay=5)
     with pytest.raises(DeadlineExceededError):
-        await run_scaffold(GSR(n=2), PROBLEM, engine, budget=Budget(timeout_s=0.1))
+        await run_scaffold(GSR(n=2), PROBLEM, engine, RunSettings(budget=Budget(timeout_s=0.1)))
     assert engine.in_flight == 0
 
 
@@ -308,7 +310,7 @@ async def test_deadline_after_candidates_returns_them_cut_short() -> None:
         return "\\boxed{42}"
 
     result = await run_scaffold(
-        GSR(n=2), PROBLEM, MockEngine(handler), budget=Budget(timeout_s=0.3)
+        GSR(n=2), PROBLEM, MockEngine(handler), RunSettings(budget=Budget(timeout_s=0.3))
     )
     assert result.solutions[0].answer == "42" and result.solutions[0].cut_short
     assert result.cut_reason == "deadline"
@@ -332,7 +334,10 @@ async def test_seeded_runs_are_deterministic_and_calls_get_distinct_seeds() -> N
     async def seeds() -> list[int | None]:
         engine = MockEngine(Script())
         await run_scaffold(
-            Majority(k=2, solver=GSR(n=2)), PROBLEM, engine, params=SamplingParams(seed=7)
+            Majority(k=2, solver=GSR(n=2)),
+            PROBLEM,
+            engine,
+            RunSettings(params=SamplingParams(seed=7)),
         )
         return sorted(r.params.seed or 0 for r in engine.requests)
 

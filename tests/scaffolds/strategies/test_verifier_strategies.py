@@ -9,6 +9,7 @@ import pytest
 
 from scaffolds.core.context import Budget, Problem
 from scaffolds.core.run import RunResult, run_scaffold
+from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.thinking import HelperModel, Routing
 from scaffolds.core.trace import StepFinished, StepNote, StepStarted
 from scaffolds.engines.mock import MockEngine
@@ -34,7 +35,7 @@ async def test_best_of_n_takes_the_top_verifier_score_and_counts_the_call() -> N
     script = Script(solve=texts)
     verifier = ScriptedVerifier(lambda t: 0.9 if "{42}" in t else 0.2)
     result = await run_scaffold(
-        BestOfN(n=3, judge="verifier"), PROBLEM, MockEngine(script), verifier=verifier
+        BestOfN(n=3, judge="verifier"), PROBLEM, MockEngine(script), RunSettings(verifier=verifier)
     )
     assert script.kinds == ["solve"]
     assert verifier.batches == [("What is 6*7?", texts, None)]
@@ -61,7 +62,9 @@ async def test_verifier_weighted_majority_outweighs_the_count() -> None:
     answers = ["\\boxed{41}"] * 3 + ["\\boxed{42}"] * 2
     verifier = ScriptedVerifier(lambda t: 0.9 if "{42}" in t else 0.1)
     spec = Majority(k=5, weight="verifier")
-    result = await run_scaffold(spec, PROBLEM, MockEngine(Script(solve=answers)), verifier=verifier)
+    result = await run_scaffold(
+        spec, PROBLEM, MockEngine(Script(solve=answers)), RunSettings(verifier=verifier)
+    )
     # 41: three votes of 0.1 weigh 0.3; 42: two of 0.9 weigh 1.8.
     assert result.solutions[0].answer == "42" and not result.solutions[0].cut_short
     [vote] = notes(result, "weighted_vote")
@@ -77,9 +80,11 @@ async def test_weighted_majority_without_budget_for_the_verifier_falls_back_to_t
     answers = ["\\boxed{41}"] * 3 + ["\\boxed{42}"] * 2
     verifier = ScriptedVerifier(lambda t: 0.9 if "{42}" in t else 0.1, per_candidate=True)
     result = await run_scaffold(
-        Majority(k=5, weight="verifier"), PROBLEM, MockEngine(Script(solve=answers)),
-        verifier=verifier, budget=Budget(max_calls=5),
-    )  # fmt: skip
+        Majority(k=5, weight="verifier"),
+        PROBLEM,
+        MockEngine(Script(solve=answers)),
+        RunSettings(verifier=verifier, budget=Budget(max_calls=5)),
+    )
     # One call for the samples; the verifier's five requests would make six.
     assert verifier.batches == []
     assert result.solutions[0].answer == "41" and result.solutions[0].cut_short
@@ -103,7 +108,9 @@ async def test_a_spec_names_a_served_model_as_generative_verifier() -> None:
     routing = Routing(models={"checker": HelperModel(judge)})
     answers = ["\\boxed{41}", "\\boxed{41}", "\\boxed{42}"]
     spec = Majority(k=3, weight="verifier", verifier="checker")
-    result = await run_scaffold(spec, PROBLEM, MockEngine(Script(solve=answers)), routing=routing)
+    result = await run_scaffold(
+        spec, PROBLEM, MockEngine(Script(solve=answers)), RunSettings(routing=routing)
+    )
     # 41: 0.3 + 0.3 = 0.6 < 42: 0.8
     assert result.solutions[0].answer == "42"
     assert len(judge.requests) == 3  # chat prompts: one request per candidate
@@ -145,7 +152,7 @@ def last_step_score(text: str) -> float:
 async def test_beam_keeps_the_best_width_paths_and_answers_with_the_best() -> None:
     engine, verifier = MockEngine(grow), ScriptedVerifier(last_step_score)
     spec = Beam(width=2, expand=2, max_steps=3)
-    result = await run_scaffold(spec, PROBLEM, engine, verifier=verifier)
+    result = await run_scaffold(spec, PROBLEM, engine, RunSettings(verifier=verifier))
     # Level 1 keeps A1 (0.9) and C1 (0.8); level 2 keeps A1's boxed 7 (0.95, finished) and
     # C1's c2 (0.6); level 3 continues c2 only, and boxed 9 (0.99) beats boxed 7.
     assert result.solutions[0].text == "C1\n\nc2\n\n\\boxed{9}"
@@ -174,7 +181,7 @@ async def test_beam_out_of_calls_answers_with_the_best_path_so_far() -> None:
     verifier = ScriptedVerifier(last_step_score)
     spec = Beam(width=2, expand=2, max_steps=3)
     result = await run_scaffold(
-        spec, PROBLEM, MockEngine(grow), verifier=verifier, budget=Budget(max_calls=2)
+        spec, PROBLEM, MockEngine(grow), RunSettings(verifier=verifier, budget=Budget(max_calls=2))
     )
     assert result.solutions[0].text == "A1" and result.solutions[0].cut_short
     assert result.cut_reason == "calls" and result.usage.calls == 2
@@ -199,7 +206,7 @@ async def test_particle_filter_resamples_by_softmax_of_logits_and_shares_prefixe
     verifier = ScriptedVerifier(lambda t: WEIGHTS[t.split("\n\n")[-1]])
     spec = ParticleFilter(n=3, max_steps=2)
     result = await run_scaffold(
-        spec, PROBLEM, engine, verifier=verifier, params=SamplingParams(seed=3)
+        spec, PROBLEM, engine, RunSettings(verifier=verifier, params=SamplingParams(seed=3))
     )
     # Scores 1 and 0 clip to 1 - 1e-7 and 1e-7: log weights +-ln(9999999), so every draw
     # takes the one good particle (the others have probability ~1e-14 each).
@@ -217,9 +224,11 @@ async def test_particle_filter_resamples_by_softmax_of_logits_and_shares_prefixe
 async def test_particle_filter_out_of_calls_answers_with_the_heaviest_particle() -> None:
     verifier = ScriptedVerifier(lambda t: WEIGHTS[t.split("\n\n")[-1]])
     result = await run_scaffold(
-        ParticleFilter(n=3, max_steps=2), PROBLEM, MockEngine(propagate), verifier=verifier,
-        budget=Budget(max_calls=3),
-    )  # fmt: skip
+        ParticleFilter(n=3, max_steps=2),
+        PROBLEM,
+        MockEngine(propagate),
+        RunSettings(verifier=verifier, budget=Budget(max_calls=3)),
+    )
     assert result.solutions[0].text == "good" and result.solutions[0].cut_short
     assert result.cut_reason == "calls"
 
