@@ -251,7 +251,8 @@ class RSA(Strategy):
         if self.candidates == "answer":
             return ctx.shown(member.text)
         if member.reasoning:
-            return ctx.thinking.start + member.reasoning + ctx.thinking.end + member.text
+            marks = ctx.thinking.markers
+            return marks.start + member.reasoning + marks.end + member.text
         return member.text
 
     async def _aggregate(

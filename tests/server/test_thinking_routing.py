@@ -39,7 +39,7 @@ def test_a_models_thinking_settings_reach_its_runs() -> None:
     assert routing.models["instruct"].thinking.off == {}
     custom = settings(thinking_off='{"reasoning_effort": "minimal"}', thinking_end="<|end|>")
     thinking = build(custom).models["thinker"].routing.thinking
-    assert thinking.off == {"reasoning_effort": "minimal"} and thinking.end == "<|end|>"
+    assert thinking.off == {"reasoning_effort": "minimal"} and thinking.markers.end == "<|end|>"
 
 
 def test_unknown_presets_and_helper_models_are_refused_naming_the_field() -> None:
