@@ -168,7 +168,6 @@ SOLVE = StepBuilder(
     solve_prompt,
     ("abstraction",),
     _one_note,
-    "abstraction_solve",
     accepts=_reads_a_note,
 )
 

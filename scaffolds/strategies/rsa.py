@@ -141,7 +141,6 @@ AGGREGATE = StepBuilder(
     build=aggregate_prompt,
     state=("candidates",),
     make_state=REFINE.make_state,  # k candidates from the policy, as GSR's refine has
-    mode="rsa_aggregate",
     rows=_aggregate_row,
 )
 
