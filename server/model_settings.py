@@ -33,7 +33,7 @@ from scaffolds.cli_options import Flag
 from scaffolds.core.thinking import Thinking, thinking_off
 from scaffolds.engines.dialects import check_dialect_name
 from scaffolds.engines.factory import check_engine_url
-from scaffolds.evaluation.answers import AnswerFormat
+from scaffolds.evaluation.answers import AnswerFormat, ThinkingMarkers
 
 __all__ = ["DialectName", "EngineURLs", "Flag", "ModelConfig", "ModelOptions", "parse_aliases"]
 
@@ -205,8 +205,7 @@ class ModelOptions(BaseModel):
         return Thinking(
             declared=self.thinking,
             off=dict(self.thinking_off),
-            start=self.thinking_start,
-            end=self.thinking_end,
+            markers=ThinkingMarkers(self.thinking_start, self.thinking_end),
         )
 
     def default_answer_format(self) -> AnswerFormat:

@@ -36,7 +36,7 @@ from scaffolds.engines.protocol import (
     Verifier,
 )
 from scaffolds.errors import ContextFullError, ContextLengthError, EngineRejectedError
-from scaffolds.evaluation.answers import AnswerFormat, final_answer
+from scaffolds.evaluation.answers import AnswerFormat
 from scaffolds.fanout import gather
 from scaffolds.problem import StepPrompt
 from scaffolds.prompts import PromptSet
@@ -170,10 +170,8 @@ class StepCalls:
         """The final answer of a sample's ``text`` as the run reads answers (``boxed``:
         only the last ``\\boxed{}`` after the thinking of ``thinking``, default the run's
         model's; None when there is none)."""
-        marks = thinking or self._state.settings.routing.thinking
-        return final_answer(
-            text, self._state.settings.answer_format, start=marks.start, end=marks.end
-        )
+        marks = (thinking or self._state.settings.routing.thinking).markers
+        return marks.answer(text, self._state.settings.answer_format)
 
     def note(self, kind: str, values: Mapping[str, Any], *, step_id: str | None = None) -> None:
         """Record a :class:`~scaffolds.core.trace.StepNote` about this scope, or about one of

@@ -97,13 +97,13 @@ def closed_prompt(
     '347+589=<think>16 1</think>'
     """
     if completion.reasoning:
-        opened = "" if continued else thinking.start
+        opened = "" if continued else thinking.markers.start
         body = opened + completion.reasoning + completion.text
-    elif thinking.start in completion.text or continued or isinstance(prompt, str):
+    elif thinking.markers.start in completion.text or continued or isinstance(prompt, str):
         body = completion.text
     else:  # a declared thinking model whose template opened the block in the prompt
-        body = thinking.start + completion.text
-    closed = body + cue + thinking.end
+        body = thinking.markers.start + completion.text
+    closed = body + cue + thinking.markers.end
     if isinstance(prompt, str):
         return prompt + closed
     if continued and prompt and prompt[-1].role == "assistant":
@@ -127,7 +127,7 @@ def continued_prompt(
     block = (
         ""
         if continued or not completion.reasoning
-        else (thinking.start + completion.reasoning + thinking.end)
+        else (thinking.markers.start + completion.reasoning + thinking.markers.end)
     )
     body = block + completion.text + cue
     if continued and prompt and prompt[-1].role == "assistant":
@@ -146,8 +146,8 @@ def forced_answer_text(extra: Completion, thinking: Thinking) -> str:
     '936'
     """
     text = extra.text if extra.text.strip() else (extra.reasoning or "")
-    if thinking.end in text:
-        text = text.partition(thinking.end)[2]
+    if thinking.markers.end in text:
+        text = text.partition(thinking.markers.end)[2]
     return text.strip()
 
 
@@ -174,7 +174,7 @@ def with_closed_thinking(
     elif completion.reasoning:
         text = answer
     else:
-        text = completion.text + cue + thinking.end + answer
+        text = completion.text + cue + thinking.markers.end + answer
     return _forced(completion, text, extra)
 
 

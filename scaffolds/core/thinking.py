@@ -26,6 +26,7 @@ from typing import Any
 
 from scaffolds.engines.protocol import Completion, Engine
 from scaffolds.errors import InvalidRequestError
+from scaffolds.evaluation.answers import ThinkingMarkers
 
 __all__ = ["THINKING_OFF", "HelperModel", "Routing", "Thinking", "helper_text", "thinking_off"]
 
@@ -67,12 +68,27 @@ class Thinking:
     thinking, even without a start marker, as when the chat template opens the block);
     otherwise a sample thinks when the engine separated reasoning or its text opens a
     block. ``off``: the request fields a helper step adds to turn thinking off.
+    ``markers``: where its thinking starts and ends in a text (the same
+    :class:`~scaffolds.evaluation.answers.ThinkingMarkers` that answer reading uses).
+
+    >>> s1 = Thinking(declared=True, markers=ThinkingMarkers("<|think|>", "<|answer|>"))
+    >>> s1.after("<|think|>7+9<|answer|> 16"), s1.markers.as_dict()["end"]
+    ('16', '<|answer|>')
     """
 
     declared: bool = False
     off: Mapping[str, Any] = field(default_factory=dict)
-    start: str = "<think>"
-    end: str = "</think>"
+    markers: ThinkingMarkers = field(default_factory=ThinkingMarkers)
+
+    @property
+    def start(self) -> str:
+        """Its markers' start (``<think>`` unless told)."""
+        return self.markers.start
+
+    @property
+    def end(self) -> str:
+        """Its markers' end (``</think>`` unless told)."""
+        return self.markers.end
 
     @classmethod
     def of(cls, preset: str, **changes: Any) -> Thinking:
@@ -82,7 +98,8 @@ class Thinking:
     def thinks(self, completion: Completion) -> bool:
         """Whether this sample thought (reasoning separated, or a block in its text)."""
         text = completion.text
-        return self.declared or bool(completion.reasoning) or self.start in text or self.end in text
+        start, end = self.markers.start, self.markers.end
+        return self.declared or bool(completion.reasoning) or start in text or end in text
 
     def is_open(self, completion: Completion) -> bool:
         """The sample stopped inside its thinking (the budget cut it mid-thought).
@@ -95,27 +112,27 @@ class Thinking:
         if not completion.truncated or not self.thinks(completion):
             return False
         if completion.reasoning:
-            return not completion.text.strip() and self.end not in completion.text
-        return self.end not in completion.text
+            return not completion.text.strip() and self.markers.end not in completion.text
+        return self.markers.end not in completion.text
 
     def thought(self, text: str, reasoning: str | None = None) -> str:
         """What the model thought: the reasoning channel, else the text before the end
         marker (its start marker dropped), else the whole text."""
         if reasoning:
             return reasoning
-        head, sep, _ = text.partition(self.end)
+        head, sep, _ = text.partition(self.markers.end)
         if not sep:
             return text
-        _, opened, inner = head.partition(self.start)
+        _, opened, inner = head.partition(self.markers.start)
         return inner if opened else head
 
     def after(self, text: str) -> str:
         """The part of ``text`` after the thinking (the whole text if it has no end
         marker and opens no block; the thinking itself if it never closed)."""
-        _, sep, tail = text.partition(self.end)
+        _, sep, tail = text.partition(self.markers.end)
         if sep:
             return tail.lstrip()
-        _, opened, inner = text.partition(self.start)
+        _, opened, inner = text.partition(self.markers.start)
         return inner if opened else text
 
 
@@ -131,16 +148,16 @@ def helper_text(completion: Completion, thinking: Thinking) -> tuple[str, str]:
     >>> helper_text(Completion("<think>", "length"), Thinking())
     ('', 'empty')
     """
-    text = completion.text
-    if thinking.end in text:
-        after = text.partition(thinking.end)[2].strip()
+    text, (start, end) = completion.text, (thinking.markers.start, thinking.markers.end)
+    if end in text:
+        after = text.partition(end)[2].strip()
     else:
-        unfinished = thinking.start in text or (thinking.declared and completion.truncated)
+        unfinished = start in text or (thinking.declared and completion.truncated)
         after = "" if unfinished else text
     if after.strip():
         return after, "text"
     thought = thinking.thought(text, completion.reasoning)
-    thought = thought.replace(thinking.start, "").replace(thinking.end, "").strip()
+    thought = thought.replace(start, "").replace(end, "").strip()
     return (thought, "reasoning") if thought else ("", "empty")
 
 

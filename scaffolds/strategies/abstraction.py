@@ -174,7 +174,6 @@ SOLVE = StepBuilder(
     solve_prompt,
     ("abstraction",),
     _one_note,
-    "abstraction_solve",
     accepts=_reads_a_note,
 )
 

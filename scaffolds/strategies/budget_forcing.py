@@ -71,8 +71,8 @@ def reopened(text: str, reasoning: str | None, cue: str, thinking: Thinking) -> 
     """The assistant message so far (its end of thinking, and anything after it,
     dropped) with ``cue`` appended."""
     if reasoning:
-        return f"{thinking.start}\n{reasoning}{cue}"
-    head, _, _ = text.partition(thinking.end)
+        return f"{thinking.markers.start}\n{reasoning}{cue}"
+    head, _, _ = text.partition(thinking.markers.end)
     return head + cue
 
 
@@ -119,7 +119,7 @@ class _Message:
         """It has text after its thinking (an engine that did not stop at the marker)."""
         if self.reasoning:
             return bool(self.text.strip())
-        return thinking.end in self.text
+        return thinking.markers.end in self.text
 
     def grow(self, partial: str, step: Step, thinking: Thinking, *, answer: bool) -> None:
         """Join the continuation ``step`` of ``partial`` (the message as sent): more
@@ -128,9 +128,9 @@ class _Message:
         if self.reasoning is None:
             self.text = partial + more.text
         else:  # the thinking so far with the cue, and what came back in either channel
-            thought = partial.removeprefix(thinking.start + "\n")
+            thought = partial.removeprefix(thinking.markers.start + "\n")
             if answer:
-                self.reasoning = thought.removesuffix(thinking.end)
+                self.reasoning = thought.removesuffix(thinking.markers.end)
                 self.text = forced_answer_text(more, thinking)
             elif more.reasoning:  # the parser split it: the text is an answer after it
                 self.reasoning, self.text = thought + more.reasoning, more.text
@@ -186,7 +186,7 @@ class BudgetForcing(Strategy):
             label="answer" if k == 1 else label,
             n=k,
             max_tokens=self._left(0),
-            sampling=StepSampling(stop=(ctx.thinking.end,)),
+            sampling=StepSampling(stop=(ctx.thinking.markers.end,)),
             role=StepRole(force_answer=True),
         )
         return await gather(
@@ -228,7 +228,9 @@ class BudgetForcing(Strategy):
         ended = message.finish != "length" or capped
         if thinking.thinks(sample) and ended and not message.cut and not message.answered(thinking):
             try:  # close the thinking with its marker: what follows is the answer
-                await self._continue(problem, ctx, message, thinking.end, "answer", answer=True)
+                await self._continue(
+                    problem, ctx, message, thinking.markers.end, "answer", answer=True
+                )
             except BudgetExhaustedError:
                 message.cut = True
         if message.source == (first.step_id, index):
@@ -260,7 +262,7 @@ class BudgetForcing(Strategy):
             message.source,
             label=label,
             max_tokens=self._message_left(message.spent) if answer else self._left(message.spent),
-            sampling=StepSampling(stop=None if answer else (thinking.end,)),
+            sampling=StepSampling(stop=None if answer else (thinking.markers.end,)),
             role=StepRole(force_answer=True, continue_final=True),
         )
         message.grow(partial, step, thinking, answer=answer)

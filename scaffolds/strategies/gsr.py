@@ -116,7 +116,6 @@ REFINE = StepBuilder(
     build=refine_prompt,
     state=("candidates",),
     make_state=_draw_candidates,
-    mode="gsr_refine",
     rows=_refine_row,
 )
 

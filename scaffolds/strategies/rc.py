@@ -189,8 +189,8 @@ REASONING = StepBuilder(
     reasoning_prompt,
     ("summary",),
     _first_summary,
-    "rc_continue",
-    _reasoning_row,
+    mode="rc_continue",  # the GRPO mode continues a summary; the SFT rows are rc_reasoning
+    rows=_reasoning_row,
 )
 SUMMARY = StepBuilder(
     "rc_summary",

@@ -142,7 +142,6 @@ AGGREGATE = StepBuilder(
     build=aggregate_prompt,
     state=("candidates",),
     make_state=REFINE.make_state,  # k candidates from the policy, as GSR's refine has
-    mode="rsa_aggregate",
     rows=_aggregate_row,
 )
 
@@ -254,7 +253,8 @@ class RSA(Strategy):
         if self.candidates == "answer":
             return ctx.shown(member.text)
         if member.reasoning:
-            return ctx.thinking.start + member.reasoning + ctx.thinking.end + member.text
+            marks = ctx.thinking.markers
+            return marks.start + member.reasoning + marks.end + member.text
         return member.text
 
     async def _aggregate(

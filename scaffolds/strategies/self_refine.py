@@ -194,8 +194,7 @@ REFINE = StepBuilder(
     refine_prompt,
     ("solution", "feedback"),
     _solution_and_feedback,
-    "self_refine_refine",
-    _refine_row,
+    rows=_refine_row,
 )
 
 

@@ -52,7 +52,6 @@ DIRECT = StepBuilder(
     (None, "solve"),
     build=solve_prompt,
     make_state=_no_state,
-    mode="direct",
     accepts=_asks_the_problem,
 )
 """A solution of the problem as asked: kept when correct."""

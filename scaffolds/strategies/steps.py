@@ -1,12 +1,12 @@
 """Step builders: each kind of step a strategy takes, usable by serving and training alike.
 
-A strategy lists its :class:`StepBuilder` s (``step_builders``). A builder names a step
-*kind* (``gsr_refine``, ``rc_summary``: the SFT row kind) and the templates its steps
-render; ``build`` turns the problem and the run's state (candidates, a summary...) into
-the step's :class:`~scaffolds.core.context.StepPrompt`, and ``solve()`` calls it. Training
-looks builders up by kind, never by scaffold: a GRPO rollout of ``mode`` makes the
-missing state with ``make_state`` and renders the prompt with ``build``; an SFT row of a
-traced step is whatever ``rows`` keeps (each sample's extra columns, or None to skip).
+A strategy lists its :class:`StepBuilder` s (``step_builders``); what names a builder
+and its steps is documented there. ``build`` turns the problem and the run's state
+(candidates, a summary...) into the step's :class:`~scaffolds.core.context.StepPrompt`,
+and ``solve()`` calls it. Training looks builders up, never scaffolds: a GRPO rollout
+makes the missing state with ``make_state`` and renders the prompt with ``build``; an
+SFT row of a traced step is whatever ``rows`` keeps (each sample's extra columns, or
+None to skip).
 
 >>> from scaffolds.engines.mock import MockEngine
 >>> from scaffolds.core.context import Context, Problem
@@ -192,15 +192,39 @@ def keep_correct(step: TracedStep, sample: int, inputs: RowInputs) -> dict[str, 
 
 @dataclass(frozen=True)
 class StepBuilder:
-    """One kind of step: its name, trace kind, templates and how to build and use it.
+    """One kind of step: the names it goes by, and how to build and use it.
+
+    A step is named four ways, each for its own reader, and each is written as it is in
+    saved traces and datasets (so none can take another's value):
+
+    - ``kind``: the builder's name, the ``kind`` of the SFT rows it makes
+      (``training.data``: ``ponder train rows --kinds``).
+    - ``trace_kind``: the ``kind`` its steps record in a trace
+      (:attr:`~scaffolds.core.trace.StepStarted.kind`, what the server streams and a
+      :class:`TracedStep` reads back); :meth:`generate` takes every step with it.
+    - ``templates``: the templates its prompts are rendered from (the trace's
+      ``template``; None: the problem as asked), by which :meth:`matches` finds its
+      steps in a trace.
+    - ``mode``: the GRPO rollout mode that practices the step (a dataset row's
+      ``mode``; ``training.rollouts``), or None where none does. A builder that makes
+      its own state (``make_state``) is practiced under its ``kind`` unless ``mode``
+      names it otherwise.
 
     ``state`` names what ``build`` reads besides the problem (dataset columns of a GRPO
-    row); ``mode`` is the rollout mode that practices this step (None: none does).
+    row); ``rows`` and ``accepts`` decide its SFT rows.
+
+    >>> from scaffolds.strategies.rc import REASONING
+    >>> REASONING.kind, REASONING.trace_kind, REASONING.mode
+    ('rc_reasoning', 'reasoning', 'rc_continue')
+    >>> REASONING.templates
+    ('rc_reasoning_start', 'rc_reasoning_continue', 'rc_reasoning')
+    >>> from scaffolds.strategies.gsr import REFINE
+    >>> REFINE.kind, REFINE.trace_kind, REFINE.mode, REFINE.templates
+    ('gsr_refine', 'refine', 'gsr_refine', ('gsr_refine',))
     """
 
     kind: str
     trace_kind: str
-    """The ``kind`` its steps record in a trace: :meth:`generate` takes the step with it."""
     templates: tuple[str | None, ...]
     build: BuildPrompt | None = None
     state: tuple[str, ...] = ()
@@ -208,6 +232,10 @@ class StepBuilder:
     mode: str | None = None
     rows: RowRule | None = keep_correct
     accepts: Accepts | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode is None and self.make_state is not None:
+            object.__setattr__(self, "mode", self.kind)
 
     async def generate(
         self,

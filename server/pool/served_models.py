@@ -24,7 +24,6 @@ from typing import Any
 from scaffolds.core.thinking import HelperModel, Routing
 from scaffolds.engines.protocol import Engine, Verifier
 from scaffolds.errors import FanOutError, InvalidRequestError, NotFoundError, SpecError
-from scaffolds.evaluation.answers import ThinkingMarkers
 from scaffolds.prompts import PromptSet
 from scaffolds.prompts.files import PromptFile, load_prompt_file
 from scaffolds.spec.build import SpecLimits, build_strategy, spec_string
@@ -249,9 +248,7 @@ class ServedModels:
             about: dict[str, Any] = {
                 "base_model": name,
                 "answer_format": served.config.default_answer_format(),
-                "thinking_markers": ThinkingMarkers(
-                    served.config.thinking_start, served.config.thinking_end
-                ).as_dict(),
+                "thinking_markers": served.config.thinking_config().markers.as_dict(),
             }
             default = spec_string(served.default)
             cards.append(model_card(name, ponder={**about, "scaffold": default}))

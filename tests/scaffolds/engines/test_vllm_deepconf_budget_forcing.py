@@ -108,11 +108,12 @@ async def test_budget_forcing_stops_at_the_served_models_marker_then_answers(
     # is one more continuation, which the marker no longer stops.
     from scaffolds.core.run import run_scaffold
     from scaffolds.core.thinking import Routing, Thinking
+    from scaffolds.evaluation.answers import ThinkingMarkers
     from scaffolds.strategies import BudgetForcing
 
     marker = "e"
     strategy = BudgetForcing(mode="ignore", waits=1, max_thinking_tokens=6, cue="Wait")
-    routing = Routing(thinking=Thinking(declared=True, end=marker))
+    routing = Routing(thinking=Thinking(declared=True, markers=ThinkingMarkers(end=marker)))
     before = vllm_server.metric("vllm:generation_tokens_total")
     async with _engine(vllm_server) as engine:
         result = await run_scaffold(

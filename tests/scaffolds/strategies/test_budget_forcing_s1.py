@@ -17,11 +17,12 @@ from scaffolds.core.trace import StepStarted
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import Completion, GenerateRequest, Message, SamplingParams
 from scaffolds.errors import SpecError
+from scaffolds.evaluation.answers import ThinkingMarkers
 from scaffolds.spec.build import build_strategy
 from scaffolds.strategies import BudgetForcing
 
 PROBLEM = Problem.from_messages((Message("user", "What is 6*7?"),))
-S1 = Thinking(declared=True, start="<|im_start|>think", end="<|im_start|>answer")
+S1 = Thinking(declared=True, markers=ThinkingMarkers("<|im_start|>think", "<|im_start|>answer"))
 """s1's chat format: its thinking ends where the answer section starts."""
 
 
@@ -66,7 +67,7 @@ def test_options_parse_and_round_trip() -> None:
 async def test_ignore_mode_suppresses_the_end_of_thinking_waits_times() -> None:
     # Each draft goes on past the marker; the engine stops there, so that part is never
     # generated. min_tokens=1 is long spent: ignore mode reopens all the same.
-    marker = S1.end
+    marker = S1.markers.end
     writer = Writer(
         f"<|im_start|>think 6*7 is 42 {marker} The answer is 42.",
         f" let me check 7*6 {marker} dropped",
@@ -106,7 +107,7 @@ async def test_min_tokens_mode_reopens_only_a_short_thinking() -> None:
 
 
 async def test_max_thinking_tokens_closes_the_thinking_and_forces_the_answer() -> None:
-    marker = S1.end
+    marker = S1.markers.end
     writer = Writer(
         "<|im_start|>think a b c",  # 4 tokens, ends: reopened (ignore mode)
         " d e f g h i j k",  # gets 6 - 4 = 2 tokens: cut at the cap

@@ -15,6 +15,7 @@ from scaffolds.core.trace import StepFinished, StepStarted
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import GenerateRequest, Message, SamplingParams
 from scaffolds.errors import SpecError
+from scaffolds.evaluation.answers import ThinkingMarkers
 from scaffolds.spec.build import build_strategy
 from scaffolds.strategies import RC, Majority
 from tests.scaffolds.thinking_engine import ThinkingModel
@@ -60,7 +61,7 @@ async def test_boxed_without_any_box_is_no_answer() -> None:
 
 
 async def test_boxed_reads_only_after_the_models_own_thinking_marker() -> None:
-    routing = Routing(Thinking(declared=True, end="<|end_think|>"))
+    routing = Routing(Thinking(declared=True, markers=ThinkingMarkers(end="<|end_think|>")))
     texts = ["\\boxed{1}<|end_think|>so \\boxed{2}", "<think>\\boxed{1} still thinking"]
     engine = MockEngine(lambda r: texts)
     result = await run_scaffold(
