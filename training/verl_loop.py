@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from scaffolds.core.context import Context
-from scaffolds.engines.local import encode_prompt
+from scaffolds.engines.local_generate import encode_prompt
 from scaffolds.engines.protocol import SamplingParams
 from scaffolds.evaluation.answer_pool import AnswerChecker
 from scaffolds.evaluation.answers import is_correct
@@ -63,7 +63,6 @@ from training.verl_engine import VerlServerEngine
 __all__ = [
     "LoopSettings",
     "PlanCache",
-    "VerlServerEngine",
     "agent_loop_class",
     "compute_score",
     "run_scaffold_step",

@@ -24,7 +24,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from scaffolds.core.engine_calls import RunState, Step, StepCalls, Voter, derive_seed
+from scaffolds.core.engine_calls import RunState, StepCalls, Voter, derive_seed
 from scaffolds.core.ledger import Ledger
 from scaffolds.core.thinking import HelperModel, Routing, Thinking
 from scaffolds.core.trace import TraceRecorder
@@ -33,15 +33,7 @@ from scaffolds.evaluation.answers import AnswerFormat
 from scaffolds.problem import Budget, Problem, StepPrompt
 from scaffolds.prompts import PromptSet, Template, common_prompts
 
-__all__ = [
-    "Budget",
-    "Context",
-    "Problem",
-    "Step",
-    "StepPrompt",
-    "TemplateOwner",
-    "Voter",
-]
+__all__ = ["Context", "TemplateOwner"]
 
 
 class TemplateOwner(Protocol):

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from scaffolds.core.context import Budget, Context, Problem, Voter
+from scaffolds.core.context import Context
+from scaffolds.core.engine_calls import Voter
 from scaffolds.core.solution import Solution
 from scaffolds.core.thinking import Routing
 from scaffolds.core.trace import RunFinished, TraceEvent, TraceRecorder
@@ -26,6 +27,7 @@ from scaffolds.engines.protocol import Engine, SamplingParams, Usage, Verifier
 from scaffolds.errors import BudgetExhaustedError, DeadlineExceededError
 from scaffolds.evaluation.answers import AnswerFormat
 from scaffolds.fanout import gather_within_budget
+from scaffolds.problem import Budget, Problem
 from scaffolds.prompts import PromptSet
 
 

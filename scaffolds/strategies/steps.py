@@ -3,13 +3,14 @@
 A strategy lists its :class:`StepBuilder` s (``step_builders``). A builder names a step
 *kind* (``gsr_refine``, ``rc_summary``: the SFT row kind) and the templates its steps
 render; ``build`` turns the problem and the run's state (candidates, a summary...) into
-the step's :class:`~scaffolds.core.context.StepPrompt`, and ``solve()`` calls it. Training
+the step's :class:`~scaffolds.problem.StepPrompt`, and ``solve()`` calls it. Training
 looks builders up by kind, never by scaffold: a GRPO rollout of ``mode`` makes the
 missing state with ``make_state`` and renders the prompt with ``build``; an SFT row of a
 traced step is whatever ``rows`` keeps (each sample's extra columns, or None to skip).
 
 >>> from scaffolds.engines.mock import MockEngine
->>> from scaffolds.core.context import Context, Problem
+>>> from scaffolds.core.context import Context
+>>> from scaffolds.problem import Problem
 >>> from scaffolds.prompts import Template
 >>> def echo_prompt(ctx, problem, state, parent=(None, None)):
 ...     return ctx.render(Template("echo", "$problem$word"), problem, word=state["word"])
@@ -25,8 +26,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from scaffolds.core.context import Context, Problem, Step, StepPrompt
+from scaffolds.core.context import Context
+from scaffolds.core.engine_calls import Step
 from scaffolds.core.trace import StepFinished, StepNote, StepStarted, TraceEvent
+from scaffolds.problem import Problem, StepPrompt
 from scaffolds.prompts import PromptSet
 
 __all__ = [

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from scaffolds.core.context import Budget, Context, Problem
+from scaffolds.core.context import Context
 from scaffolds.core.ledger import FORCE_ANSWER_TOKENS
 from scaffolds.core.trace import StepDelta, StepFinished, StepStarted, TraceRecorder
 from scaffolds.engines.mock import MockEngine
@@ -17,6 +17,7 @@ from scaffolds.errors import (
     InvalidRequestError,
 )
 from scaffolds.fanout import gather
+from scaffolds.problem import Budget, Problem
 from scaffolds.spec.registry import get_prompt_set
 
 

@@ -9,13 +9,13 @@ import re
 
 import pytest
 
-from scaffolds.core.context import Problem
 from scaffolds.core.run import RunResult, run_scaffold
 from scaffolds.core.thinking import Routing, Thinking
 from scaffolds.core.trace import StepStarted
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import Completion, GenerateRequest, Message, SamplingParams
 from scaffolds.errors import SpecError
+from scaffolds.problem import Problem
 from scaffolds.spec.build import build_strategy
 from scaffolds.strategies import BudgetForcing
 

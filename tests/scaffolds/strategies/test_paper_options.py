@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from scaffolds.core.context import Budget, Problem
 from scaffolds.core.run import run_scaffold
 from scaffolds.core.thinking import Routing, Thinking
 from scaffolds.core.trace import StepFinished, StepStarted
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import GenerateRequest, Message, SamplingParams
 from scaffolds.errors import SpecError
+from scaffolds.problem import Budget, Problem
 from scaffolds.spec.build import build_strategy
 from scaffolds.strategies import RC, Majority
 from tests.scaffolds.thinking_engine import ThinkingModel
