@@ -21,7 +21,7 @@ import time
 import zlib
 from collections.abc import AsyncIterator
 
-from scaffolds.core.context import Context, Problem
+from scaffolds.core.context import Context
 from scaffolds.core.engine_calls import StepRole
 from scaffolds.core.run import run_scaffold
 from scaffolds.core.solution import Solution
@@ -34,6 +34,7 @@ from scaffolds.engines.protocol import (
     stream_from_generate,
 )
 from scaffolds.fanout import gather
+from scaffolds.problem import Problem
 from scaffolds.strategies.majority import Majority
 from scaffolds.strategies.rc import RC
 

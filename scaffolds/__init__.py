@@ -1,5 +1,8 @@
 """Ponder's scaffold library: composable test-time strategies over any LLM engine.
 
+The package is the library's public API (README's "From Python"): import the names in
+``__all__`` from here.
+
 >>> import asyncio
 >>> from scaffolds.engines.mock import MockEngine
 >>> engine = MockEngine(lambda request: "so the answer is \\\\boxed{391}")
@@ -13,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scaffolds.core.context import Budget, Problem
 from scaffolds.core.run import RunResult, run_scaffold
 from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.trace import TraceRecorder
 from scaffolds.engines.protocol import Engine, Message, SamplingParams
+from scaffolds.problem import Budget, Problem
 from scaffolds.strategies.base import Strategy
 
 __all__ = [

@@ -26,7 +26,7 @@ from types import MappingProxyType
 
 from scaffolds.errors import MissingDependencyError
 
-__all__ = ["EXTRAS", "Extra", "MissingDependencyError", "installed", "require"]
+__all__ = ["EXTRAS", "Extra", "installed", "require"]
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,6 @@ __all__ = [
     "AuthenticationError",
     "BodyTooLargeError",
     "ClientDisconnectedError",
-    "NotFoundError",
     "OverloadedError",
     "StoreUnavailableError",
     "api_error",

@@ -35,7 +35,7 @@ from scaffolds.engines.dialects import check_dialect_name
 from scaffolds.engines.factory import check_engine_url
 from scaffolds.evaluation.answers import AnswerFormat, ThinkingMarkers
 
-__all__ = ["DialectName", "EngineURLs", "Flag", "ModelConfig", "ModelOptions", "parse_aliases"]
+__all__ = ["DialectName", "EngineURLs", "ModelConfig", "ModelOptions", "parse_aliases"]
 
 PromptSetName = Literal["default", "compact"]
 

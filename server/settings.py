@@ -4,7 +4,7 @@ Settings are frozen and validated once; an error names the bad parameter. One mo
 be given flat (``model`` plus the :class:`~server.model_settings.ModelOptions` fields, what
 ``ponder serve --engine --model`` fills in); a YAML or TOML config file (read by
 pydantic-settings' own sources) can declare several under ``models``. Each field's
-docstring is its ``--help`` text, and its :class:`~server.model_settings.Flag` metadata (if
+docstring is its ``--help`` text, and its :class:`~scaffolds.cli_options.Flag` metadata (if
 any) its flag, so the command line is generated from this class (:mod:`server.cli`).
 
 >>> s = Settings(model="m", engines=("http://e:8000/v1",), aliases={"gsr4": "gsr(n=4)"})
@@ -35,18 +35,17 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from scaffolds.core.context import Budget
+from scaffolds.cli_options import Flag
+from scaffolds.problem import Budget
 from scaffolds.spec.build import SpecLimits
 from server.model_settings import (
-    Flag,
     ModelConfig,
     ModelOptions,
     check_alias_names,
-    parse_aliases,
     split_list,
 )
 
-__all__ = ["ENV_PREFIX", "ModelConfig", "Settings", "parse_aliases", "setting_errors"]
+__all__ = ["ENV_PREFIX", "Settings", "setting_errors"]
 
 ENV_PREFIX = "PONDER_"
 

@@ -100,10 +100,10 @@ def _split(text: str | None) -> list[str] | None:
 @_command(DataCommand)
 def data(args: DataCommand) -> None:
     """Run a scaffold over DATASET into RUN_DIR and build its SFT datasets."""
-    from scaffolds.core.context import Budget
     from scaffolds.engines.factory import EngineOptions, engine_from_url, engine_scheme
     from scaffolds.engines.protocol import SamplingParams
     from scaffolds.errors import PonderError
+    from scaffolds.problem import Budget
     from training.collect import read_problems
     from training.pipeline import make_data
     from training.runs import RunConflictError, RunDir
@@ -268,6 +268,7 @@ def _process_rows(
     from scaffolds.engines.protocol import SamplingParams
     from scaffolds.errors import PonderError
     from scaffolds.evaluation.problems import load_problems
+    from scaffolds.verifiers.generative import step_prefixes
     from training import process_labels as labels
     from training.verifier import balanced
 
@@ -291,7 +292,7 @@ def _process_rows(
     params = SamplingParams(
         n=args.rollouts, max_tokens=args.rollout_max_tokens, temperature=args.temperature
     )
-    total = sum(len(labels.step_prefixes(s.solution, sep)) - 1 for s in samples)
+    total = sum(len(step_prefixes(s.solution, sep)) - 1 for s in samples)
     columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with progress(*columns, console=err, disable=not args.train.progress) as bar:
         task = bar.add_task("rollouts (requests)", total=total)

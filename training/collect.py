@@ -28,13 +28,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scaffolds.core.context import Budget
 from scaffolds.core.run import run_scaffold
 from scaffolds.core.run_settings import RunSettings
 from scaffolds.engines.protocol import Engine, SamplingParams
 from scaffolds.evaluation.answer_pool import AnswerChecker
 from scaffolds.evaluation.answers import is_correct
 from scaffolds.evaluation.problems import ProblemRow, load_problems
+from scaffolds.problem import Budget
 from scaffolds.strategies import Strategy
 from training.traces import TraceRecord
 

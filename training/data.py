@@ -38,7 +38,7 @@ within the step), ``correct`` and ``prompt_set``. A new strategy's kinds join by
 step builders; :func:`row_kinds` lists them all.
 
 >>> import asyncio
->>> from scaffolds.core.context import Problem
+>>> from scaffolds.problem import Problem
 >>> from scaffolds.engines.mock import MockEngine
 >>> from scaffolds.core.run import run_scaffold
 >>> from scaffolds.core.run_settings import RunSettings

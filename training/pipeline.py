@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from scaffolds.core.context import Budget
 from scaffolds.engines.protocol import Engine, SamplingParams
 from scaffolds.evaluation.problems import ProblemRow
+from scaffolds.problem import Budget
 from scaffolds.spec.build import build_strategy
 from scaffolds.spec.registry import default_registry
 from training.collect import CollectStats, GradeBook, collect

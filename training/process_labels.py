@@ -55,7 +55,6 @@ __all__ = [
     "process_samples",
     "records_reading",
     "rollout_grade",
-    "step_prefixes",
     "step_rows",
 ]
 

@@ -11,7 +11,7 @@ from another group (``target="borrowed"``, solving afresh). Problems without a r
 solution make no row.
 
 >>> import asyncio
->>> from scaffolds.core.context import Problem
+>>> from scaffolds.problem import Problem
 >>> from scaffolds.engines.mock import MockEngine
 >>> from scaffolds.core.run import run_scaffold
 >>> from scaffolds.core.run_settings import RunSettings

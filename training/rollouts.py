@@ -50,13 +50,15 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 from scaffolds.cli_options import Flag
-from scaffolds.core.context import Context, Problem, StepPrompt
+from scaffolds.core.context import Context
 from scaffolds.core.engine_calls import StepRole
 from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.trace import StepFinished, TraceRecorder, event_to_dict
-from scaffolds.engines.local import LocalEngine, encode_prompt
+from scaffolds.engines.local import LocalEngine
+from scaffolds.engines.local_generate import encode_prompt
 from scaffolds.engines.messages import messages_from_openai
 from scaffolds.engines.protocol import Completion, Engine, Prompt, SamplingParams
+from scaffolds.problem import Problem, StepPrompt
 from scaffolds.spec.registry import Registry, default_registry
 from scaffolds.strategies.steps import ContextLimits, StepBuilder
 from training.rewards import run_sync

@@ -37,7 +37,7 @@ import uuid
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import Any
 
-from scaffolds.engines.local import encode_prompt
+from scaffolds.engines.local_generate import encode_prompt
 from scaffolds.engines.protocol import (
     Completion,
     GenerateRequest,

@@ -46,7 +46,7 @@ from typing import Any
 
 from scaffolds.core.context import Context
 from scaffolds.core.run_settings import RunSettings
-from scaffolds.engines.local import encode_prompt
+from scaffolds.engines.local_generate import encode_prompt
 from scaffolds.engines.protocol import SamplingParams
 from scaffolds.evaluation.answer_pool import AnswerChecker
 from scaffolds.evaluation.answers import is_correct
@@ -64,7 +64,6 @@ from training.verl_engine import VerlServerEngine
 __all__ = [
     "LoopSettings",
     "PlanCache",
-    "VerlServerEngine",
     "agent_loop_class",
     "compute_score",
     "run_scaffold_step",

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scaffolds.engines.local import encode_prompt
+from scaffolds.engines.local_generate import encode_prompt
 from scaffolds.engines.protocol import (
     Completion,
     GenerateRequest,

@@ -25,7 +25,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from scaffolds.core.engine_calls import RunState, Step, StepCalls, derive_seed
+from scaffolds.core.engine_calls import RunState, StepCalls, derive_seed
 from scaffolds.core.ledger import Ledger
 from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.thinking import HelperModel, Thinking
@@ -34,14 +34,7 @@ from scaffolds.engines.protocol import Engine, Message, Prompt, Usage, Verifier
 from scaffolds.problem import Budget, Problem, StepPrompt
 from scaffolds.prompts import PromptSet, Template, common_prompts
 
-__all__ = [
-    "Budget",
-    "Context",
-    "Problem",
-    "Step",
-    "StepPrompt",
-    "TemplateOwner",
-]
+__all__ = ["Context", "TemplateOwner"]
 
 
 class TemplateOwner(Protocol):

@@ -19,13 +19,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from scaffolds.core.context import Context, Problem
+from scaffolds.core.context import Context
 from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.solution import Solution
 from scaffolds.core.trace import RunFinished, TraceEvent, TraceRecorder
 from scaffolds.engines.protocol import Engine, Usage
 from scaffolds.errors import BudgetExhaustedError, DeadlineExceededError
 from scaffolds.fanout import gather_within_budget
+from scaffolds.problem import Problem
 
 
 class Solver(Protocol):

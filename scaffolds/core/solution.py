@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from scaffolds.core.context import Step
+from scaffolds.core.engine_calls import Step
 from scaffolds.core.thinking import Thinking
 from scaffolds.core.tool_calls import call_key
 from scaffolds.evaluation.answers import extract_answer

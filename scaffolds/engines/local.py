@@ -72,7 +72,7 @@ from scaffolds.engines.protocol import (
 )
 from scaffolds.errors import EngineError, InvalidRequestError, PonderError
 
-__all__ = ["LocalEngine", "LogprobMode", "encode_prompt"]
+__all__ = ["LocalEngine", "LogprobMode"]
 
 LogprobMode = Literal["raw", "sampling"]
 

@@ -8,6 +8,7 @@ that asks for ``top_logprobs`` gets deterministic synthetic ones for texts (see
 :func:`synthetic_top_logprobs`), unless the engine was made with ``logprobs=False``.
 
 >>> import asyncio
+>>> from scaffolds.engines.protocol import SamplingParams
 >>> engine = MockEngine(lambda req: f"echo {req.prompt_text()}")
 >>> result = asyncio.run(engine.generate(GenerateRequest("hi", SamplingParams(n=2))))
 >>> [c.text for c in result.completions], result.usage.calls
@@ -26,7 +27,6 @@ from scaffolds.engines.protocol import (
     EngineDelta,
     GenerateRequest,
     GenerateResult,
-    SamplingParams,
     StreamItem,
     Usage,
 )
@@ -34,13 +34,7 @@ from scaffolds.engines.protocol import (
 HandlerResult = str | Sequence[str] | Sequence[Completion] | GenerateResult
 Handler = Callable[[GenerateRequest], HandlerResult | Awaitable[HandlerResult]]
 
-__all__ = [
-    "GenerateRequest",
-    "MockEngine",
-    "SamplingParams",
-    "synthetic_top_logprobs",
-    "word_confidence",
-]
+__all__ = ["MockEngine", "synthetic_top_logprobs", "word_confidence"]
 
 
 def count_tokens(text: str) -> int:

@@ -60,7 +60,7 @@ from scaffolds.engines.protocol import (
 from scaffolds.errors import EngineTimeoutError, EngineUnavailableError
 from scaffolds.fanout import gather
 
-__all__ = ["Dialect", "OpenAIEngine"]
+__all__ = ["OpenAIEngine"]
 
 
 class OpenAIEngine:

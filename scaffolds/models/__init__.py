@@ -1,5 +1,7 @@
 """The models Ponder knows: the one it ships, and real ones it prepares from a package.
 
+The package is the models' public API: import the names in ``__all__`` from here.
+
 - ``ponder-addition`` ships inside this package (a 1M-parameter Qwen2 this project
   trained on 3-digit addition; ``compact`` prompt set). It is always ready.
 - ``ponder-addition-think`` ships beside it: the same task, with its column sums written

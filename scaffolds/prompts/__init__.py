@@ -1,5 +1,7 @@
 """Prompt sets: every scaffold step's template, by name, shared by serving and training.
 
+The package is the prompts' public API: import the names in ``__all__`` from here.
+
 A served model declares the set it was trained with (``default`` for instruction-following
 chat models, ``compact`` for the small synthetic-task model). The shared templates of each
 set live in :mod:`scaffolds.prompts.common`; each strategy contributes its own (its

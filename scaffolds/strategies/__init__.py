@@ -1,5 +1,7 @@
 """The built-in scaffolds. Each wraps an inner ``solver``, so they compose.
 
+The package is the strategies' public API: import the names in ``__all__`` from here.
+
 :data:`BUILTINS` is THE list of built-ins: the default registry
 (:func:`scaffolds.spec.registry.default_registry`) serves them, plus the scaffolds other
 installed distributions declare (entry-point group ``ponder.scaffolds``). A new built-in

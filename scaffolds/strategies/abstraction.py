@@ -22,11 +22,12 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from scaffolds.core.context import Context, Problem, StepPrompt
+from scaffolds.core.context import Context
 from scaffolds.core.engine_calls import StepRole
 from scaffolds.core.solution import Solution
 from scaffolds.errors import BudgetExhaustedError
 from scaffolds.fanout import gather_within_budget
+from scaffolds.problem import Problem, StepPrompt
 from scaffolds.prompts import PromptSet, Template
 from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.majority import pick_by_vote

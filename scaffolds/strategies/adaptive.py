@@ -32,10 +32,11 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from scaffolds.core.context import Context, Problem
+from scaffolds.core.context import Context
 from scaffolds.core.solution import Solution
 from scaffolds.core.tool_calls import vote_groups
 from scaffolds.errors import BudgetExhaustedError
+from scaffolds.problem import Problem
 from scaffolds.strategies.base import FieldValueError, Strategy
 from scaffolds.strategies.single import Single
 

@@ -29,10 +29,11 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from scaffolds.core.context import Context, Problem
+from scaffolds.core.context import Context
 from scaffolds.core.solution import Solution
 from scaffolds.errors import BudgetExhaustedError, InvalidRequestError
 from scaffolds.fanout import gather_within_budget
+from scaffolds.problem import Problem
 from scaffolds.prompts import PromptSet, common_prompts
 from scaffolds.spec_grammar import format_spec
 from scaffolds.strategies.steps import StepBuilder

@@ -33,13 +33,14 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from scaffolds.core.context import Context, Problem, StepPrompt
+from scaffolds.core.context import Context
 from scaffolds.core.engine_calls import StepRole, StepSampling
 from scaffolds.core.solution import Solution
 from scaffolds.engines.protocol import Message, Verifier
 from scaffolds.errors import BudgetExhaustedError
 from scaffolds.evaluation.answers import extract_answer, extract_boxed
 from scaffolds.fanout import gather_within_budget
+from scaffolds.problem import Problem, StepPrompt
 from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.majority import pick_by_vote
 from scaffolds.strategies.steps import Parent, StepBuilder

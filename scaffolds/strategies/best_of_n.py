@@ -17,11 +17,12 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from scaffolds.core.context import Context, Problem, StepPrompt
+from scaffolds.core.context import Context
 from scaffolds.core.engine_calls import StepRole, StepSampling
 from scaffolds.core.solution import Solution
 from scaffolds.errors import BudgetExhaustedError
 from scaffolds.evaluation.answers import extract_answer
+from scaffolds.problem import Problem, StepPrompt
 from scaffolds.prompts import PromptSet, Template
 from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.majority import pick_by_vote

@@ -41,14 +41,15 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from scaffolds.core.context import Context, Problem, Step, StepPrompt
-from scaffolds.core.engine_calls import StepRole, StepSampling
+from scaffolds.core.context import Context
+from scaffolds.core.engine_calls import Step, StepRole, StepSampling
 from scaffolds.core.forcing import forced_answer_text
 from scaffolds.core.solution import Solution
 from scaffolds.core.thinking import Thinking
 from scaffolds.engines.protocol import Message
 from scaffolds.errors import BudgetExhaustedError
 from scaffolds.fanout import gather
+from scaffolds.problem import Problem, StepPrompt
 from scaffolds.prompts import PromptSet, Template
 from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.single import DIRECT, solve_prompt

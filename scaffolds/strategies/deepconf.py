@@ -32,10 +32,11 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from scaffolds.core.context import Context, Problem
+from scaffolds.core.context import Context
 from scaffolds.core.engine_calls import StepRole, StepSampling
 from scaffolds.core.solution import Solution
 from scaffolds.errors import UnsupportedError
+from scaffolds.problem import Problem
 from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.single import DIRECT, Single
 

@@ -14,10 +14,11 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from scaffolds.core.context import Context, Problem
+from scaffolds.core.context import Context
 from scaffolds.core.solution import Solution
 from scaffolds.core.tool_calls import vote_groups
 from scaffolds.errors import BudgetExhaustedError
+from scaffolds.problem import Problem
 from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.single import Single
 from scaffolds.verifiers.scoring import pick_by_weight, score, verifier_for

@@ -28,10 +28,11 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from scaffolds.core.context import Context, Problem
+from scaffolds.core.context import Context
 from scaffolds.core.solution import Solution
 from scaffolds.errors import BudgetExhaustedError
 from scaffolds.fanout import gather_within_budget
+from scaffolds.problem import Problem
 from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.beam import (
     SEARCH_STEP,

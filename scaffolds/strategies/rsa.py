@@ -35,10 +35,11 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from scaffolds.core.context import Context, Problem, StepPrompt
+from scaffolds.core.context import Context
 from scaffolds.core.engine_calls import StepRole
 from scaffolds.core.solution import Solution
 from scaffolds.fanout import gather_within_budget
+from scaffolds.problem import Problem, StepPrompt
 from scaffolds.prompts import PromptSet, Template
 from scaffolds.strategies.base import FieldValueError, Strategy
 from scaffolds.strategies.best_of_n import parse_pick

@@ -14,9 +14,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from scaffolds.core.context import Context, Problem, StepPrompt
+from scaffolds.core.context import Context
 from scaffolds.core.engine_calls import StepRole
 from scaffolds.core.solution import Solution
+from scaffolds.problem import Problem, StepPrompt
 from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.steps import ContextLimits, RowInputs, StepBuilder, TracedStep
 

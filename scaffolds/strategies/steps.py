@@ -2,14 +2,15 @@
 
 A strategy lists its :class:`StepBuilder` s (``step_builders``); what names a builder
 and its steps is documented there. ``build`` turns the problem and the run's state
-(candidates, a summary...) into the step's :class:`~scaffolds.core.context.StepPrompt`,
+(candidates, a summary...) into the step's :class:`~scaffolds.problem.StepPrompt`,
 and ``solve()`` calls it. Training looks builders up, never scaffolds: a GRPO rollout
 makes the missing state with ``make_state`` and renders the prompt with ``build``; an
 SFT row of a traced step is whatever ``rows`` keeps (each sample's extra columns, or
 None to skip).
 
 >>> from scaffolds.engines.mock import MockEngine
->>> from scaffolds.core.context import Context, Problem
+>>> from scaffolds.core.context import Context
+>>> from scaffolds.problem import Problem
 >>> from scaffolds.prompts import Template
 >>> def echo_prompt(ctx, problem, state, parent=(None, None)):
 ...     return ctx.render(Template("echo", "$problem$word"), problem, word=state["word"])
@@ -25,9 +26,11 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from scaffolds.core.context import Context, Problem, Step, StepPrompt
+from scaffolds.core.context import Context
+from scaffolds.core.engine_calls import Step
 from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.trace import StepFinished, StepNote, StepStarted, TraceEvent
+from scaffolds.problem import Problem, StepPrompt
 from scaffolds.prompts import PromptSet
 
 __all__ = [

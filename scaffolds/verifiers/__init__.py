@@ -1,5 +1,7 @@
 """Verifiers: score candidate solutions, or the steps of partial ones.
 
+The package is the verifiers' public API: import the names in ``__all__`` from here.
+
 One protocol (:class:`~scaffolds.engines.protocol.Verifier`, next to the Engine protocol
 the run kernel sees), three implementations:
 

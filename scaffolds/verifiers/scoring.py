@@ -23,10 +23,11 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from scaffolds.core.context import Context, Problem
+from scaffolds.core.context import Context
 from scaffolds.core.solution import Solution
 from scaffolds.engines.protocol import Verdicts, Verifier
 from scaffolds.errors import InvalidRequestError
+from scaffolds.problem import Problem
 from scaffolds.verifiers.generative import GenerativeVerifier
 
 __all__ = [

@@ -37,7 +37,7 @@ from scaffolds.errors import EngineRejectedError
 from server.pool.metered import MeteredEngine
 from server.pool.replica_engine import ReplicaEngine
 
-__all__ = ["EngineResponses", "engine_leaves", "engine_responses", "responses_usage"]
+__all__ = ["EngineResponses", "engine_leaves", "engine_responses", "usage_from_responses_body"]
 
 _ANY = GenerateRequest("")
 """What a replica is picked for: no affinity (the least busy replica)."""
@@ -60,11 +60,11 @@ def engine_responses(engine: Engine, mode: str) -> EngineResponses | None:
     return EngineResponses(engine, mode)
 
 
-def responses_usage(body: dict[str, Any] | None) -> Usage:
+def usage_from_responses_body(body: dict[str, Any] | None) -> Usage:
     """A Responses ``usage`` as Ponder's :class:`Usage` of one call.
 
-    >>> responses_usage({"usage": {"input_tokens": 5, "output_tokens": 7,
-    ...                            "input_tokens_details": {"cached_tokens": 2}}})
+    >>> usage_from_responses_body({"usage": {"input_tokens": 5, "output_tokens": 7,
+    ...                                      "input_tokens_details": {"cached_tokens": 2}}})
     Usage(prompt_tokens=5, completion_tokens=7, cached_tokens=2, calls=1, reasoning_tokens=0)
     """
     usage = (body or {}).get("usage") or {}
@@ -140,7 +140,7 @@ def _http(leaf: Engine) -> OpenAIEngine:
 
 
 def _result(body: dict[str, Any]) -> GenerateResult:
-    return GenerateResult((), responses_usage(body))
+    return GenerateResult((), usage_from_responses_body(body))
 
 
 def _terminal_result(event: dict[str, Any]) -> GenerateResult | None:

@@ -1,6 +1,6 @@
 """Engine wrappers the server puts around its engines: replicas and metering.
 
-:class:`~server.pool.replica_engine.ReplicaEngine` (re-exported here)
+:class:`~server.pool.replica_engine.ReplicaEngine`
 routes calls over several replicas of one model: affinity by problem, least outstanding
 requests, circuit breakers, health polling and failover. :class:`MeteredEngine` counts
 every call, its latency and its tokens for Prometheus (and exports a wrapped
@@ -287,9 +287,7 @@ async def _aclose(iterator: AsyncIterator[Any], model: str, within_s: float) -> 
 __all__ = [
     "STREAM_CLOSE_S",
     "MeteredEngine",
-    "ReplicaEngine",
     "engine_aclose",
-    "engine_health",
     "engine_start",
     "model_engine",
     "replica_status",

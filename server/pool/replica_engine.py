@@ -65,7 +65,7 @@ from scaffolds.errors import (
     EngineUnavailableError,
 )
 from scaffolds.fanout import gather
-from server.pool.breaker import BreakerState, CircuitBreaker
+from server.pool.breaker import CircuitBreaker
 from server.pool.replica import Lease, Replica, is_replica_fault
 
 if TYPE_CHECKING:
@@ -407,4 +407,4 @@ async def _aclose(iterator: AsyncIterator[Any]) -> None:
         await close()
 
 
-__all__ = ["BreakerState", "Replica", "ReplicaEngine", "is_replica_fault"]
+__all__ = ["ReplicaEngine"]

@@ -33,16 +33,17 @@ from scaffolds.spec_grammar import format_spec, parse_spec
 from scaffolds.strategies.base import Strategy
 from scaffolds.verifiers import GenerativeVerifier, LocalVerifier, PoolingVerifier
 from scaffolds.verifiers.local import MAX_BATCH
+from server.model_settings import ModelConfig
 from server.pool.engine_responses import EngineResponses, engine_responses
 from server.pool.metered import (
     MeteredEngine,
     engine_aclose,
-    engine_health,
     engine_start,
     model_engine,
     replica_status,
 )
-from server.settings import ModelConfig, Settings
+from server.pool.replica_engine import engine_health
+from server.settings import Settings
 from server.telemetry.metrics import Metrics
 
 __all__ = ["ServedModel", "ServedModels", "model_card", "spec_error"]

@@ -42,7 +42,6 @@ from server.pool.served_models import ServedModel, ServedModels
 from server.runs.admission import RunLimiter
 from server.runs.completion import (
     FastJSONResponse,
-    finish_reasons,
     response_body,
 )
 from server.runs.disconnect import Receive, until_disconnect
@@ -57,7 +56,7 @@ from server.telemetry.metrics import Metrics
 log = logging.getLogger("ponder.server")
 T = TypeVar("T")
 
-__all__ = ["RunPlan", "ServedModel", "Serving", "finish_reasons"]
+__all__ = ["Serving"]
 
 
 class Serving:

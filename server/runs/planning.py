@@ -1,7 +1,7 @@
 """Request planning: a validated OpenAI request to the one scaffold run it asks for.
 
 :func:`plan_run` resolves the model and scaffold, checks the fan-out against the limits,
-turns messages or a prompt into a :class:`~scaffolds.core.context.Problem`, caps the budget
+turns messages or a prompt into a :class:`~scaffolds.problem.Problem`, caps the budget
 and fixes the sampling params, and refuses OpenAI fields Ponder cannot honour.
 
 >>> from scaffolds.engines.mock import MockEngine
@@ -22,11 +22,11 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
-from scaffolds.core.context import Budget, Problem
 from scaffolds.engines.messages import messages_from_openai
 from scaffolds.engines.protocol import SamplingParams
 from scaffolds.errors import InvalidRequestError
 from scaffolds.evaluation.answers import AnswerFormat
+from scaffolds.problem import Budget, Problem
 from scaffolds.spec.build import check_runs
 from scaffolds.strategies.base import Strategy
 from server.pool.served_models import ServedModel, ServedModels

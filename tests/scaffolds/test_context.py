@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from scaffolds.core.context import Budget, Context, Problem
+from scaffolds.core.context import Context
 from scaffolds.core.engine_calls import StepRole
 from scaffolds.core.ledger import FORCE_ANSWER_TOKENS
 from scaffolds.core.run_settings import RunSettings
@@ -19,6 +19,7 @@ from scaffolds.errors import (
     InvalidRequestError,
 )
 from scaffolds.fanout import gather
+from scaffolds.problem import Budget, Problem
 from scaffolds.spec.registry import get_prompt_set
 
 

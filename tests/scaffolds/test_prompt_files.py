@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from scaffolds.core.context import Problem
 from scaffolds.core.run import run_scaffold
 from scaffolds.core.run_settings import RunSettings
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import GenerateRequest, Message
 from scaffolds.errors import PromptFileError
+from scaffolds.problem import Problem
 from scaffolds.prompts.files import load_prompt_file
 from scaffolds.spec.build import build_strategy
 from scaffolds.spec.prompt_files import check_scaffold_templates, prompt_set_with_files

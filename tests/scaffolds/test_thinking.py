@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from scaffolds.core.context import Budget, Problem
 from scaffolds.core.run import run_scaffold
 from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.thinking import HelperModel, Routing, Thinking
@@ -14,6 +13,7 @@ from scaffolds.core.trace import StepNote, StepStarted
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import GenerateRequest, Message
 from scaffolds.errors import InvalidRequestError
+from scaffolds.problem import Budget, Problem
 from scaffolds.spec.build import build_strategy
 from scaffolds.strategies.steps import TraceView
 from tests.scaffolds.scripted import step_of

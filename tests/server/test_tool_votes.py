@@ -12,8 +12,8 @@ from typing import Any
 import openai
 import pytest
 
-from scaffolds.engines.mock import GenerateRequest, MockEngine
-from scaffolds.engines.protocol import Completion
+from scaffolds.engines.mock import MockEngine
+from scaffolds.engines.protocol import Completion, GenerateRequest
 from server.app.app import create_app
 from server.settings import Settings
 from testing.threaded import serving_in_thread

@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
-from scaffolds.core.context import Problem
 from scaffolds.core.run import run_scaffold
 from scaffolds.core.run_settings import RunSettings
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import GenerateRequest, Message
+from scaffolds.problem import Problem
 from scaffolds.strategies import GSR, Majority, Strategy
 from training.data import build_rows
 from training.regroup import regrouped_refine_rows

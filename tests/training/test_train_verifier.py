@@ -88,12 +88,12 @@ def test_a_process_verifier_trains_on_rollout_labels_and_scores_beam_steps(
     per-step rows, one TRL step, and the adapter giving per-step scores in ``beam``."""
     import asyncio
 
-    from scaffolds.core.context import Problem
     from scaffolds.core.run import run_scaffold
     from scaffolds.core.run_settings import RunSettings
     from scaffolds.core.trace import StepNote
     from scaffolds.engines.mock import MockEngine
     from scaffolds.engines.protocol import GenerateRequest, Message
+    from scaffolds.problem import Problem
     from scaffolds.strategies import Beam
     from scaffolds.verifiers import LocalVerifier
 

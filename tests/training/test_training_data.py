@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from scaffolds.core.context import Problem
 from scaffolds.core.run import run_scaffold
 from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.trace import TRACE_SCHEMA, StepStarted
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import GenerateRequest, Message
+from scaffolds.problem import Problem
 from scaffolds.spec.registry import get_prompt_set
 from scaffolds.strategies import GSR, RC, RSA, Abstraction, SelfRefine, Strategy
 from training.data import Row, build_rows, mix_rows, right_solutions, sft_columns

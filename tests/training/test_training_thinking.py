@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 import json
 
-from scaffolds.core.context import Problem
 from scaffolds.core.run import run_scaffold
 from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.thinking import Routing, Thinking
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import GenerateRequest, Message
+from scaffolds.problem import Problem
 from scaffolds.spec.build import build_strategy
 from tests.scaffolds.scripted import step_of
 from tests.scaffolds.thinking_engine import THOUGHT, ThinkingModel

@@ -18,17 +18,18 @@ import pytest
 from experiments.tiny_models.gsr_train import direct_row, encode_rows, refine_rows
 from experiments.tiny_models.refine_diag import Recording
 from scaffolds import RunSettings, SamplingParams, solve
-from scaffolds.core.context import Problem
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import GenerateRequest, GenerateResult
 from scaffolds.evaluation.addition_task import problems
+from scaffolds.problem import Problem
 from training.data import build_rows, row_kinds
 from training.traces import TraceRecord
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from scaffolds.engines.local import LocalEngine, encode_prompt
+from scaffolds.engines.local import LocalEngine
+from scaffolds.engines.local_generate import encode_prompt
 
 SCAFFOLDS = (
     ("single", "right"),

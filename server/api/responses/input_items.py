@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from scaffolds.errors import InvalidRequestError
-from server.api.responses.engine import history_items
+from server.api.responses.engine_passthrough import history_items
 from server.store.response_store import StoredResponse
 
 __all__ = ["MAX_LIMIT", "input_items", "input_items_page"]

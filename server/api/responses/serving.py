@@ -34,7 +34,7 @@ from scaffolds import fastjson
 from scaffolds.core.run import RunResult
 from scaffolds.core.trace import TraceRecorder
 from scaffolds.errors import NotFoundError
-from server.api.responses.engine import EngineResponse
+from server.api.responses.engine_passthrough import EngineResponse
 from server.api.responses.protocol import (
     ResponsesRequest,
     chat_request,

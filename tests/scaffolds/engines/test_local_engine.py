@@ -23,7 +23,8 @@ from scaffolds.errors import EngineError
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from scaffolds.engines.local import LocalEngine, encode_prompt
+from scaffolds.engines.local import LocalEngine
+from scaffolds.engines.local_generate import encode_prompt
 
 
 def _count_generate_calls(engine: LocalEngine) -> list[int]:

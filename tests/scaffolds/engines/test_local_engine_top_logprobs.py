@@ -10,7 +10,8 @@ import pytest
 
 from scaffolds import RunSettings, solve
 from scaffolds.core.trace import StepNote
-from scaffolds.engines.local import LocalEngine, encode_prompt
+from scaffolds.engines.local import LocalEngine
+from scaffolds.engines.local_generate import encode_prompt
 from scaffolds.engines.messages import chat
 from scaffolds.engines.protocol import GenerateRequest, Message, SamplingParams
 

@@ -17,7 +17,6 @@ from typing import Any
 import httpx
 import pytest
 
-from scaffolds.core.context import Budget, Problem
 from scaffolds.core.run import RunResult, run_scaffold
 from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.thinking import HelperModel, Routing, Thinking
@@ -26,6 +25,7 @@ from scaffolds.engines import OpenAIEngine
 from scaffolds.engines.protocol import Message, SamplingParams
 from scaffolds.engines.vllm_server import VLLMServer, running_vllm
 from scaffolds.models import get_model, model_path
+from scaffolds.problem import Budget, Problem
 from scaffolds.spec.build import build_strategy
 from testing.vllm import CACHE, vllm_python_or_skip
 
@@ -154,7 +154,8 @@ async def test_summaries_can_run_on_another_served_model(thinker: VLLMServer) ->
 def test_through_ponder_a_cut_answer_and_a_routed_summary(thinker: VLLMServer) -> None:
     from openai import BadRequestError, OpenAI
 
-    from server.settings import ModelConfig, Settings
+    from server.model_settings import ModelConfig
+    from server.settings import Settings
     from testing.ponder import running_ponder
 
     think = ModelConfig(

@@ -6,13 +6,13 @@ import asyncio
 
 import pytest
 
-from scaffolds.core.context import Budget, Problem
 from scaffolds.core.run import run_scaffold
 from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.trace import StepFinished, StepStarted
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import Completion, GenerateRequest, Message
 from scaffolds.errors import SpecError
+from scaffolds.problem import Budget, Problem
 from scaffolds.spec.build import build_strategy, spec_string
 from scaffolds.strategies import BudgetForcing, Majority
 from scaffolds.strategies.budget_forcing import CONTINUE

@@ -9,7 +9,6 @@ import re
 
 import pytest
 
-from scaffolds.core.context import Problem
 from scaffolds.core.run import RunResult, run_scaffold
 from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.thinking import Routing, Thinking
@@ -18,6 +17,7 @@ from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import Completion, GenerateRequest, Message, SamplingParams
 from scaffolds.errors import SpecError
 from scaffolds.evaluation.answers import ThinkingMarkers
+from scaffolds.problem import Problem
 from scaffolds.spec.build import build_strategy
 from scaffolds.strategies import BudgetForcing
 

@@ -6,13 +6,13 @@ import asyncio
 
 import pytest
 
-from scaffolds.core.context import Budget, Problem
 from scaffolds.core.run import run_scaffold
 from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.trace import StepFinished, StepNote, StepStarted
 from scaffolds.engines.mock import MockEngine, synthetic_top_logprobs
 from scaffolds.engines.protocol import Completion, GenerateRequest, Message, SamplingParams
 from scaffolds.errors import FanOutError, SpecError, UnsupportedError
+from scaffolds.problem import Budget, Problem
 from scaffolds.spec.build import SpecLimits, build_strategy, spec_string
 from scaffolds.strategies import DeepConf, Majority
 from scaffolds.strategies.deepconf import kept_indices, token_confidence, trace_confidence

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from scaffolds.core.context import Budget, Problem
 from scaffolds.core.run import run_scaffold
 from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.thinking import Routing, Thinking
@@ -16,6 +15,7 @@ from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import GenerateRequest, Message, SamplingParams
 from scaffolds.errors import SpecError
 from scaffolds.evaluation.answers import ThinkingMarkers
+from scaffolds.problem import Budget, Problem
 from scaffolds.spec.build import build_strategy
 from scaffolds.strategies import RC, Majority
 from tests.scaffolds.thinking_engine import ThinkingModel

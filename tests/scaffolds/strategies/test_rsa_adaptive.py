@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from scaffolds.core.context import Budget, Problem
 from scaffolds.core.run import RunResult, run_scaffold
 from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.trace import StepFinished, StepNote, StepStarted
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import GenerateRequest, Message, SamplingParams, Usage
 from scaffolds.errors import SpecError
+from scaffolds.problem import Budget, Problem
 from scaffolds.spec.build import build_strategy
 from scaffolds.strategies import GSR, RC, RSA, Adaptive, Strategy
 from scaffolds.strategies.adaptive import leader_probability

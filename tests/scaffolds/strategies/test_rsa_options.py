@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from scaffolds.core.context import Budget, Problem
 from scaffolds.core.run import RunResult, run_scaffold
 from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.trace import StepNote, StepStarted
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import Completion, GenerateRequest, Message, SamplingParams
 from scaffolds.errors import SpecError
+from scaffolds.problem import Budget, Problem
 from scaffolds.spec.build import build_strategy
 from scaffolds.strategies import RSA
 from scaffolds.strategies.rsa import balanced_draws

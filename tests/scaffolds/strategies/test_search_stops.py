@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from scaffolds.core.context import Problem
 from scaffolds.core.run import run_scaffold
 from scaffolds.core.run_settings import RunSettings
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import Completion, GenerateRequest, Message, SamplingParams
+from scaffolds.problem import Problem
 from scaffolds.strategies import Beam, ParticleFilter
 from testing.scripted_verifier import ScriptedVerifier
 

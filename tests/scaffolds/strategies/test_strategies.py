@@ -7,13 +7,13 @@ import contextlib
 
 import pytest
 
-from scaffolds.core.context import Budget, Problem
 from scaffolds.core.run import run_scaffold
 from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.trace import StepFinished, StepStarted
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import Message, SamplingParams
 from scaffolds.errors import DeadlineExceededError
+from scaffolds.problem import Budget, Problem
 from scaffolds.strategies import (
     GSR,
     RC,

@@ -7,7 +7,6 @@ import math
 
 import pytest
 
-from scaffolds.core.context import Budget, Problem
 from scaffolds.core.run import RunResult, run_scaffold
 from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.thinking import HelperModel, Routing
@@ -15,6 +14,7 @@ from scaffolds.core.trace import StepFinished, StepNote, StepStarted
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import Completion, GenerateRequest, Message, SamplingParams
 from scaffolds.errors import InvalidRequestError
+from scaffolds.problem import Budget, Problem
 from scaffolds.strategies import Beam, BestOfN, Majority, ParticleFilter, Strategy
 from testing.scripted_verifier import ScriptedVerifier
 from tests.scaffolds.scripted import Script

@@ -12,7 +12,8 @@ from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import EngineDelta, GenerateRequest, GenerateResult, StreamItem
 from scaffolds.errors import EngineUnavailableError
 from server.errors import OverloadedError
-from server.pool.metered import MeteredEngine, ReplicaEngine
+from server.pool.metered import MeteredEngine
+from server.pool.replica_engine import ReplicaEngine
 from server.runs.admission import RunLimiter
 from server.telemetry.metrics import Metrics
 from tests.server.conftest import chat_body, parse_sse

@@ -19,7 +19,8 @@ import pytest
 
 from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import GenerateRequest, batch_engine
-from server.pool.metered import MeteredEngine, ReplicaEngine
+from server.pool.metered import MeteredEngine
+from server.pool.replica_engine import ReplicaEngine
 from server.settings import Settings
 from server.telemetry.metrics import Metrics
 from testing.fake_engine import FakeEngineHandle, running_fake_engine

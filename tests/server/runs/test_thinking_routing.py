@@ -8,10 +8,11 @@ import pytest
 
 from scaffolds.engines.mock import MockEngine
 from scaffolds.errors import InvalidRequestError
+from server.model_settings import ModelConfig
 from server.pool.served_models import ServedModels
 from server.runs.planning import plan_run
 from server.runs.request import ChatCompletionRequest
-from server.settings import ModelConfig, Settings
+from server.settings import Settings
 
 MESSAGES = [{"role": "user", "content": "3+4="}]
 

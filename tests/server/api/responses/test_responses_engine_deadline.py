@@ -16,7 +16,7 @@ from scaffolds.engines.protocol import SamplingParams
 from scaffolds.errors import DeadlineExceededError
 from scaffolds.problem import Budget
 from scaffolds.strategies.single import Single
-from server.api.responses.engine import EngineResponse
+from server.api.responses.engine_passthrough import EngineResponse
 from server.api.responses.protocol import ResponsesRequest
 from server.pool.engine_responses import EngineResponses
 from server.runs.planning import RunPlan

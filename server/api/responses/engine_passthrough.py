@@ -32,7 +32,7 @@ from scaffolds.engines.protocol import Usage
 from scaffolds.errors import DeadlineExceededError
 from scaffolds.spec.build import spec_string
 from server.api.responses.protocol import ResponsesRequest, input_messages
-from server.pool.engine_responses import EngineResponses, responses_usage
+from server.pool.engine_responses import EngineResponses, usage_from_responses_body
 from server.runs.planning import RunPlan
 from server.store.response_store import ResponseStore, StoredResponse
 
@@ -233,7 +233,7 @@ class EngineResponse:
         body = self._ours(response)
         finished = body.get("status") in ("completed", "incomplete")
         if finished and self._finished is not None:
-            self._finished(responses_usage(response), self.ponder["cut_reason"])
+            self._finished(usage_from_responses_body(response), self.ponder["cut_reason"])
         if self.req.store and finished:
             conversation = self.history + input_messages(self.req.input)
             conversation += output_messages(body.get("output") or [])
