@@ -21,7 +21,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import Field
 
-from server.api.messages.protocol import MessagesRequest, chat_request
+from server.api.messages.protocol import MessagesRequest, chat_from_messages
 from server.api.messages.serving import MessagesFormat
 from server.pool.tokenizers import Tokenizers
 from server.runs.handler import Serving
@@ -65,7 +65,7 @@ def count_tokens_router() -> APIRouter:
         "/v1/messages/count_tokens", summary="Count a message's input tokens", tags=["anthropic"]
     )
     async def count_tokens(body: CountTokensRequest, request: Request) -> dict[str, int]:
-        chat = chat_request(body)
+        chat = chat_from_messages(body)
         fields: dict[str, Any] = {
             "messages": [m.model_dump(exclude_none=True) for m in chat.messages],
             "add_generation_prompt": True,
