@@ -1,7 +1,7 @@
 """Ponder's own request fields on every API (issue 50): ``answer_format`` and ``reference``
 sent through the openai SDK's ``extra_body`` (chat completions, Responses) and the
 anthropic SDK's (Messages), on the in-process app, change the run the same way on each,
-and never reach the engine."""
+and never reach the engine (an engine's own Responses API included)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,11 @@ import openai
 import pytest
 
 from scaffolds.engines.protocol import GenerateRequest
-from tests.server.conftest import build_app
+from server.runs.request import PONDER_FIELDS
+from server.settings import Settings
+from testing.fake_engine import FakeEngineConfig, running_fake_engine
+from testing.ponder import running_ponder
+from tests.server.conftest import STORE_IN_MEMORY, build_app
 
 VOTES = ["The answer is 3", "so \\boxed{4}", "#### 3"]
 """Three samples: read leniently 3, 4, 3 (3 wins); boxed only 4 counts (4 wins)."""
@@ -131,3 +135,17 @@ async def test_a_bad_answer_format_is_a_400_naming_it_on_every_api(api: str) -> 
     error = info.value.body
     assert isinstance(error, dict)
     assert error.get("param", (error.get("error") or {}).get("param")) == "answer_format"
+
+
+def test_ponders_fields_never_reach_an_engines_own_responses_api() -> None:
+    """``single`` on ``/v1/responses`` goes to the engine's own Responses API: without
+    Ponder's fields (before they were declared, answer_format and reference went on)."""
+    with running_fake_engine(FakeEngineConfig(responses_api=True)) as fake:
+        settings = Settings(model="fake-model", engines=(fake.base_url,), **STORE_IN_MEMORY)
+        with running_ponder(settings) as url:
+            client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+            fields = {"answer_format": "lenient", "reference": "4"}
+            client.responses.create(model="fake-model", input="2+2?", extra_body=fields)
+    sent = fake.state.requests[-1]
+    assert sent.path == "/v1/responses" and sent.body["input"]
+    assert not set(PONDER_FIELDS) & set(sent.body)
