@@ -29,10 +29,6 @@ from fastapi import FastAPI
 
 from scaffolds.engines.protocol import Engine
 from scaffolds.processes.children import set_parent_death_signal
-from server.api.chat_completions.api_router import api_router, ops_router
-from server.api.messages.api_router import count_tokens_router, messages_router
-from server.api.responses.api_router import input_items_router, responses_router
-from server.api.tokenize.api_router import companion_router
 from server.app.auth import APIKeyAuth, RequireAPIKey
 from server.app.collector import tune_collector
 from server.app.docs import mount_docs
@@ -41,6 +37,7 @@ from server.app.limits import BodySizeLimit, raise_open_file_limit
 from server.app.listener import bind_listener, listener_url
 from server.app.openapi import install_openapi
 from server.app.playground import mount_playground
+from server.app.routes import api_router
 from server.errors import install_error_handlers
 from server.pool.tokenizers import Tokenizers
 from server.runs.handler import Serving
@@ -100,19 +97,13 @@ def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = Non
     app.state.auth = auth
     app.state.tokenizers = Tokenizers(serving.served)
     install_error_handlers(app)
-    # In this order: the OpenAPI document lists the paths in it.
-    app.include_router(api_router())
-    app.include_router(responses_router())
-    app.include_router(messages_router())
-    app.include_router(input_items_router())
-    app.include_router(count_tokens_router())
-    app.include_router(companion_router())
-    app.include_router(ops_router())
+    app.include_router(api_router())  # server.app.routes: every route, listed once
     mount_playground(app)
     mount_docs(app)
     install_openapi(app)
     # Added last = outermost: request id, then auth, then the body limit, then the
-    # completion routes served without FastAPI's routing (the same routes as api_router's).
+    # completion routes served without FastAPI's routing (the same routes as api_router's:
+    # those server.app.routes marks fast).
     app.add_middleware(CompletionRoutes, serving=serving, metrics=metrics)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, metrics=metrics)
     app.add_middleware(RequireAPIKey, auth=auth, metrics=metrics)

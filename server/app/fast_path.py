@@ -10,15 +10,19 @@ messages come, parsed as FastAPI parses it, validated by the same pydantic model
 routes in :mod:`server.api.chat_completions.api_router` do. Anything off the happy path
 before the request is valid (no JSON content type, a body that is not a JSON object, a
 validation error, a client gone mid-body) goes on to the FastAPI app with the messages read
-so far replayed, so every such error is the FastAPI route's own, to the byte.
+so far replayed, so every such error is the FastAPI route's own, to the byte. Which routes
+it answers, as which endpoint, with which request model: those of
+:data:`server.app.routes.ROUTES` marked ``fast``.
 
->>> ROUTES["/v1/chat/completions"][0]
+>>> sorted(fast_routes(ROUTES))
+['/v1/chat/completions', '/v1/completions']
+>>> fast_routes(ROUTES)["/v1/chat/completions"][0]
 'chat'
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -26,32 +30,54 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from scaffolds import fastjson
 from scaffolds.errors import PonderError
+from server.app.routes import ROUTES, Route
 from server.errors import api_error, error_response
 from server.runs.handler import Serving
 from server.runs.planning import AnyRequest
 from server.runs.request import ChatCompletionRequest, CompletionRequest, Endpoint
 from server.telemetry.metrics import Metrics
 
-__all__ = ["ROUTES", "CompletionRoutes"]
+__all__ = ["CompletionRoutes", "fast_routes"]
 
-ROUTES: Mapping[str, tuple[Endpoint, Callable[[Any], AnyRequest]]] = {
-    "/v1/chat/completions": ("chat", ChatCompletionRequest.model_validate),
-    "/v1/completions": ("completions", CompletionRequest.model_validate),
-}
+RUN_REQUESTS = (ChatCompletionRequest, CompletionRequest)
+"""The request models of the routes the fast path may answer."""
+FastRoute = tuple[Endpoint, Callable[[Any], AnyRequest]]
+"""A route the fast path answers: its endpoint, and its request model's validation."""
+
+
+def fast_routes(routes: Iterable[Route]) -> Mapping[str, FastRoute]:
+    """The routes of ``routes`` marked ``fast``, by path."""
+    out: dict[str, FastRoute] = {}
+    for route in routes:
+        if route.fast is None:
+            continue
+        request = route.request
+        if route.method != "post" or request is None or not issubclass(request, RUN_REQUESTS):
+            raise ValueError(f"{route.path}: the fast path answers a POST of a completion")
+        out[route.path] = (route.fast, request.model_validate)
+    return out
 
 
 class CompletionRoutes:
-    """ASGI middleware answering :data:`ROUTES` itself; everything else goes to ``app``."""
+    """ASGI middleware answering the fast routes of ``routes`` itself (:func:`fast_routes`);
+    everything else goes to ``app``."""
 
-    def __init__(self, app: ASGIApp, serving: Serving, metrics: Metrics | None = None):
+    def __init__(
+        self,
+        app: ASGIApp,
+        serving: Serving,
+        metrics: Metrics | None = None,
+        routes: Iterable[Route] = ROUTES,
+    ):
         self.app = app
         self.serving = serving
         self.metrics = metrics
+        self.routes = fast_routes(routes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         route = None
         if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
-            route = ROUTES.get(scope["path"])
+            route = self.routes.get(scope["path"])
         if route is None:
             await self.app(scope, receive, send)
             return

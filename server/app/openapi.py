@@ -6,10 +6,11 @@ with a 400) and that most answer an empty object. :func:`install_openapi` rewrit
 once, from rules that follow the code: every ``/v1`` and ``/playground`` route may
 answer 401 (:mod:`server.app.auth`), every route with a body 400 and 413
 (:mod:`server.errors`, :class:`~server.app.limits.BodySizeLimit`), a route that
-runs a scaffold 404 (unknown model), 429 (admission), 502, 503 and 504 (the engine), and
-the stored-response routes 404 and 503 (the store), the tokenizer routes 404 (unknown
-model) and the engine's 502, 503 and 504; 200 bodies get the schemas below,
-and a run's 200 is JSON or, streamed, ``text/event-stream``.
+runs a scaffold 404 (unknown model), 429 (admission), 502, 503 and 504 (the engine); and
+from what :data:`server.app.routes.ROUTES` says of each route: its other errors (the
+stored-response routes 404 and 503, the store; the tokenizer routes 404, an unknown
+model, and the engine's 502, 503 and 504) and its 200 body, one of the schemas below (a
+run's 200 is JSON or, streamed, ``text/event-stream``).
 
 >>> from scaffolds.engines.mock import MockEngine
 >>> from server.app.app import create_app
@@ -31,8 +32,9 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from server.app.auth import guarded
+from server.app.routes import Route, route
 
-__all__ = ["RUN_ROUTES", "install_openapi", "statuses"]
+__all__ = ["SCHEMAS", "install_openapi", "statuses"]
 
 _NULLABLE_STRING = {"type": ["string", "null"]}
 _OBJECT = {"type": "object"}
@@ -193,39 +195,6 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "Readiness": {"type": "object", "description": "Per model: whether an engine answers."},
 }
 
-RUN_ROUTES: dict[tuple[str, str], str] = {
-    ("post", "/v1/chat/completions"): "ChatCompletion",
-    ("post", "/v1/completions"): "TextCompletion",
-    ("post", "/v1/responses"): "Response",
-    ("post", "/v1/messages"): "Message",
-}
-"""Routes that run a scaffold, and the schema of their whole (non-streamed) answer."""
-
-_OK: dict[tuple[str, str], str] = {
-    ("get", "/v1/models"): "ModelList",
-    ("get", "/v1/models/{model_id}"): "Model",
-    ("get", "/v1/responses/{response_id}"): "Response",
-    ("delete", "/v1/responses/{response_id}"): "ResponseDeleted",
-    ("get", "/v1/responses/{response_id}/input_items"): "InputItemList",
-    ("post", "/v1/messages/count_tokens"): "TokenCount",
-    ("post", "/tokenize"): "Tokenized",
-    ("post", "/detokenize"): "Detokenized",
-    ("get", "/version"): "Version",
-    ("get", "/health"): "Health",
-    ("get", "/ready"): "Readiness",
-}
-_TOKENIZER_STATUSES = (404, 502, 503, 504)
-"""A tokenizer route's: an unknown model; the engine's failure, absence or timeout."""
-_EXTRA: dict[tuple[str, str], tuple[int, ...]] = {
-    ("get", "/v1/models/{model_id}"): (404,),
-    ("get", "/v1/responses/{response_id}"): (404, 503),
-    ("delete", "/v1/responses/{response_id}"): (404, 503),
-    ("get", "/v1/responses/{response_id}/input_items"): (400, 404, 503),
-    ("post", "/v1/messages/count_tokens"): _TOKENIZER_STATUSES,
-    ("post", "/tokenize"): _TOKENIZER_STATUSES,
-    ("post", "/detokenize"): _TOKENIZER_STATUSES,
-    ("get", "/ready"): (503,),
-}
 _WHY = {
     400: "The request is invalid (the error's param names the field; code "
     "context_length_exceeded: the prompt does not fit the model's context).",
@@ -240,17 +209,18 @@ _WHY = {
 
 
 def statuses(method: str, path: str, has_body: bool) -> list[int]:
-    """The error statuses a route really answers with.
+    """The error statuses a route really answers with (``path`` as the document writes it).
 
     >>> statuses("get", "/v1/models", False), statuses("get", "/health", False)
     ([401], [])
     """
-    out: set[int] = set(_EXTRA.get((method, path), ()))
+    listed = route(method, path)
+    out: set[int] = set(listed.errors if listed else ())
     if guarded(path):
         out.add(401)
     if has_body:
         out |= {400, 413}
-    if (method, path) in RUN_ROUTES:
+    if listed and listed.runs:
         out |= {400, 404, 429, 502, 503, 504}
     return sorted(out)
 
@@ -270,6 +240,22 @@ def _error(status: int, run: bool = False) -> dict[str, Any]:
     return {"description": why, "content": {"application/json": {"schema": schema}}}
 
 
+def _ref(schema: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{schema}"}
+
+
+def _ok_content(listed: Route) -> dict[str, Any] | None:
+    """A listed route's 200 answer: its body's schema, and a run's server-sent events."""
+    if listed.text:
+        return {"text/plain": {"schema": {"type": "string"}}}
+    if listed.ok is None:
+        return None
+    content: dict[str, Any] = {"application/json": {"schema": _ref(listed.ok)}}
+    if listed.runs:
+        content["text/event-stream"] = {"schema": {"type": "string"}}
+    return content
+
+
 def _document(app: FastAPI) -> dict[str, Any]:
     doc = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
     schemas = doc.setdefault("components", {}).setdefault("schemas", {})
@@ -280,28 +266,19 @@ def _document(app: FastAPI) -> dict[str, Any]:
         for method, operation in operations.items():
             responses = operation.setdefault("responses", {})
             responses.pop("422", None)
-            key = (method, path)
+            listed = route(method, path)
             ok = responses.setdefault("200", {"description": "Successful Response"})
-            if key in RUN_ROUTES:
-                ref = {"$ref": f"#/components/schemas/{RUN_ROUTES[key]}"}
-                ok["content"] = {
-                    "application/json": {"schema": ref},
-                    "text/event-stream": {"schema": {"type": "string"}},
-                }
-                ok["description"] = "The answer, or with stream: true its server-sent events."
-            elif key in _OK:
-                ref = {"$ref": f"#/components/schemas/{_OK[key]}"}
-                ok["content"] = {"application/json": {"schema": ref}}
-            elif path == "/metrics":
-                ok["content"] = {"text/plain": {"schema": {"type": "string"}}}
+            if listed is not None and (content := _ok_content(listed)):
+                ok["content"] = content
+                if listed.runs:
+                    ok["description"] = "The answer, or with stream: true its server-sent events."
+            runs = listed is not None and listed.runs
             for status in statuses(method, path, "requestBody" in operation):
-                responses[str(status)] = _error(status, key in RUN_ROUTES)
-            if path == "/ready":  # not ready: the same per-model detail, not an error
-                responses["503"] = {
+                responses[str(status)] = _error(status, runs)
+            if listed is not None and listed.not_ready and listed.ok:
+                responses["503"] = {  # the same per-model detail as the 200, not an error
                     "description": "Some model has no reachable engine.",
-                    "content": {
-                        "application/json": {"schema": {"$ref": "#/components/schemas/Readiness"}}
-                    },
+                    "content": {"application/json": {"schema": _ref(listed.ok)}},
                 }
     return doc
 

@@ -3,8 +3,9 @@ request becomes (Responses and Messages requests are turned into a chat completi
 
 Request models accept fields they do not know (``extra="allow"``), as OpenAI clients
 send new ones all the time; the serving layer logs their names and passes them on to the
-engine (:meth:`passthrough`). Ponder's own fields are ``scaffold`` (a spec string or JSON
-object), ``budget``, ``return_trace`` and ``stream_trace``.
+engine (:meth:`passthrough`). Ponder's own fields (:class:`PonderFields`: ``scaffold``, a
+spec string or JSON object, ``budget``, ``answer_format``, ``return_trace``,
+``stream_trace`` and ``reference``) are declared once, for every API.
 
 >>> req = ChatCompletionRequest.model_validate(
 ...     {"model": "m", "messages": [{"role": "user", "content": "2+2?"}], "metadata": {},
@@ -41,11 +42,6 @@ MODELED_FIELDS = frozenset(
 )
 """Request fields Ponder reads itself (and sends on to every engine call it makes)."""
 
-PONDER_FIELDS = frozenset(
-    {"scaffold", "budget", "return_trace", "stream_trace", "answer_format", "reference"}
-)
-"""Ponder's own request fields; never sent to an engine."""
-
 
 class _Open(BaseModel):
     """A request model that keeps unknown fields (and can list them)."""
@@ -76,19 +72,17 @@ class ChatMessage(_Open):
     name: str | None = None
 
 
-class _CommonRequest(_Open):
-    model: str
-    n: int = Field(default=1, ge=1, le=MAX_N)
-    max_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    stop: str | list[str] | None = None
-    seed: int | None = None
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    user: str | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
+class PonderFields(BaseModel):
+    """Ponder's own request fields, declared once: every API's request model has them
+    (chat and text completions, Responses, Messages), and each reaches the run as the chat
+    completion's (:meth:`ponder_fields`). None of them is ever sent to an engine.
+
+    >>> class Request(PonderFields):
+    ...     model: str
+    >>> Request(model="m", scaffold="gsr(n=2)", reference="4").ponder_fields()["reference"]
+    '4'
+    """
+
     scaffold: str | dict[str, Any] | None = Field(
         default=None,
         description='Ponder: the scaffold spec, e.g. "gsr(n=4)" or {"name": "gsr", "n": 4}',
@@ -102,14 +96,45 @@ class _CommonRequest(_Open):
     return_trace: bool = Field(default=False, description="Ponder: add the run's trace")
     stream_trace: bool = Field(
         default=False,
-        description="Ponder: on a stream, also send every trace event as a chunk with no "
-        'choices and a "ponder": {"event": ...} field',
+        description="Ponder: on a stream, also send every trace event (chat and text "
+        'completions: a chunk with no choices and a "ponder": {"event": ...} field; '
+        'Responses: a "ponder.trace" event; Messages: a "ponder_trace" event)',
     )
     reference: str | None = Field(
         default=None,
         description="Ponder: the problem's known answer (ponder eval sends it); never shown "
         "to the model; a scaffold's trace may score its intermediate answers against it",
     )
+
+    def ponder_fields(self) -> dict[str, Any]:
+        """Ponder's fields as set here, for the chat completion that answers this request."""
+        return {name: getattr(self, name) for name in PONDER_FIELDS}
+
+
+PONDER_FIELDS = tuple(PonderFields.model_fields)
+"""The names of Ponder's own request fields (:class:`PonderFields`); never sent to an engine."""
+
+
+class _OpenAIFields(_Open):
+    """The OpenAI fields chat and text completions share."""
+
+    model: str
+    n: int = Field(default=1, ge=1, le=MAX_N)
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+
+
+class _CommonRequest(PonderFields, _OpenAIFields):
+    """A chat or text completion request: OpenAI's fields, then Ponder's (in that order in
+    the OpenAPI document: pydantic lists a base's fields before its subclass's)."""
 
     def requested_max_tokens(self) -> int | None:
         return self.max_tokens
@@ -125,7 +150,7 @@ class _CommonRequest(_Open):
     def passthrough(self) -> dict[str, Any]:
         """Every field the caller set beyond :data:`MODELED_FIELDS` and Ponder's own, as
         given (OpenAI's ``logprobs``, ``tools``, ``response_format``..., vLLM's extras)."""
-        return self.model_dump(exclude_unset=True, exclude=set(MODELED_FIELDS | PONDER_FIELDS))
+        return self.model_dump(exclude_unset=True, exclude=set(MODELED_FIELDS) | set(PONDER_FIELDS))
 
 
 class ChatCompletionRequest(_CommonRequest):

@@ -1,4 +1,5 @@
-"""Anthropic's Messages API: ``POST /v1/messages`` and ``POST /v1/messages/count_tokens``.
+"""Anthropic's Messages API: the handlers of ``POST /v1/messages`` and
+``POST /v1/messages/count_tokens`` (:mod:`server.app.routes` lists them with their paths).
 
 ``/v1/messages`` runs the same scaffolds, budgets and cancellation as chat completions
 (planned as one: :meth:`Serving.handle <server.runs.handler.Serving.handle>` with the
@@ -17,16 +18,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import Response
 from pydantic import Field
 
-from server.api.messages.protocol import MessagesRequest, chat_request
+from server.api.messages.protocol import MessagesRequest, chat_from_messages
 from server.api.messages.serving import MessagesFormat
 from server.pool.tokenizers import Tokenizers
 from server.runs.handler import Serving
 
-__all__ = ["CountTokensRequest", "count_tokens_router", "messages_router"]
+__all__ = ["CountTokensRequest", "count_tokens", "create_message"]
 
 
 class CountTokensRequest(MessagesRequest):
@@ -45,34 +46,18 @@ def _tokenizers(request: Request) -> Tokenizers:
     return tokenizers
 
 
-def messages_router() -> APIRouter:
-    """``POST /v1/messages``."""
-    router = APIRouter(prefix="/v1")
-
-    @router.post("/messages", summary="An Anthropic message through a scaffold", tags=["anthropic"])
-    async def create_message(body: MessagesRequest, request: Request) -> Response:
-        wire = MessagesFormat(body)
-        return await _serving(request).handle("chat", wire.chat(), request.receive, wire)
-
-    return router
+async def create_message(body: MessagesRequest, request: Request) -> Response:
+    wire = MessagesFormat(body)
+    return await _serving(request).handle("chat", wire.chat(), request.receive, wire)
 
 
-def count_tokens_router() -> APIRouter:
-    """``POST /v1/messages/count_tokens``."""
-    router = APIRouter()
-
-    @router.post(
-        "/v1/messages/count_tokens", summary="Count a message's input tokens", tags=["anthropic"]
-    )
-    async def count_tokens(body: CountTokensRequest, request: Request) -> dict[str, int]:
-        chat = chat_request(body)
-        fields: dict[str, Any] = {
-            "messages": [m.model_dump(exclude_none=True) for m in chat.messages],
-            "add_generation_prompt": True,
-        }
-        if tools := (chat.model_extra or {}).get("tools"):
-            fields["tools"] = tools
-        counted = await _tokenizers(request).of(body.model).tokenize(fields)
-        return {"input_tokens": int(counted["count"])}
-
-    return router
+async def count_tokens(body: CountTokensRequest, request: Request) -> dict[str, int]:
+    chat = chat_from_messages(body)
+    fields: dict[str, Any] = {
+        "messages": [m.model_dump(exclude_none=True) for m in chat.messages],
+        "add_generation_prompt": True,
+    }
+    if tools := (chat.model_extra or {}).get("tools"):
+        fields["tools"] = tools
+    counted = await _tokenizers(request).of(body.model).tokenize(fields)
+    return {"input_tokens": int(counted["count"])}

@@ -5,11 +5,12 @@ completion Ponder runs.
 joined, ``tool_use`` as the assistant's tool calls, ``tool_result`` as tool messages);
 ``max_tokens``, ``stop_sequences`` and ``tools`` (``input_schema`` as the parameters)
 become their chat fields, and ``tool_choice`` its chat value (``any`` is ``required``).
-Ponder's own fields work as on chat completions.
+Ponder's own fields (:class:`~server.runs.request.PonderFields`) work as on chat
+completions.
 
 >>> req = MessagesRequest.model_validate({"model": "m", "max_tokens": 64, "system": "Brief.",
 ...     "messages": [{"role": "user", "content": [{"type": "text", "text": "2+2?"}]}]})
->>> chat = chat_request(req)
+>>> chat = chat_from_messages(req)
 >>> [(m.role, m.content) for m in chat.messages], chat.max_tokens
 ([('system', 'Brief.'), ('user', '2+2?')], 64)
 >>> STOP_REASONS["tool_calls"], STOP_REASONS["length"]
@@ -25,9 +26,9 @@ from pydantic import Field, ValidationError
 
 from scaffolds.errors import InvalidRequestError
 from server.errors import validation_error
-from server.runs.request import BudgetRequest, ChatCompletionRequest, _Open
+from server.runs.request import ChatCompletionRequest, PonderFields, _Open
 
-__all__ = ["STOP_REASONS", "MessagesRequest", "chat_messages", "chat_request"]
+__all__ = ["STOP_REASONS", "MessagesRequest", "chat_from_messages", "chat_messages"]
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 """Chat finish reasons as Anthropic's stop reasons (anything else is ``end_turn``)."""
@@ -57,8 +58,8 @@ class AnthropicMessage(_Open):
     content: str | list[dict[str, Any]]
 
 
-class MessagesRequest(_Open):
-    """``POST /v1/messages``; unknown fields go on to the engine as on chat."""
+class _MessagesFields(_Open):
+    """Anthropic's fields of a Messages request."""
 
     model: str
     max_tokens: int = Field(ge=1)
@@ -72,15 +73,10 @@ class MessagesRequest(_Open):
     tool_choice: dict[str, Any] | None = None
     thinking: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
-    scaffold: str | dict[str, Any] | None = Field(
-        default=None,
-        description='Ponder: the scaffold spec, e.g. "gsr(n=4)" or {"name": "gsr", "n": 4}',
-    )
-    budget: BudgetRequest | None = Field(default=None, description="Ponder: per-request budget")
-    return_trace: bool = Field(default=False, description="Ponder: add the run's trace")
-    stream_trace: bool = Field(
-        default=False, description="Ponder: on a stream, also send every trace event"
-    )
+
+
+class MessagesRequest(PonderFields, _MessagesFields):
+    """``POST /v1/messages``; unknown fields go on to the engine as on chat."""
 
 
 def _text(blocks: Any, param: str) -> str:
@@ -174,8 +170,8 @@ def _tool_choice(choice: dict[str, Any] | None) -> Any:
     return {"any": "required", "auto": "auto", "none": "none"}.get(kind or "")
 
 
-def chat_request(req: MessagesRequest) -> ChatCompletionRequest:
-    """The chat completion that answers ``req``."""
+def chat_from_messages(req: MessagesRequest) -> ChatCompletionRequest:
+    """The chat completion that answers the Messages request ``req``."""
     fields: dict[str, Any] = {
         k: v for k, v in (req.model_extra or {}).items() if k not in MESSAGES_ONLY
     }
@@ -188,10 +184,7 @@ def chat_request(req: MessagesRequest) -> ChatCompletionRequest:
         "temperature": req.temperature,
         "top_p": req.top_p,
         "stop": req.stop_sequences,
-        "scaffold": req.scaffold,
-        "budget": req.budget,
-        "return_trace": req.return_trace,
-        "stream_trace": req.stream_trace,
+        **req.ponder_fields(),
     }
     optional = {"tools": _tools(req.tools), "tool_choice": _tool_choice(req.tool_choice)}
     fields |= {k: v for k, v in optional.items() if v is not None}

@@ -1,6 +1,6 @@
 """``POST /v1/messages``: a scaffold run shaped as an Anthropic message or event stream.
 
-The run is the chat completion :func:`~server.api.messages.protocol.chat_request` makes
+The run is the chat completion :func:`~server.api.messages.protocol.chat_from_messages` makes
 of the request. Its content is a ``thinking`` block per scaffold step (the steps' text
 as the chat stream's reasoning carries it), then the answer as a ``text`` block and its
 tool calls as ``tool_use`` blocks. Streamed, the same blocks arrive through Anthropic's
@@ -28,7 +28,7 @@ from typing import Any
 
 from scaffolds.core.run import RunResult
 from scaffolds.core.trace import TraceRecorder
-from server.api.messages.protocol import STOP_REASONS, MessagesRequest, chat_request
+from server.api.messages.protocol import STOP_REASONS, MessagesRequest, chat_from_messages
 from server.errors import APIError
 from server.runs.completion import finish_reasons, response_extra
 from server.runs.event_wire import PieceBuilder, build_finished, build_live, named_event
@@ -121,7 +121,7 @@ class MessagesFormat:
 
     def chat(self) -> ChatCompletionRequest:
         """The chat completion request this message runs."""
-        return chat_request(self.req)
+        return chat_from_messages(self.req)
 
     def message(self, content: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
         body = {

@@ -1,5 +1,5 @@
-"""OpenAI's Responses API: ``/v1/responses`` (create, retrieve, delete) and a stored
-response's input items.
+"""OpenAI's Responses API: the handlers of ``/v1/responses`` (create, retrieve, delete) and
+of a stored response's input items (:mod:`server.app.routes` lists them with their paths).
 
 A response runs the same scaffolds, budgets and cancellation as chat completions (planned
 as one: :meth:`Serving.handle <server.runs.handler.Serving.handle>` with the
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import Query, Request
 from fastapi.responses import Response
 
 from scaffolds.errors import NotFoundError
@@ -26,7 +26,7 @@ from server.api.responses.serving import prepare
 from server.runs.handler import Serving
 from server.store.response_store import ResponseStore
 
-__all__ = ["input_items_router", "responses_router"]
+__all__ = ["create_response", "delete_response", "get_response", "list_input_items"]
 
 
 def _serving(request: Request) -> Serving:
@@ -40,52 +40,32 @@ def _store(request: Request) -> ResponseStore:
     return store
 
 
-def responses_router() -> APIRouter:
-    """``/v1/responses`` (create, retrieve, delete)."""
-    router = APIRouter(prefix="/v1")
-
-    @router.post("/responses", summary="A response through a scaffold", tags=["responses"])
-    async def create_response(body: ResponsesRequest, request: Request) -> Response:
-        wire = await prepare(_store(request), body)
-        return await _serving(request).handle("chat", wire.chat(), request.receive, wire)
-
-    @router.get("/responses/{response_id}", summary="A stored response", tags=["responses"])
-    async def get_response(response_id: str, request: Request) -> dict[str, Any]:
-        stored = await _store(request).get(response_id)
-        if stored is None:
-            raise NotFoundError(f"no stored response with id {response_id!r}", param="id")
-        return stored.body
-
-    @router.delete(
-        "/responses/{response_id}", summary="Forget a stored response", tags=["responses"]
-    )
-    async def delete_response(response_id: str, request: Request) -> dict[str, Any]:
-        if not await _store(request).delete(response_id):
-            raise NotFoundError(f"no stored response with id {response_id!r}", param="id")
-        return {"id": response_id, "object": "response.deleted", "deleted": True}
-
-    return router
+async def create_response(body: ResponsesRequest, request: Request) -> Response:
+    wire = await prepare(_store(request), body)
+    return await _serving(request).handle("chat", wire.chat(), request.receive, wire)
 
 
-def input_items_router() -> APIRouter:
-    """``GET /v1/responses/{id}/input_items``."""
-    router = APIRouter()
+async def get_response(response_id: str, request: Request) -> dict[str, Any]:
+    stored = await _store(request).get(response_id)
+    if stored is None:
+        raise NotFoundError(f"no stored response with id {response_id!r}", param="id")
+    return stored.body
 
-    @router.get(
-        "/v1/responses/{response_id}/input_items",
-        summary="A stored response's input items",
-        tags=["responses"],
-    )
-    async def list_input_items(
-        response_id: str,
-        request: Request,
-        limit: int = Query(default=20, ge=1, le=MAX_LIMIT),
-        order: Literal["asc", "desc"] = "desc",
-        after: str | None = None,
-    ) -> dict[str, Any]:
-        stored = await _store(request).get(response_id)
-        if stored is None:
-            raise NotFoundError(f"no stored response with id {response_id!r}", param="id")
-        return input_items_page(stored, limit=limit, order=order, after=after)
 
-    return router
+async def delete_response(response_id: str, request: Request) -> dict[str, Any]:
+    if not await _store(request).delete(response_id):
+        raise NotFoundError(f"no stored response with id {response_id!r}", param="id")
+    return {"id": response_id, "object": "response.deleted", "deleted": True}
+
+
+async def list_input_items(
+    response_id: str,
+    request: Request,
+    limit: int = Query(default=20, ge=1, le=MAX_LIMIT),
+    order: Literal["asc", "desc"] = "desc",
+    after: str | None = None,
+) -> dict[str, Any]:
+    stored = await _store(request).get(response_id)
+    if stored is None:
+        raise NotFoundError(f"no stored response with id {response_id!r}", param="id")
+    return input_items_page(stored, limit=limit, order=order, after=after)

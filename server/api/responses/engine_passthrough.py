@@ -34,26 +34,15 @@ from scaffolds.spec.build import spec_string
 from server.api.responses.protocol import ResponsesRequest, input_messages
 from server.pool.engine_responses import EngineResponses, usage_from_responses_body
 from server.runs.planning import RunPlan
+from server.runs.request import PONDER_FIELDS
 from server.store.response_store import ResponseStore, StoredResponse
 
 __all__ = ["EngineResponse", "history_items", "output_messages"]
 
 T = TypeVar("T")
 
-PONDER_FIELDS = frozenset(
-    {
-        "model",
-        "previous_response_id",
-        "store",
-        "stream",
-        "input",
-        "scaffold",
-        "budget",
-        "return_trace",
-        "stream_trace",
-    }
-)
-"""Request fields the engine never gets as the caller sent them."""
+NOT_SENT = frozenset({"model", "previous_response_id", "store", "stream", "input", *PONDER_FIELDS})
+"""Request fields the engine never gets as the caller sent them (Ponder's own never)."""
 
 
 def history_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -138,9 +127,7 @@ class EngineResponse:
 
     def _engine_body(self, plan: RunPlan) -> dict[str, Any]:
         req = self.req
-        body = {
-            k: v for k, v in req.model_dump(exclude_none=True).items() if k not in PONDER_FIELDS
-        }
+        body = {k: v for k, v in req.model_dump(exclude_none=True).items() if k not in NOT_SENT}
         given = (
             req.input if isinstance(req.input, list) else [{"role": "user", "content": req.input}]
         )

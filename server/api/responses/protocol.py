@@ -6,12 +6,12 @@ A Responses request is answered by the same scaffold run as a chat completion: i
 becomes chat messages after the stored conversation of ``previous_response_id``, with
 ``instructions`` as the system message (not carried over to a follow-up, as OpenAI
 does); ``max_output_tokens``, ``text.format`` and function ``tools`` become their chat
-fields. Ponder's own fields (``scaffold``, ``budget``, ``return_trace``, ``stream_trace``)
-work as on chat completions.
+fields. Ponder's own fields (:class:`~server.runs.request.PonderFields`) work as on chat
+completions.
 
 >>> req = ResponsesRequest.model_validate(
 ...     {"model": "m", "input": "2+2?", "instructions": "Be brief.", "max_output_tokens": 9})
->>> chat = chat_request(req, history=[])
+>>> chat = chat_from_responses(req, history=[])
 >>> [m.role for m in chat.messages], chat.max_tokens
 (['system', 'user'], 9)
 """
@@ -24,14 +24,14 @@ from pydantic import Field, ValidationError
 
 from scaffolds.errors import InvalidRequestError
 from server.errors import validation_error
-from server.runs.request import BudgetRequest, ChatCompletionRequest, _Open
+from server.runs.request import ChatCompletionRequest, PonderFields, _Open
 
 __all__ = [
     "ResponsesRequest",
-    "chat_request",
+    "chat_from_responses",
     "chat_tools",
     "input_messages",
-    "responses_usage",
+    "responses_usage_json",
 ]
 
 RESPONSES_ONLY = frozenset(
@@ -63,8 +63,8 @@ RESPONSES_ONLY = frozenset(
 only echoed); every other field the caller sets goes on as a chat field."""
 
 
-class ResponsesRequest(_Open):
-    """``POST /v1/responses``; unknown fields go on to the engine as on chat."""
+class _ResponsesFields(_Open):
+    """OpenAI's fields of a Responses request."""
 
     model: str
     input: str | list[dict[str, Any]] = Field(min_length=1)
@@ -81,15 +81,10 @@ class ResponsesRequest(_Open):
     text: dict[str, Any] | None = None
     metadata: dict[str, str] | None = None
     reasoning: dict[str, Any] | None = None
-    scaffold: str | dict[str, Any] | None = Field(
-        default=None,
-        description='Ponder: the scaffold spec, e.g. "gsr(n=4)" or {"name": "gsr", "n": 4}',
-    )
-    budget: BudgetRequest | None = Field(default=None, description="Ponder: per-request budget")
-    return_trace: bool = Field(default=False, description="Ponder: add the run's trace")
-    stream_trace: bool = Field(
-        default=False, description="Ponder: on a stream, also send every trace event"
-    )
+
+
+class ResponsesRequest(PonderFields, _ResponsesFields):
+    """``POST /v1/responses``; unknown fields go on to the engine as on chat."""
 
 
 def input_messages(value: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -196,8 +191,11 @@ def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
     return {"type": fmt["type"]}
 
 
-def chat_request(req: ResponsesRequest, history: list[dict[str, Any]]) -> ChatCompletionRequest:
-    """The chat completion that answers ``req`` after the stored ``history``."""
+def chat_from_responses(
+    req: ResponsesRequest, history: list[dict[str, Any]]
+) -> ChatCompletionRequest:
+    """The chat completion that answers the Responses request ``req`` after the stored
+    ``history``."""
     messages = list(history) + input_messages(req.input)
     if req.instructions:
         messages.insert(0, {"role": "system", "content": req.instructions})
@@ -212,10 +210,7 @@ def chat_request(req: ResponsesRequest, history: list[dict[str, Any]]) -> ChatCo
         "max_tokens": req.max_output_tokens,
         "temperature": req.temperature,
         "top_p": req.top_p,
-        "scaffold": req.scaffold,
-        "budget": req.budget,
-        "return_trace": req.return_trace,
-        "stream_trace": req.stream_trace,
+        **req.ponder_fields(),
     }
     optional = {
         "tools": chat_tools(req.tools),
@@ -235,12 +230,13 @@ def chat_request(req: ResponsesRequest, history: list[dict[str, Any]]) -> ChatCo
         raise InvalidRequestError(error.message, param=error.param) from exc
 
 
-def responses_usage(
+def responses_usage_json(
     prompt: int, completion: int, *, cached: int, reasoning: int, calls: int
 ) -> dict[str, Any]:
-    """Usage in the Responses shape, with Ponder's ``engine_calls``.
+    """A run's usage as the Responses API's JSON, with Ponder's ``engine_calls`` (the other
+    way from reading an engine's Responses usage: :mod:`server.pool.engine_responses`).
 
-    >>> responses_usage(5, 7, cached=0, reasoning=3, calls=2)["total_tokens"]
+    >>> responses_usage_json(5, 7, cached=0, reasoning=3, calls=2)["total_tokens"]
     12
     """
     return {

@@ -1,6 +1,6 @@
 """``POST /v1/responses``: a scaffold run shaped as a Responses object or event stream.
 
-The run is the chat completion :func:`~server.api.responses.protocol.chat_request` makes of
+The run is the chat completion :func:`~server.api.responses.protocol.chat_from_responses` makes of
 the request (after the stored conversation of ``previous_response_id``). Its output is a
 ``reasoning`` item whose summary holds one ``summary_text`` part per scaffold step (the
 steps' text as the chat stream's reasoning carries it), then the answer as a ``message``
@@ -37,9 +37,9 @@ from scaffolds.errors import NotFoundError
 from server.api.responses.engine_passthrough import EngineResponse
 from server.api.responses.protocol import (
     ResponsesRequest,
-    chat_request,
+    chat_from_responses,
     input_messages,
-    responses_usage,
+    responses_usage_json,
 )
 from server.errors import APIError
 from server.runs.completion import finish_reasons, reasoning_tokens, response_extra
@@ -275,7 +275,7 @@ class ResponsesFormat:
 
     def chat(self) -> Any:
         """The chat completion request this response runs."""
-        return chat_request(self.req, self.history)
+        return chat_from_responses(self.req, self.history)
 
     def response(self, status: str, output: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
         req = self.req
@@ -371,7 +371,7 @@ class ResponsesFormat:
 
 def _usage(result: RunResult, reasoning: int) -> dict[str, Any]:
     u = result.usage
-    return responses_usage(
+    return responses_usage_json(
         u.prompt_tokens,
         u.completion_tokens,
         cached=u.cached_tokens,

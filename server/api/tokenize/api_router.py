@@ -1,5 +1,6 @@
-"""The routes clients expect beside the ones that run scaffolds (a stored response's input
-items and Anthropic's ``count_tokens`` are their APIs': :mod:`server.api.responses.api_router`,
+"""The handlers of the routes clients expect beside the ones that run scaffolds
+(:mod:`server.app.routes` lists them with their paths; a stored response's input items and
+Anthropic's ``count_tokens`` are their APIs': :mod:`server.api.responses.api_router`,
 :mod:`server.api.messages.api_router`).
 
 * vLLM's ``POST /tokenize`` and ``POST /detokenize``, with vLLM's bodies and answers:
@@ -21,13 +22,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from pydantic import Field, model_validator
 
 from server.pool.tokenizers import Tokenizers
 from server.runs.request import _Open
 
-__all__ = ["DetokenizeRequest", "TokenizeRequest", "companion_router"]
+__all__ = ["DetokenizeRequest", "TokenizeRequest", "detokenize", "tokenize", "version"]
 
 
 class TokenizeRequest(_Open):
@@ -69,21 +70,14 @@ def _engine_body(req: _Open) -> dict[str, Any]:
     return {k: v for k, v in req.model_dump(exclude_unset=True).items() if k != "model"}
 
 
-def companion_router() -> APIRouter:
-    """The routes of the module docstring."""
-    router = APIRouter()
+async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
+    return await _tokenizers(request).of(body.model).tokenize(_engine_body(body))
 
-    @router.post("/tokenize", summary="vLLM's tokenize", tags=["vllm"])
-    async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
-        return await _tokenizers(request).of(body.model).tokenize(_engine_body(body))
 
-    @router.post("/detokenize", summary="vLLM's detokenize", tags=["vllm"])
-    async def detokenize(body: DetokenizeRequest, request: Request) -> dict[str, Any]:
-        return await _tokenizers(request).of(body.model).detokenize(_engine_body(body))
+async def detokenize(body: DetokenizeRequest, request: Request) -> dict[str, Any]:
+    return await _tokenizers(request).of(body.model).detokenize(_engine_body(body))
 
-    @router.get("/version", summary="Ponder's version, and each engine's", tags=["operations"])
-    async def version(request: Request) -> dict[str, Any]:
-        engines = await _tokenizers(request).versions()
-        return {"version": request.app.version, "engines": engines}
 
-    return router
+async def version(request: Request) -> dict[str, Any]:
+    engines = await _tokenizers(request).versions()
+    return {"version": request.app.version, "engines": engines}
