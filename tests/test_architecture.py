@@ -310,6 +310,7 @@ SERVER_LAYERS: tuple[tuple[str, ...], ...] = (
     ("server.cli",),
     ("server.app",),
     ("server.api",),
+    ("server.routing",),
     ("server.runs",),
     ("server.pool", "server.store"),
     ("server.telemetry", "server.settings"),

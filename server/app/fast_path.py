@@ -7,7 +7,8 @@ middleware cost about as much CPU as the scaffold run around the engine call.
 those still apply) and answers those two routes itself: the body read as the ASGI
 messages come, parsed as FastAPI parses it, validated by the same pydantic models, then
 :meth:`Serving.handle <server.runs.handler.Serving.handle>` and its response, as the FastAPI
-routes in :mod:`server.api.chat_completions.api_router` do. Anything off the happy path
+routes in :mod:`server.api.chat_completions.api_router` and
+:mod:`server.api.completions.api_router` do. Anything off the happy path
 before the request is valid (no JSON content type, a body that is not a JSON object, a
 validation error, a client gone mid-body) goes on to the FastAPI app with the messages read
 so far replayed, so every such error is the FastAPI route's own, to the byte. Which routes
@@ -30,8 +31,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from scaffolds import fastjson
 from scaffolds.errors import PonderError
-from server.app.routes import ROUTES, Route
+from server.app.routes import ROUTES
 from server.errors import api_error, error_response
+from server.routing import Route
 from server.runs.handler import Serving
 from server.runs.planning import AnyRequest
 from server.runs.request import ChatCompletionRequest, CompletionRequest, Endpoint

@@ -32,7 +32,8 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from server.app.auth import guarded
-from server.app.routes import Route, route
+from server.app.routes import route
+from server.routing import Route
 
 __all__ = ["SCHEMAS", "install_openapi", "statuses"]
 

@@ -1,5 +1,6 @@
-"""The served models' tokenizers: vLLM's ``/tokenize`` and ``/detokenize``, and the
-engines' versions (:mod:`server.api.tokenize.api_router`), and Anthropic's ``count_tokens``
+"""The served models' tokenizers: vLLM's ``/tokenize`` and ``/detokenize``
+(:mod:`server.api.tokenize.api_router`), the engines' versions
+(:mod:`server.api.ops.api_router`), and Anthropic's ``count_tokens``
 (:mod:`server.api.messages.api_router`).
 
 A model whose engine is a vLLM server (an HTTP engine whose dialect has the routes, see

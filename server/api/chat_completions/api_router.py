@@ -1,10 +1,9 @@
-"""The OpenAI routes' handlers (chat and text completions, models) and the operations
-routes' (health, readiness, metrics): each parses its request and hands it to
-:class:`~server.runs.handler.Serving`. :mod:`server.app.routes` lists them with their
-paths (a handler has no docstring: FastAPI would put it in the OpenAPI document).
+"""OpenAI's chat completions: the handler of ``POST /v1/chat/completions``, which hands the
+parsed request to :class:`~server.runs.handler.Serving`, and its route (:data:`ROUTES`,
+which :mod:`server.app.routes` mounts; a handler has no docstring: FastAPI would put it in
+the OpenAPI document).
 
-``/v1/*`` is behind Bearer auth (see :mod:`server.app.auth`); ``/health``, ``/ready`` and
-``/metrics`` are open. Example::
+``/v1/*`` is behind Bearer auth (see :mod:`server.app.auth`). Example::
 
     curl -s localhost:8000/v1/chat/completions -H 'Authorization: Bearer sk-...' \\
       -d '{"model": "qwen3-4b+gsr4", "messages": [{"role": "user", "content": "2+2?"}]}'
@@ -12,25 +11,14 @@ paths (a handler has no docstring: FastAPI would put it in the OpenAPI document)
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
-from scaffolds.errors import NotFoundError
+from server.routing import Route
 from server.runs.handler import Serving
-from server.runs.request import ChatCompletionRequest, CompletionRequest
-from server.telemetry.metrics import CONTENT_TYPE, Metrics
+from server.runs.request import ChatCompletionRequest
 
-__all__ = [
-    "chat_completions",
-    "completions",
-    "get_model",
-    "health",
-    "list_models",
-    "metrics",
-    "ready",
-]
+__all__ = ["ROUTES", "chat_completions"]
 
 
 def _serving(request: Request) -> Serving:
@@ -42,30 +30,16 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     return await _serving(request).handle("chat", body, request.receive)
 
 
-async def completions(body: CompletionRequest, request: Request) -> Response:
-    return await _serving(request).handle("completions", body, request.receive)
-
-
-async def list_models(request: Request) -> dict[str, Any]:
-    return {"object": "list", "data": _serving(request).model_cards()}
-
-
-async def get_model(model_id: str, request: Request) -> dict[str, Any]:
-    for card in _serving(request).model_cards():
-        if card["id"] == model_id:
-            return card
-    raise NotFoundError(f"the model {model_id!r} does not exist", param="model")
-
-
-async def health() -> dict[str, str]:
-    return {"status": "ok"}
-
-
-async def ready(request: Request) -> JSONResponse:
-    ok, detail = await _serving(request).readiness()
-    return JSONResponse(detail, status_code=200 if ok else 503)
-
-
-async def metrics(request: Request) -> Response:
-    registry: Metrics = request.app.state.metrics
-    return Response(registry.render(), media_type=CONTENT_TYPE)
+ROUTES: tuple[Route, ...] = (
+    Route(
+        "post",
+        "/v1/chat/completions",
+        chat_completions,
+        "Chat completion through a scaffold",
+        ("openai",),
+        ok="ChatCompletion",
+        runs=True,
+        fast="chat",
+    ),
+)
+"""The chat completions route."""

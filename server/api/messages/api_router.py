@@ -1,5 +1,6 @@
 """Anthropic's Messages API: the handlers of ``POST /v1/messages`` and
-``POST /v1/messages/count_tokens`` (:mod:`server.app.routes` lists them with their paths).
+``POST /v1/messages/count_tokens``, and their routes (:data:`ROUTES`, which
+:mod:`server.app.routes` mounts).
 
 ``/v1/messages`` runs the same scaffolds, budgets and cancellation as chat completions
 (planned as one: :meth:`Serving.handle <server.runs.handler.Serving.handle>` with the
@@ -25,9 +26,10 @@ from pydantic import Field
 from server.api.messages.protocol import MessagesRequest, chat_from_messages
 from server.api.messages.serving import MessagesFormat
 from server.pool.tokenizers import Tokenizers
+from server.routing import TOKENIZER_ERRORS, Route
 from server.runs.handler import Serving
 
-__all__ = ["CountTokensRequest", "count_tokens", "create_message"]
+__all__ = ["ROUTES", "CountTokensRequest", "count_tokens", "create_message"]
 
 
 class CountTokensRequest(MessagesRequest):
@@ -61,3 +63,26 @@ async def count_tokens(body: CountTokensRequest, request: Request) -> dict[str, 
         fields["tools"] = tools
     counted = await _tokenizers(request).of(body.model).tokenize(fields)
     return {"input_tokens": int(counted["count"])}
+
+
+ROUTES: tuple[Route, ...] = (
+    Route(
+        "post",
+        "/v1/messages",
+        create_message,
+        "An Anthropic message through a scaffold",
+        ("anthropic",),
+        ok="Message",
+        runs=True,
+    ),
+    Route(
+        "post",
+        "/v1/messages/count_tokens",
+        count_tokens,
+        "Count a message's input tokens",
+        ("anthropic",),
+        ok="TokenCount",
+        errors=TOKENIZER_ERRORS,
+    ),
+)
+"""The Messages API's routes."""

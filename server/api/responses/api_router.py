@@ -1,5 +1,6 @@
 """OpenAI's Responses API: the handlers of ``/v1/responses`` (create, retrieve, delete) and
-of a stored response's input items (:mod:`server.app.routes` lists them with their paths).
+of a stored response's input items, and their routes (:data:`ROUTES`, which
+:mod:`server.app.routes` mounts).
 
 A response runs the same scaffolds, budgets and cancellation as chat completions (planned
 as one: :meth:`Serving.handle <server.runs.handler.Serving.handle>` with the
@@ -23,10 +24,11 @@ from scaffolds.errors import NotFoundError
 from server.api.responses.input_items import MAX_LIMIT, input_items_page
 from server.api.responses.protocol import ResponsesRequest
 from server.api.responses.serving import prepare
+from server.routing import Route
 from server.runs.handler import Serving
 from server.store.response_store import ResponseStore
 
-__all__ = ["create_response", "delete_response", "get_response", "list_input_items"]
+__all__ = ["ROUTES", "create_response", "delete_response", "get_response", "list_input_items"]
 
 
 def _serving(request: Request) -> Serving:
@@ -69,3 +71,44 @@ async def list_input_items(
     if stored is None:
         raise NotFoundError(f"no stored response with id {response_id!r}", param="id")
     return input_items_page(stored, limit=limit, order=order, after=after)
+
+
+ROUTES: tuple[Route, ...] = (
+    Route(
+        "post",
+        "/v1/responses",
+        create_response,
+        "A response through a scaffold",
+        ("responses",),
+        ok="Response",
+        runs=True,
+    ),
+    Route(
+        "get",
+        "/v1/responses/{response_id}",
+        get_response,
+        "A stored response",
+        ("responses",),
+        ok="Response",
+        errors=(404, 503),
+    ),
+    Route(
+        "delete",
+        "/v1/responses/{response_id}",
+        delete_response,
+        "Forget a stored response",
+        ("responses",),
+        ok="ResponseDeleted",
+        errors=(404, 503),
+    ),
+    Route(
+        "get",
+        "/v1/responses/{response_id}/input_items",
+        list_input_items,
+        "A stored response's input items",
+        ("responses",),
+        ok="InputItemList",
+        errors=(400, 404, 503),
+    ),
+)
+"""The Responses API's routes."""

@@ -1,1 +1,1 @@
-"""vLLM's tokenize and detokenize, and the version route."""
+"""vLLM's tokenize and detokenize."""

@@ -1,18 +1,11 @@
-"""The handlers of the routes clients expect beside the ones that run scaffolds
-(:mod:`server.app.routes` lists them with their paths; a stored response's input items and
-Anthropic's ``count_tokens`` are their APIs': :mod:`server.api.responses.api_router`,
-:mod:`server.api.messages.api_router`).
+"""vLLM's ``POST /tokenize`` and ``POST /detokenize``, with vLLM's bodies and answers: their
+handlers and routes (:data:`ROUTES`, which :mod:`server.app.routes` mounts). Passed to the
+model's engine when it is vLLM, computed with the model's tokenizer when it runs in this
+process (:mod:`server.pool.tokenizers`). ``model`` names a served model (an alias too);
+left out, the first. (Anthropic's ``count_tokens`` is the Messages API's:
+:mod:`server.api.messages.api_router`.)
 
-* vLLM's ``POST /tokenize`` and ``POST /detokenize``, with vLLM's bodies and answers:
-  passed to the model's engine when it is vLLM, computed with the model's tokenizer when
-  it runs in this process (:mod:`server.pool.tokenizers`). ``model`` names a served model
-  (an alias too); left out, the first.
-* ``GET /version``: Ponder's version in ``version`` (as vLLM's ``{"version": ...}``), and
-  per base model in ``engines`` its engine's kind and version (a vLLM engine's own
-  ``/version``).
-
-``/tokenize`` and ``/detokenize`` need a key as ``/v1`` does; ``/version`` is open, as
-``/health`` is. Example::
+Both need a key as ``/v1`` does. Example::
 
     curl -s localhost:8000/tokenize -H 'Authorization: Bearer sk-...' \\
       -d '{"model": "qwen3-4b", "prompt": "What is 17 * 23?"}'
@@ -26,9 +19,10 @@ from fastapi import Request
 from pydantic import Field, model_validator
 
 from server.pool.tokenizers import Tokenizers
+from server.routing import TOKENIZER_ERRORS, Route
 from server.runs.request import _Open
 
-__all__ = ["DetokenizeRequest", "TokenizeRequest", "detokenize", "tokenize", "version"]
+__all__ = ["ROUTES", "DetokenizeRequest", "TokenizeRequest", "detokenize", "tokenize"]
 
 
 class TokenizeRequest(_Open):
@@ -78,6 +72,24 @@ async def detokenize(body: DetokenizeRequest, request: Request) -> dict[str, Any
     return await _tokenizers(request).of(body.model).detokenize(_engine_body(body))
 
 
-async def version(request: Request) -> dict[str, Any]:
-    engines = await _tokenizers(request).versions()
-    return {"version": request.app.version, "engines": engines}
+ROUTES: tuple[Route, ...] = (
+    Route(
+        "post",
+        "/tokenize",
+        tokenize,
+        "vLLM's tokenize",
+        ("vllm",),
+        ok="Tokenized",
+        errors=TOKENIZER_ERRORS,
+    ),
+    Route(
+        "post",
+        "/detokenize",
+        detokenize,
+        "vLLM's detokenize",
+        ("vllm",),
+        ok="Detokenized",
+        errors=TOKENIZER_ERRORS,
+    ),
+)
+"""vLLM's tokenize and detokenize."""

@@ -7,7 +7,8 @@ import pytest
 
 from server.api.chat_completions.api_router import chat_completions
 from server.app.fast_path import fast_routes
-from server.app.routes import ROUTES, Route
+from server.app.routes import ROUTES
+from server.routing import Route
 from tests.server.conftest import build_app
 
 

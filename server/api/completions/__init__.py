@@ -1,0 +1,1 @@
+"""OpenAI's text completions."""

@@ -1,0 +1,1 @@
+"""OpenAI's model list and model card."""

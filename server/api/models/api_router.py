@@ -1,0 +1,59 @@
+"""OpenAI's models: the handlers of ``GET /v1/models`` (the served models and scaffold
+aliases) and ``GET /v1/models/{id}`` (one of them), from the cards
+:meth:`Serving.model_cards <server.runs.handler.Serving.model_cards>` gives, and their
+routes (:data:`ROUTES`, which :mod:`server.app.routes` mounts).
+
+``/v1/*`` is behind Bearer auth (see :mod:`server.app.auth`). Example::
+
+    curl -s localhost:8000/v1/models -H 'Authorization: Bearer sk-...'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Request
+
+from scaffolds.errors import NotFoundError
+from server.routing import Route
+from server.runs.handler import Serving
+
+__all__ = ["ROUTES", "get_model", "list_models"]
+
+
+def _serving(request: Request) -> Serving:
+    serving: Serving = request.app.state.serving
+    return serving
+
+
+async def list_models(request: Request) -> dict[str, Any]:
+    return {"object": "list", "data": _serving(request).model_cards()}
+
+
+async def get_model(model_id: str, request: Request) -> dict[str, Any]:
+    for card in _serving(request).model_cards():
+        if card["id"] == model_id:
+            return card
+    raise NotFoundError(f"the model {model_id!r} does not exist", param="model")
+
+
+ROUTES: tuple[Route, ...] = (
+    Route(
+        "get",
+        "/v1/models",
+        list_models,
+        "Served models and scaffold aliases",
+        ("openai",),
+        ok="ModelList",
+    ),
+    Route(
+        "get",
+        "/v1/models/{model_id:path}",
+        get_model,
+        "One model or alias",
+        ("openai",),
+        ok="Model",
+        errors=(404,),
+    ),
+)
+"""The model list and the model card."""

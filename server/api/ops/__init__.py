@@ -1,0 +1,1 @@
+"""The operations routes: version, liveness, readiness and metrics."""

@@ -1,0 +1,69 @@
+"""A route of the API (:class:`Route`): its method and path, its handler, its summary and
+tags, and what it answers. Each API declares its routes beside its handlers
+(``ROUTES`` in ``server/api/<api>/api_router.py``); :mod:`server.app.routes` composes
+them, one line per API, into the mounted routes, the fast path's table and the OpenAPI
+document's answers.
+
+>>> async def health() -> dict[str, str]:
+...     return {"status": "ok"}
+>>> r = Route("get", "/health", health, "Liveness", ("operations",), ok="Health")
+>>> r.openapi_path, r.request
+('/health', None)
+>>> Route("get", "/v1/models/{model_id:path}", health, "One model", ("openai",)).openapi_path
+'/v1/models/{model_id}'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal, get_type_hints
+
+from pydantic import BaseModel
+from starlette.routing import compile_path
+
+from server.runs.request import Endpoint
+
+__all__ = ["TOKENIZER_ERRORS", "Route"]
+
+TOKENIZER_ERRORS = (404, 502, 503, 504)
+"""A tokenizer route's errors: an unknown model; the engine's failure, absence or timeout."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """One route: where it is, who answers it, and what the OpenAPI document says of it."""
+
+    method: Literal["get", "post", "delete"]
+    path: str
+    """As FastAPI takes it (a ``{name:path}`` converter included)."""
+    handler: Callable[..., Awaitable[Any]]
+    """The API's handler; FastAPI reads its parameters (no docstring: it would become the
+    operation's description)."""
+    summary: str
+    tags: tuple[str, ...]
+    ok: str | None = None
+    """The schema (in :data:`server.app.openapi.SCHEMAS`) of its 200 answer's JSON body."""
+    text: bool = False
+    """Its 200 answer is text (``/metrics``)."""
+    runs: bool = False
+    """It runs a scaffold: a 200 in JSON or, streamed, server-sent events; the errors of a
+    run (400, 404, 429, 502, 503, 504)."""
+    errors: tuple[int, ...] = ()
+    """Error statuses it answers beyond the rules of :func:`server.app.openapi.statuses`."""
+    not_ready: bool = False
+    """Its 503 is the 200's body, not an error (``/ready``)."""
+    fast: Endpoint | None = None
+    """The endpoint :mod:`server.app.fast_path` answers it as, when it does (a ``POST``
+    of a chat or text completion)."""
+
+    @property
+    def request(self) -> type[BaseModel] | None:
+        """The model of the request's body: the type of the handler's ``body``."""
+        body: type[BaseModel] | None = get_type_hints(self.handler).get("body")
+        return body
+
+    @property
+    def openapi_path(self) -> str:
+        """The path as the OpenAPI document writes it (no converter)."""
+        return compile_path(self.path)[1]
