@@ -53,7 +53,7 @@ from server.api.messages.protocol import MessagesRequest
 from server.api.messages.serving import MessagesFormat
 from server.api.responses.protocol import ResponsesRequest
 from server.api.responses.serving import ResponsesFormat
-from server.runs.completion import response_body
+from server.runs.completion import completion_body
 from server.runs.handler import Serving
 from server.settings import Settings
 
@@ -99,7 +99,7 @@ async def bodies(model, n):
         runs = await serving._run_all(plan)
         start = time.process_time()
         for _ in range(n):
-            response_body(plan, runs) if wire is None else await wire.body(plan, runs)
+            completion_body(plan, runs) if wire is None else await wire.body(plan, runs)
         out[name] = (time.process_time() - start) / n * 1e6
     return out
 

@@ -34,22 +34,13 @@ from scaffolds.engines.openai_responses import (
 )
 from scaffolds.engines.protocol import Engine, GenerateRequest, GenerateResult, Usage
 from scaffolds.errors import EngineRejectedError
-from server.pool.metered import MeteredEngine
+from server.pool.metered import MeteredEngine, engine_leaves
 from server.pool.replica_engine import ReplicaEngine
 
-__all__ = ["EngineResponses", "engine_leaves", "engine_responses", "usage_from_responses_body"]
+__all__ = ["EngineResponses", "engine_responses", "usage_from_responses_body"]
 
 _ANY = GenerateRequest("")
 """What a replica is picked for: no affinity (the least busy replica)."""
-
-
-def engine_leaves(engine: Any) -> list[Any]:
-    """The engines that answer ``engine``'s calls: under its metering, each replica's."""
-    if isinstance(engine, MeteredEngine):
-        return engine_leaves(engine.inner)
-    if isinstance(engine, ReplicaEngine):
-        return [leaf for r in engine.replicas for leaf in engine_leaves(r.engine)]
-    return [engine]
 
 
 def engine_responses(engine: Engine, mode: str) -> EngineResponses | None:

@@ -255,6 +255,15 @@ async def engine_start(engine: Any) -> None:
         await start()
 
 
+def engine_leaves(engine: Any) -> list[Any]:
+    """The engines that answer ``engine``'s calls: under its metering, each replica's."""
+    if isinstance(engine, MeteredEngine):
+        return engine_leaves(engine.inner)
+    if isinstance(engine, ReplicaEngine):
+        return [leaf for r in engine.replicas for leaf in engine_leaves(r.engine)]
+    return [engine]
+
+
 def replica_status(engine: Any) -> list[dict[str, Any]] | None:
     """The per-replica state of a (possibly wrapped) :class:`ReplicaEngine`, else None."""
     while engine is not None:
@@ -288,6 +297,7 @@ __all__ = [
     "STREAM_CLOSE_S",
     "MeteredEngine",
     "engine_aclose",
+    "engine_leaves",
     "engine_start",
     "model_engine",
     "replica_status",

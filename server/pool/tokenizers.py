@@ -46,7 +46,7 @@ from scaffolds.errors import (
     InvalidRequestError,
     UnsupportedError,
 )
-from server.pool.engine_responses import engine_leaves
+from server.pool.metered import engine_leaves
 from server.pool.served_models import ServedModels
 
 __all__ = ["EngineTokenizer", "LocalTokenizer", "Tokenizer", "Tokenizers", "tokenizer_of"]

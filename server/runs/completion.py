@@ -1,9 +1,9 @@
-"""Response shaping: a finished run as an OpenAI completion object or SSE chunks.
+"""Completion shaping: a finished run as an OpenAI completion object or SSE chunks.
 
 A run's answer is a chat completion (or text completion) object: the chat completions
 API sends it as is, and the Responses and Messages APIs reshape it.
 
->>> response_id("chat").startswith("chatcmpl-"), response_id("completions")[:5]
+>>> new_completion_id("chat").startswith("chatcmpl-"), new_completion_id("completions")[:5]
 (True, 'cmpl-')
 >>> usage_json(Usage(prompt_tokens=3, completion_tokens=4, calls=2))["total_tokens"]
 7
@@ -33,14 +33,14 @@ __all__ = [
     "FastJSONResponse",
     "answer_choices",
     "chunk_object",
+    "completion_body",
     "completion_object",
     "delta_choice",
     "engine_fields",
     "finish_reasons",
+    "new_completion_id",
+    "ponder_extra",
     "reasoning_tokens",
-    "response_body",
-    "response_extra",
-    "response_id",
     "usage_json",
 ]
 
@@ -64,7 +64,7 @@ def usage_json(usage: Usage, reasoning_tokens: int | None = None) -> dict[str, A
 def completion_object(
     endpoint: Endpoint,
     *,
-    response_id: str,
+    completion_id: str,
     created: int,
     model: str,
     choices: Sequence[Mapping[str, Any]],
@@ -72,7 +72,7 @@ def completion_object(
     extra: Mapping[str, Any] | None = None,
     reasoning_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """A whole (non-streamed) response. ``choices`` hold text, reasoning, finish_reason
+    """A whole (non-streamed) completion object. ``choices`` hold text, reasoning, finish_reason
     and the engine's own fields of the answer (``extra``: logprobs, a message's
     tool_calls...), which go in unchanged beside Ponder's."""
     out_choices: list[dict[str, Any]] = []
@@ -93,7 +93,7 @@ def completion_object(
         body_choice |= {"finish_reason": choice["finish_reason"], "logprobs": None, **own}
         out_choices.append(body_choice)
     body: dict[str, Any] = {
-        "id": response_id,
+        "id": completion_id,
         "object": "chat.completion" if endpoint == "chat" else "text_completion",
         "created": created,
         "model": model,
@@ -108,7 +108,7 @@ def completion_object(
 def chunk_object(
     endpoint: Endpoint,
     *,
-    response_id: str,
+    completion_id: str,
     created: int,
     model: str,
     choices: Sequence[dict[str, Any]],
@@ -118,7 +118,7 @@ def chunk_object(
 ) -> dict[str, Any]:
     """One SSE chunk; ``choices`` come from :func:`delta_choice`."""
     body: dict[str, Any] = {
-        "id": response_id,
+        "id": completion_id,
         "object": "chat.completion.chunk" if endpoint == "chat" else "text_completion",
         "created": created,
         "model": model,
@@ -168,23 +168,24 @@ def delta_choice(
 
 
 class FastJSONResponse(JSONResponse):
-    """A JSON response written by :mod:`scaffolds.fastjson` (orjson when installed)."""
+    """An HTTP JSON response written by :mod:`scaffolds.fastjson` (orjson when installed)."""
 
     def render(self, content: Any) -> bytes:
         return fastjson.dumps(content)
 
 
-def response_id(endpoint: Endpoint) -> str:
-    """A fresh OpenAI-style response id for ``endpoint``."""
+def new_completion_id(endpoint: Endpoint) -> str:
+    """A fresh OpenAI-style completion id for ``endpoint`` (``chatcmpl-...``, ``cmpl-...``)."""
     prefix = "chatcmpl" if endpoint == "chat" else "cmpl"
     return f"{prefix}-{secrets.token_hex(16)}"
 
 
-def response_extra(
+def ponder_extra(
     plan: RunPlan, result: RunResult, recorder: TraceRecorder | list[TraceRecorder]
 ) -> dict[str, Any]:
-    """Ponder's own response fields: the scaffold run, its cut reason, the trace if asked
-    (of every run, one after the other, when a request held several prompts)."""
+    """Ponder's own fields of an answer body, on every API: the scaffold run, its cut
+    reason, the trace if asked (of every run, one after the other, when a request held
+    several prompts)."""
     extra: dict[str, Any] = {
         "ponder": {"scaffold": spec_string(plan.strategy), "cut_reason": result.cut_reason}
     }
@@ -194,7 +195,7 @@ def response_extra(
     return extra
 
 
-def response_body(plan: RunPlan, runs: list[tuple[RunResult, TraceRecorder]]) -> dict[str, Any]:
+def completion_body(plan: RunPlan, runs: list[tuple[RunResult, TraceRecorder]]) -> dict[str, Any]:
     """The whole (non-streamed) completion object of finished runs (one per prompt):
     their choices in order, their usage summed."""
     choices: list[dict[str, Any]] = []
@@ -206,12 +207,12 @@ def response_body(plan: RunPlan, runs: list[tuple[RunResult, TraceRecorder]]) ->
     merged = RunResult([], usage, [], cut)
     return completion_object(
         plan.endpoint,
-        response_id=response_id(plan.endpoint),
+        completion_id=new_completion_id(plan.endpoint),
         created=int(time.time()),
         model=plan.model,
         choices=choices,
         usage=usage,
-        extra=response_extra(plan, merged, [recorder for _, recorder in runs]),
+        extra=ponder_extra(plan, merged, [recorder for _, recorder in runs]),
         reasoning_tokens=sum(reasoning_tokens(result) for result, _ in runs),
     )
 
@@ -237,16 +238,16 @@ def answer_choices(plan: RunPlan, result: RunResult) -> list[dict[str, Any]]:
 
 
 class ChunkMaker:
-    """The SSE chunks of one streamed response (one id and creation time for all).
+    """The SSE chunks of one streamed completion (one id and creation time for all).
 
     A chunk of choices alone (every token's) is the encoded head, shared by all of the
-    response's chunks, and its choices: the same bytes :func:`chunk_object` and
+    completion's chunks, and its choices: the same bytes :func:`chunk_object` and
     :func:`sse_event` give, without building and encoding the head again.
     """
 
     def __init__(self, plan: RunPlan) -> None:
         self.plan = plan
-        self.id = response_id(plan.endpoint)
+        self.id = new_completion_id(plan.endpoint)
         self.created = int(time.time())
         # "choices" is a chunk's last field when no usage or extra follows it.
         self._head = sse_event(self._object([]))[: -len(b"[]}\n\n")]
@@ -260,7 +261,7 @@ class ChunkMaker:
         plan = self.plan
         return chunk_object(
             plan.endpoint,
-            response_id=self.id,
+            completion_id=self.id,
             created=self.created,
             model=plan.model,
             choices=choices,

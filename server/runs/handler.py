@@ -5,7 +5,7 @@ models and their engines), :mod:`server.runs.planning` (request to :class:`RunPl
 admission (:class:`~server.runs.admission.RunLimiter`, 429 when full), the run itself through
 :func:`~scaffolds.core.run.run_scaffold` while watching for the client to go away
 (:mod:`server.runs.disconnect`), and :mod:`server.runs.completion` (the
-OpenAI response or SSE stream). Routers only call :meth:`Serving.handle`.
+completion object or its SSE chunks). Routers only call :meth:`Serving.handle`.
 
 >>> from scaffolds.engines.mock import MockEngine
 >>> from server.settings import Settings
@@ -42,7 +42,7 @@ from server.pool.served_models import ServedModel, ServedModels
 from server.runs.admission import RunLimiter
 from server.runs.completion import (
     FastJSONResponse,
-    response_body,
+    completion_body,
 )
 from server.runs.disconnect import Receive, until_disconnect
 from server.runs.planning import AnyRequest, RunPlan, plan_run
@@ -222,20 +222,20 @@ class Serving:
             return SSEResponse(sse, on_close=close)
         try:
             if direct is not None:
-                response = await self._until_disconnect(receive, direct.body())
+                body = await self._until_disconnect(receive, direct.body())
             else:
                 runs = await self._until_disconnect(receive, self._run_all(plan))
                 if wire is None:
-                    response = response_body(plan, runs)
+                    body = completion_body(plan, runs)
                 else:
-                    response = await self._until_disconnect(receive, wire.body(plan, runs))
+                    body = await self._until_disconnect(receive, wire.body(plan, runs))
         except BaseException as exc:
             self._observe(labels, _status_of(exc), started)
             raise
         finally:
             slot.release()
         self._observe(labels, 200, started)
-        return FastJSONResponse(response)
+        return FastJSONResponse(body)
 
     async def _direct(
         self, receive: Receive, plan: RunPlan, wire: WireFormat | None

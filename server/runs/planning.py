@@ -39,7 +39,7 @@ __all__ = [
     "UNSUPPORTED_FIELDS",
     "AnyRequest",
     "RunPlan",
-    "engine_fields",
+    "passthrough_fields",
     "plan_run",
 ]
 
@@ -91,7 +91,7 @@ def plan_run(
         models.check_named_models(strategy, "scaffold")
     elif "(" in req.model:  # a spec in the model id (aliases were checked at start)
         models.check_named_models(strategy, "model")
-    every, final = engine_fields(strategy, req)
+    every, final = passthrough_fields(strategy, req)
     served.check_fields(every | final)  # what its engine cannot honour: a 400 before any run
     served.check_prompts(strategy, "scaffold" if req.scaffold is not None else "model")
     if isinstance(req, ChatCompletionRequest):
@@ -204,7 +204,9 @@ A strategy that passes through (``single``) passes every one of them to the engi
 _OFF: tuple[Any, ...] = (None, False, 0, "", [], {}, "none", "auto")
 
 
-def engine_fields(strategy: Strategy, req: AnyRequest) -> tuple[dict[str, Any], dict[str, Any]]:
+def passthrough_fields(
+    strategy: Strategy, req: AnyRequest
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The request's pass-through fields as ``(every call, final-answer calls)``.
 
     A strategy that :attr:`~scaffolds.strategies.base.Strategy.passes_through` gets every

@@ -39,8 +39,8 @@ from server.runs.completion import (
     ChunkMaker,
     delta_choice,
     finish_reasons,
+    ponder_extra,
     reasoning_tokens,
-    response_extra,
 )
 from server.runs.planning import RunPlan
 from server.runs.streaming import ChoiceRouter, sse_event, stream_event_json
@@ -135,7 +135,7 @@ async def chat_sse(
             if out := b"".join(_event_chunks(plan, batch, router, chunk)):
                 yield out
         result = await task
-        extra = response_extra(plan, result, recorder)
+        extra = ponder_extra(plan, result, recorder)
         reasons = finish_reasons(result)
         # A cut run says why on its last finish chunk when no usage or trace chunk
         # (which carry Ponder's fields) follows it.

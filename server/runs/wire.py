@@ -50,7 +50,7 @@ class DirectCall(Protocol):
         ...
 
     async def body(self) -> Any:
-        """The whole response (not streamed)."""
+        """The API's whole body (not streamed)."""
         ...
 
     def stream(self) -> AsyncIterator[bytes]:
@@ -65,7 +65,7 @@ class WireFormat(Protocol):
     """The ``endpoint`` label of the request metrics."""
 
     async def body(self, plan: RunPlan, runs: list[tuple[RunResult, TraceRecorder]]) -> Any:
-        """The whole response of finished runs."""
+        """The API's whole body of finished runs."""
         ...
 
     def stream(self, plan: RunPlan, run: LiveRun) -> AsyncIterator[bytes]:

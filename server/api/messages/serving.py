@@ -30,7 +30,7 @@ from scaffolds.core.run import RunResult
 from scaffolds.core.trace import TraceRecorder
 from server.api.messages.protocol import STOP_REASONS, MessagesRequest, chat_from_messages
 from server.errors import APIError
-from server.runs.completion import finish_reasons, response_extra
+from server.runs.completion import finish_reasons, ponder_extra
 from server.runs.event_wire import PieceBuilder, build_finished, build_live, named_event
 from server.runs.planning import RunPlan
 from server.runs.request import ChatCompletionRequest
@@ -145,7 +145,7 @@ class MessagesFormat:
             out.blocks,
             stop_reason=STOP_REASONS.get(finish_reasons(result)[0], "end_turn"),
             usage=_usage(result),
-            **response_extra(plan, result, recorder),
+            **ponder_extra(plan, result, recorder),
         )
 
     async def stream(self, plan: RunPlan, run: LiveRun) -> AsyncIterator[bytes]:
@@ -160,7 +160,7 @@ class MessagesFormat:
             "type": "message_delta",
             "delta": {"stop_reason": reason, "stop_sequence": None},
             "usage": _usage(result),
-            **response_extra(plan, result, run.recorder),
+            **ponder_extra(plan, result, run.recorder),
         }
         yield end + named_event(delta) + named_event({"type": "message_stop"})
 

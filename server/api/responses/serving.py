@@ -42,7 +42,7 @@ from server.api.responses.protocol import (
     responses_usage_json,
 )
 from server.errors import APIError
-from server.runs.completion import finish_reasons, reasoning_tokens, response_extra
+from server.runs.completion import finish_reasons, ponder_extra, reasoning_tokens
 from server.runs.event_wire import PieceBuilder, build_finished, build_live, named_event
 from server.runs.planning import RunPlan
 from server.runs.streaming import Piece
@@ -311,7 +311,7 @@ class ResponsesFormat:
         self, plan: RunPlan, result: RunResult, recorder: Any, out: OutputBuilder, usage: Any
     ) -> dict[str, Any]:
         status = "incomplete" if finish_reasons(result)[0] == "length" else "completed"
-        extra = response_extra(plan, result, recorder)
+        extra = ponder_extra(plan, result, recorder)
         body = self.response(status, out.items, usage=usage, **extra)
         if self.req.store:
             conversation = self.history + input_messages(self.req.input)

@@ -169,7 +169,7 @@ def test_a_chunk_of_choices_is_the_same_bytes_as_the_chunk_object_encoded() -> N
         for choices, kw in cases:
             made = chunk(choices, **kw)
             whole = chunk_object(
-                endpoint, response_id=chunk.id, created=chunk.created, model=plan.model,
+                endpoint, completion_id=chunk.id, created=chunk.created, model=plan.model,
                 choices=choices, **kw,  # type: ignore[arg-type]
             )  # fmt: skip
             assert made == sse_event(whole)
