@@ -1,8 +1,10 @@
-"""A route of the API (:class:`Route`): its method and path, its handler, its summary and
-tags, and what it answers. Each API declares its routes beside its handlers
-(``ROUTES`` in ``server/api/<api>/api_router.py``); :mod:`server.app.routes` composes
-them, one line per API, into the mounted routes, the fast path's table and the OpenAPI
-document's answers.
+"""What an API stands on: a route (:class:`Route`: its method and path, its handler, its
+summary and tags, and what it answers), and what the app holds for its handlers
+(:func:`serving_of`, :func:`tokenizers_of`, :func:`store_of`, :func:`metrics_of`, read
+from ``app.state``, which :func:`server.app.app.create_app` fills). Each API declares
+its routes beside its handlers (``ROUTES`` in ``server/api/<api>/api_router.py``);
+:mod:`server.app.routes` composes them, one line per API, into the mounted routes, the
+fast path's table and the OpenAPI document's answers.
 
 >>> async def health() -> dict[str, str]:
 ...     return {"status": "ok"}
@@ -19,12 +21,24 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, get_type_hints
 
+from fastapi import Request
 from pydantic import BaseModel
 from starlette.routing import compile_path
 
+from server.pool.tokenizers import Tokenizers
+from server.runs.handler import Serving
 from server.runs.request import Endpoint
+from server.store.response_store import ResponseStore
+from server.telemetry.metrics import Metrics
 
-__all__ = ["TOKENIZER_ERRORS", "Route"]
+__all__ = [
+    "TOKENIZER_ERRORS",
+    "Route",
+    "metrics_of",
+    "serving_of",
+    "store_of",
+    "tokenizers_of",
+]
 
 TOKENIZER_ERRORS = (404, 502, 503, 504)
 """A tokenizer route's errors: an unknown model; the engine's failure, absence or timeout."""
@@ -67,3 +81,27 @@ class Route:
     def openapi_path(self) -> str:
         """The path as the OpenAPI document writes it (no converter)."""
         return compile_path(self.path)[1]
+
+
+def serving_of(request: Request) -> Serving:
+    """The app's :class:`~server.runs.handler.Serving` (``app.state.serving``)."""
+    serving: Serving = request.app.state.serving
+    return serving
+
+
+def tokenizers_of(request: Request) -> Tokenizers:
+    """The app's tokenizers (``app.state.tokenizers``)."""
+    tokenizers: Tokenizers = request.app.state.tokenizers
+    return tokenizers
+
+
+def store_of(request: Request) -> ResponseStore:
+    """The app's store of responses (``app.state.responses``)."""
+    store: ResponseStore = request.app.state.responses
+    return store
+
+
+def metrics_of(request: Request) -> Metrics:
+    """The app's metrics (``app.state.metrics``)."""
+    metrics: Metrics = request.app.state.metrics
+    return metrics

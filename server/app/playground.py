@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from scaffolds.errors import FanOutError, NotFoundError, SpecError
 from scaffolds.spec.build import build_strategy, spec_of, spec_string
 from server.app.auth import require_api_key
-from server.runs.handler import Serving
+from server.routing import serving_of
 
 STATIC_DIR = Path(__file__).with_name("static")
 """The page's files, shipped as package data."""
@@ -61,11 +61,6 @@ class SpecCheck(BaseModel):
     scaffold: str | dict[str, Any] = Field(description='a spec, e.g. "gsr(n=3)" or its JSON form')
 
 
-def _serving(request: Request) -> Serving:
-    serving: Serving = request.app.state.serving
-    return serving
-
-
 def playground_router(static_dir: Path = STATIC_DIR) -> APIRouter:
     """The page at ``/`` and its helper routes under ``/playground``."""
     router = APIRouter(tags=["playground"])
@@ -83,7 +78,7 @@ def playground_router(static_dir: Path = STATIC_DIR) -> APIRouter:
         dependencies=[Depends(require_api_key)],
     )
     async def check_spec(body: SpecCheck, request: Request) -> dict[str, Any]:
-        serving = _serving(request)
+        serving = serving_of(request)
         try:
             strategy = build_strategy(body.scaffold, serving.registry, serving.spec_limits)
         except SpecError as exc:
@@ -104,7 +99,7 @@ def playground_router(static_dir: Path = STATIC_DIR) -> APIRouter:
         dependencies=[Depends(require_api_key)],
     )
     async def strategies(request: Request) -> dict[str, Any]:
-        described = _serving(request).registry.describe()
+        described = serving_of(request).registry.describe()
         return {
             "data": [
                 {"name": info.name, "summary": info.summary, "params": info.params}

@@ -14,20 +14,14 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import Response
 
-from server.routing import Route
-from server.runs.handler import Serving
+from server.routing import Route, serving_of
 from server.runs.request import ChatCompletionRequest
 
 __all__ = ["ROUTES", "chat_completions"]
 
 
-def _serving(request: Request) -> Serving:
-    serving: Serving = request.app.state.serving
-    return serving
-
-
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
-    return await _serving(request).handle("chat", body, request.receive)
+    return await serving_of(request).handle("chat", body, request.receive)
 
 
 ROUTES: tuple[Route, ...] = (

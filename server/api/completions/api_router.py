@@ -14,20 +14,14 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import Response
 
-from server.routing import Route
-from server.runs.handler import Serving
+from server.routing import Route, serving_of
 from server.runs.request import CompletionRequest
 
 __all__ = ["ROUTES", "completions"]
 
 
-def _serving(request: Request) -> Serving:
-    serving: Serving = request.app.state.serving
-    return serving
-
-
 async def completions(body: CompletionRequest, request: Request) -> Response:
-    return await _serving(request).handle("completions", body, request.receive)
+    return await serving_of(request).handle("completions", body, request.receive)
 
 
 ROUTES: tuple[Route, ...] = (

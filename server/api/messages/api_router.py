@@ -25,9 +25,7 @@ from pydantic import Field
 
 from server.api.messages.protocol import MessagesRequest, chat_from_messages
 from server.api.messages.serving import MessagesFormat
-from server.pool.tokenizers import Tokenizers
-from server.routing import TOKENIZER_ERRORS, Route
-from server.runs.handler import Serving
+from server.routing import TOKENIZER_ERRORS, Route, serving_of, tokenizers_of
 
 __all__ = ["ROUTES", "CountTokensRequest", "count_tokens", "create_message"]
 
@@ -38,19 +36,9 @@ class CountTokensRequest(MessagesRequest):
     max_tokens: int = Field(default=1, ge=1, description="ignored")
 
 
-def _serving(request: Request) -> Serving:
-    serving: Serving = request.app.state.serving
-    return serving
-
-
-def _tokenizers(request: Request) -> Tokenizers:
-    tokenizers: Tokenizers = request.app.state.tokenizers
-    return tokenizers
-
-
 async def create_message(body: MessagesRequest, request: Request) -> Response:
     wire = MessagesFormat(body)
-    return await _serving(request).handle("chat", wire.chat(), request.receive, wire)
+    return await serving_of(request).handle("chat", wire.chat(), request.receive, wire)
 
 
 async def count_tokens(body: CountTokensRequest, request: Request) -> dict[str, int]:
@@ -61,7 +49,7 @@ async def count_tokens(body: CountTokensRequest, request: Request) -> dict[str, 
     }
     if tools := (chat.model_extra or {}).get("tools"):
         fields["tools"] = tools
-    counted = await _tokenizers(request).of(body.model).tokenize(fields)
+    counted = await tokenizers_of(request).of(body.model).tokenize(fields)
     return {"input_tokens": int(counted["count"])}
 
 

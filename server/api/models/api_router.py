@@ -15,23 +15,17 @@ from typing import Any
 from fastapi import Request
 
 from scaffolds.errors import NotFoundError
-from server.routing import Route
-from server.runs.handler import Serving
+from server.routing import Route, serving_of
 
 __all__ = ["ROUTES", "get_model", "list_models"]
 
 
-def _serving(request: Request) -> Serving:
-    serving: Serving = request.app.state.serving
-    return serving
-
-
 async def list_models(request: Request) -> dict[str, Any]:
-    return {"object": "list", "data": _serving(request).model_cards()}
+    return {"object": "list", "data": serving_of(request).model_cards()}
 
 
 async def get_model(model_id: str, request: Request) -> dict[str, Any]:
-    for card in _serving(request).model_cards():
+    for card in serving_of(request).model_cards():
         if card["id"] == model_id:
             return card
     raise NotFoundError(f"the model {model_id!r} does not exist", param="model")

@@ -21,26 +21,14 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from server.pool.tokenizers import Tokenizers
-from server.routing import Route
-from server.runs.handler import Serving
-from server.telemetry.metrics import CONTENT_TYPE, Metrics
+from server.routing import Route, metrics_of, serving_of, tokenizers_of
+from server.telemetry.metrics import CONTENT_TYPE
 
 __all__ = ["ROUTES", "health", "metrics", "ready", "version"]
 
 
-def _serving(request: Request) -> Serving:
-    serving: Serving = request.app.state.serving
-    return serving
-
-
-def _tokenizers(request: Request) -> Tokenizers:
-    tokenizers: Tokenizers = request.app.state.tokenizers
-    return tokenizers
-
-
 async def version(request: Request) -> dict[str, Any]:
-    engines = await _tokenizers(request).versions()
+    engines = await tokenizers_of(request).versions()
     return {"version": request.app.version, "engines": engines}
 
 
@@ -49,12 +37,12 @@ async def health() -> dict[str, str]:
 
 
 async def ready(request: Request) -> JSONResponse:
-    ok, detail = await _serving(request).readiness()
+    ok, detail = await serving_of(request).readiness()
     return JSONResponse(detail, status_code=200 if ok else 503)
 
 
 async def metrics(request: Request) -> Response:
-    registry: Metrics = request.app.state.metrics
+    registry = metrics_of(request)
     return Response(registry.render(), media_type=CONTENT_TYPE)
 
 

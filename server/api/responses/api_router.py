@@ -24,38 +24,25 @@ from scaffolds.errors import NotFoundError
 from server.api.responses.input_items import MAX_LIMIT, input_items_page
 from server.api.responses.protocol import ResponsesRequest
 from server.api.responses.serving import prepare
-from server.routing import Route
-from server.runs.handler import Serving
-from server.store.response_store import ResponseStore
+from server.routing import Route, serving_of, store_of
 
 __all__ = ["ROUTES", "create_response", "delete_response", "get_response", "list_input_items"]
 
 
-def _serving(request: Request) -> Serving:
-    serving: Serving = request.app.state.serving
-    return serving
-
-
-def _store(request: Request) -> ResponseStore:
-    """The app's store of responses (``app.state.responses``)."""
-    store: ResponseStore = request.app.state.responses
-    return store
-
-
 async def create_response(body: ResponsesRequest, request: Request) -> Response:
-    wire = await prepare(_store(request), body)
-    return await _serving(request).handle("chat", wire.chat(), request.receive, wire)
+    wire = await prepare(store_of(request), body)
+    return await serving_of(request).handle("chat", wire.chat(), request.receive, wire)
 
 
 async def get_response(response_id: str, request: Request) -> dict[str, Any]:
-    stored = await _store(request).get(response_id)
+    stored = await store_of(request).get(response_id)
     if stored is None:
         raise NotFoundError(f"no stored response with id {response_id!r}", param="id")
     return stored.body
 
 
 async def delete_response(response_id: str, request: Request) -> dict[str, Any]:
-    if not await _store(request).delete(response_id):
+    if not await store_of(request).delete(response_id):
         raise NotFoundError(f"no stored response with id {response_id!r}", param="id")
     return {"id": response_id, "object": "response.deleted", "deleted": True}
 
@@ -67,7 +54,7 @@ async def list_input_items(
     order: Literal["asc", "desc"] = "desc",
     after: str | None = None,
 ) -> dict[str, Any]:
-    stored = await _store(request).get(response_id)
+    stored = await store_of(request).get(response_id)
     if stored is None:
         raise NotFoundError(f"no stored response with id {response_id!r}", param="id")
     return input_items_page(stored, limit=limit, order=order, after=after)

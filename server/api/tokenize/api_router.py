@@ -18,8 +18,7 @@ from typing import Any
 from fastapi import Request
 from pydantic import Field, model_validator
 
-from server.pool.tokenizers import Tokenizers
-from server.routing import TOKENIZER_ERRORS, Route
+from server.routing import TOKENIZER_ERRORS, Route, tokenizers_of
 from server.runs.request import _Open
 
 __all__ = ["ROUTES", "DetokenizeRequest", "TokenizeRequest", "detokenize", "tokenize"]
@@ -54,22 +53,17 @@ class DetokenizeRequest(_Open):
     tokens: list[int]
 
 
-def _tokenizers(request: Request) -> Tokenizers:
-    tokenizers: Tokenizers = request.app.state.tokenizers
-    return tokenizers
-
-
 def _engine_body(req: _Open) -> dict[str, Any]:
     """What the caller set, without ``model`` (the engine gets its own name)."""
     return {k: v for k, v in req.model_dump(exclude_unset=True).items() if k != "model"}
 
 
 async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
-    return await _tokenizers(request).of(body.model).tokenize(_engine_body(body))
+    return await tokenizers_of(request).of(body.model).tokenize(_engine_body(body))
 
 
 async def detokenize(body: DetokenizeRequest, request: Request) -> dict[str, Any]:
-    return await _tokenizers(request).of(body.model).detokenize(_engine_body(body))
+    return await tokenizers_of(request).of(body.model).detokenize(_engine_body(body))
 
 
 ROUTES: tuple[Route, ...] = (
