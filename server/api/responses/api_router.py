@@ -25,6 +25,7 @@ from server.api.responses.input_items import MAX_LIMIT, input_items_page
 from server.api.responses.protocol import ResponsesRequest
 from server.api.responses.serving import prepare
 from server.routing import Route, serving_of, store_of
+from server.store.response_store import StoredResponse
 
 __all__ = ["ROUTES", "create_response", "delete_response", "get_response", "list_input_items"]
 
@@ -34,16 +35,24 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
     return await serving_of(request).handle("chat", wire.chat(), request.receive, wire)
 
 
-async def get_response(response_id: str, request: Request) -> dict[str, Any]:
+def _not_found(response_id: str) -> NotFoundError:
+    return NotFoundError(f"no stored response with id {response_id!r}", param="id")
+
+
+async def _stored(request: Request, response_id: str) -> StoredResponse:
     stored = await store_of(request).get(response_id)
     if stored is None:
-        raise NotFoundError(f"no stored response with id {response_id!r}", param="id")
-    return stored.body
+        raise _not_found(response_id)
+    return stored
+
+
+async def get_response(response_id: str, request: Request) -> dict[str, Any]:
+    return (await _stored(request, response_id)).body
 
 
 async def delete_response(response_id: str, request: Request) -> dict[str, Any]:
     if not await store_of(request).delete(response_id):
-        raise NotFoundError(f"no stored response with id {response_id!r}", param="id")
+        raise _not_found(response_id)
     return {"id": response_id, "object": "response.deleted", "deleted": True}
 
 
@@ -54,9 +63,7 @@ async def list_input_items(
     order: Literal["asc", "desc"] = "desc",
     after: str | None = None,
 ) -> dict[str, Any]:
-    stored = await store_of(request).get(response_id)
-    if stored is None:
-        raise NotFoundError(f"no stored response with id {response_id!r}", param="id")
+    stored = await _stored(request, response_id)
     return input_items_page(stored, limit=limit, order=order, after=after)
 
 
