@@ -254,3 +254,25 @@ def test_the_session_guard_fails_a_run_that_leaves_a_process(tmp_path: Path) -> 
     assert "processes left running" in run.stdout
     assert f"pid {leaked}" in run.stdout and "time.sleep(600)" in run.stdout
     assert wait_until(lambda: gone(leaked), within=60), "the guard should kill what it names"
+
+
+BLOCKED = "print(next(line for line in open('/proc/self/status') if line.startswith('SigBlk')))"
+"""A child that prints the signals it blocks (a hex mask; 0: none)."""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+def test_an_owned_child_hears_the_signals_its_forking_thread_blocked() -> None:
+    """A child inherits the signal mask of the thread that forks it, and subprocess keeps
+    it: from a thread with SIGINT and SIGTERM blocked (as some library left pytest's main
+    thread in a full run, where ``ponder serve`` then never heard its Ctrl-C), an owned
+    child must still hear both."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        proc = popen_owned([sys.executable, "-c", BLOCKED], stdout=subprocess.PIPE, text=True)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+    try:
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        stop_group(proc)
+    assert int(out.split()[1], 16) == 0, out

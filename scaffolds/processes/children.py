@@ -43,8 +43,11 @@ def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
 
 
 def _in_child(parent: int, sig: int) -> None:
-    """Between fork and exec: the death signal, then leave if the parent already died
+    """Between fork and exec: no signal blocked (a child inherits the mask of the thread
+    that forked it, and a library may have blocked SIGINT or SIGTERM there: the child
+    would never hear a stop), the death signal, then leave if the parent already died
     (the window before ``prctl`` took effect)."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
     set_parent_death_signal(sig)
     if os.getppid() != parent:
         os._exit(1)
