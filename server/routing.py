@@ -25,6 +25,7 @@ from fastapi import Request
 from pydantic import BaseModel
 from starlette.routing import compile_path
 
+from server.keys import ANONYMOUS, ClientKey
 from server.pool.tokenizers import Tokenizers
 from server.runs.handler import Serving
 from server.runs.request import Endpoint
@@ -32,6 +33,7 @@ from server.store.response_store import ResponseStore
 from server.telemetry.metrics import Metrics
 
 __all__ = [
+    "client_key_of",
     "TOKENIZER_ERRORS",
     "Route",
     "metrics_of",
@@ -105,3 +107,10 @@ def metrics_of(request: Request) -> Metrics:
     """The app's metrics (``app.state.metrics``)."""
     metrics: Metrics = request.app.state.metrics
     return metrics
+
+
+def client_key_of(request: Request) -> ClientKey:
+    """The key the request was authenticated with (``request.state.client_key``, set by
+    the auth middleware), or :data:`~server.keys.ANONYMOUS` when auth is off."""
+    key: ClientKey = getattr(request.state, "client_key", ANONYMOUS)
+    return key

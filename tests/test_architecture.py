@@ -314,7 +314,7 @@ SERVER_LAYERS: tuple[tuple[str, ...], ...] = (
     ("server.runs",),
     ("server.pool", "server.store"),
     ("server.telemetry", "server.settings"),
-    ("server.model_settings", "server.errors"),
+    ("server.model_settings", "server.errors", "server.keys"),
 )
 """The subpackages of ``server``, top layer first: an import points to a lower layer.
 Each API folder, ``server.api.<name>``, is its own subpackage on the ``server.api`` layer
