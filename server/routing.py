@@ -33,9 +33,9 @@ from server.store.response_store import ResponseStore
 from server.telemetry.metrics import Metrics
 
 __all__ = [
-    "client_key_of",
     "TOKENIZER_ERRORS",
     "Route",
+    "client_key_of",
     "metrics_of",
     "serving_of",
     "store_of",
