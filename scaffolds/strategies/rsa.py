@@ -8,9 +8,9 @@ runs ``n`` aggregation calls at once; each reads ``k`` members and writes one me
 the next population. ``draw="independent"`` draws each call's members without
 replacement (the RSA reference); ``draw="balanced"`` shuffles the population and reads
 it in circular blocks at ``k`` distinct offsets, so each member is read exactly ``k``
-times a round (QED-Nano). Draws come from :meth:`Context.rng`, so a seeded run draws the same. ``candidates="answer"``
-shows each member's part after its thinking; ``"full"`` its whole output, thinking
-included, as the RSA reference aggregates.
+times a round (QED-Nano). Draws come from :meth:`Context.rng`, so a seeded run draws
+the same. ``candidates="answer"`` shows each member's part after its thinking;
+``"full"`` its whole output, thinking included, as the RSA reference aggregates.
 
 The answer is the majority of the last population (``select="majority"``), or the
 winner of QED-Nano's pairwise tournament (``select="pairwise"``): members are paired

@@ -225,3 +225,14 @@ def test_the_system_texts_are_empty_by_default() -> None:
             "",
             "",
         ]
+
+
+async def test_the_aggregation_heads_its_candidates_by_number_whatever_the_verdict() -> None:
+    """QED-Nano's merger heads its solutions A, B, C (``math_core.py``:345-350); Ponder's
+    aggregation keeps the shared ``candidate`` template's numbers (README says so)."""
+    strategy = RSA(n=2, k=2, rounds=1, select="pairwise", verdict="letter")
+    engine = MockEngine(letters_judge)
+    await run_scaffold(strategy, PROBLEM, engine)
+    aggregations = [r.prompt_text() for r in engine.requests if step_of(r) == "rsa_aggregate"]
+    assert len(aggregations) == 2
+    assert all("#### Candidate 1" in t and "#### Candidate 2" in t for t in aggregations)
