@@ -165,7 +165,7 @@ def run(
             metavar="auto|boxed|lenient|boxed_anywhere|answer_is|after_answer_marker",
             help="how answers are read, by the server's votes (sent as the request's "
             "answer_format) and by the grade: boxed (only the last \\boxed{} after the "
-            "thinking; none is wrong, as the papers' code grades) or lenient (also 'final "
+            "thinking; none is wrong) or lenient (also 'final "
             "answer is X', '#### X', the last number), or a reference's reader: "
             "boxed_anywhere, answer_is, after_answer_marker; auto: what Ponder's /v1/models says "
             "the model uses, else boxed. Read after the end of thinking that the model's "
