@@ -196,9 +196,10 @@ class ModelOptions(BaseModel):
     a thinking one (a spec's summarizer=, critic=, abstractor=, judge_model= win)."""
     answer_format: Annotated[AnswerFormat | None, Flag(metavar="FORMAT")] = None
     """How a sample's final answer is read when a request does not say: boxed (only the
-    last \\boxed{} after the thinking, as the papers' code does: a sample without one
-    casts no vote) or lenient (also "final answer is X", "#### X", the last number).
-    Default: boxed; lenient with the compact prompt set, whose templates ask for no box."""
+    last \\boxed{} after the thinking: a sample without one casts no vote), lenient (also
+    "final answer is X", "#### X", the last number), or a reference's reader
+    (boxed_anywhere, answer_is, after_answer_marker). Default: boxed; lenient with the
+    compact prompt set, whose templates ask for no box."""
 
     def thinking_config(self) -> Thinking:
         """How this model thinks, for a run (:class:`scaffolds.core.thinking.Thinking`)."""

@@ -21,6 +21,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from scaffolds.evaluation.answers import AnswerFormat
+
 MAX_N = 128
 """The most choices one request may ask for."""
 
@@ -88,10 +90,13 @@ class PonderFields(BaseModel):
         description='Ponder: the scaffold spec, e.g. "gsr(n=4)" or {"name": "gsr", "n": 4}',
     )
     budget: BudgetRequest | None = Field(default=None, description="Ponder: per-request budget")
-    answer_format: Literal["boxed", "lenient"] | None = Field(
+    answer_format: AnswerFormat | None = Field(
         default=None,
         description='Ponder: how answers are read for votes: "boxed" (the last \\boxed{} '
-        'after the thinking only) or "lenient"; default: the model\'s answer_format',
+        'after the thinking only), "lenient", or a reference\'s reader: "boxed_anywhere" '
+        '(the last \\boxed{}, thinking included), "answer_is" ("The answer is", then boxed, '
+        'then the last number), "after_answer_marker" (after the thinking: boxed, then '
+        '"Answer:"); default: the model\'s answer_format',
     )
     return_trace: bool = Field(default=False, description="Ponder: add the run's trace")
     stream_trace: bool = Field(
