@@ -18,8 +18,8 @@ answer. Every call's tokens are in ``usage``.
 s1's own way (simplescaling/s1 ``eval/lm-evaluation-harness/lm_eval/models/
 vllm_causallms.py``) has three more options. ``stop_token_id``: the thinking calls stop
 at that token id (vLLM's ``stop_token_ids``, with ``min_tokens: 1``) instead of at the
-marker's text, as s1 stops at ``<|im_start|>`` (lines 246, 273-280); a stop string made of
-a special token never matches text that the engine decodes without special tokens.
+marker's text, as s1 stops at ``<|im_start|>`` (lines 246, 273-280): a stop string holding
+a special token matches only where the engine's text shows special tokens.
 ``open_thinking``: the first call's prompt already opens the thinking (its start marker
 as the assistant message the model continues), as s1 appends ``<|im_start|>think`` to
 the prompt (line 283). ``cap_marker``: when ``max_thinking_tokens`` cut the thinking, it
