@@ -6,9 +6,9 @@
 the sampled token's own, when it is not among them (a peaked distribution gives a high
 value): the reference averages every entry of vLLM's per-position dict, which holds the
 sampled token besides the top ``k`` (so ``k + 1`` values when it is not one of them).
-Through vLLM's OpenAI server the list is the first ``k`` entries of that dict, the
-sampled token first: there it is always among them, and a sampled token outside the top
-``k`` displaces the ``k``-th. A group's is the mean over a sliding window of
+vLLM's completions endpoint returns that whole dict; its chat endpoint the dict's first
+``k`` entries, the sampled token first, so there a sampled token outside the top ``k``
+displaces the ``k``-th. A group's is the mean over a sliding window of
 ``window`` tokens; a trace's is its weakest group (``measure="lowest"``), the mean of
 its last ``window`` tokens (``"tail"``) or the mean of its lowest ``bottom`` share of
 groups (``"bottom"``). Only traces with an answer are ranked: those at or above the
