@@ -301,3 +301,18 @@ async def test_cap_marker_is_not_written_when_the_thinking_ends_on_its_own() -> 
     strategy = BudgetForcing(waits=0, max_thinking_tokens=30, cap_marker="\nFinal Answer:")
     await run(strategy, writer)
     assert writer.partials() == ["<|im_start|>think a" + S1.markers.end]
+
+
+async def test_the_stop_token_fields_join_the_requests_own_extra() -> None:
+    """A step's own engine fields (``StepSampling.extra``) go over the request's
+    ``extra``, which stays on every call; the answer call carries the request's alone."""
+    writer = TokenWriter(" 6*7 is 42 <|im_start|>answer", " \\boxed{42}")
+    strategy = BudgetForcing(waits=0, stop_token_id=IM_START, open_thinking=True)
+    params = SamplingParams(extra={"repetition_penalty": 1.1, "min_tokens": 0})
+    routing = Routing(thinking=S1)
+    await run_scaffold(
+        strategy, PROBLEM, MockEngine(writer), RunSettings(routing=routing, params=params)
+    )
+    thinking, answer = (dict(r.params.extra) for r in writer.requests)
+    assert thinking == {"repetition_penalty": 1.1, "min_tokens": 1, "stop_token_ids": [IM_START]}
+    assert answer == {"repetition_penalty": 1.1, "min_tokens": 0}
