@@ -134,6 +134,10 @@ class EngineResponse:
             req.input if isinstance(req.input, list) else [{"role": "user", "content": req.input}]
         )
         body["input"] = history_items(self.history) + given
+        effort = plan.effort
+        if effort is not None and effort.source != "passthrough" and "reasoning" in body:
+            reasoning = {k: v for k, v in body.pop("reasoning").items() if k != "effort"}
+            body |= {"reasoning": reasoning} if reasoning else {}  # the policy answered it
         body["store"] = False
         params = plan.params
         defaults = {
