@@ -226,7 +226,7 @@ def _effort(
     field, or a spec or alias in its model) wins. Without a policy the field passes
     through."""
     policy = served.config.effort_policy
-    if policy is None or served.config.effort == "passthrough":
+    if policy is None or served.config.effort_mode() == "passthrough":
         return Effort(ask.param, ask.level, spec_string(strategy), "passthrough"), strategy
     level = _level(policy, ask)
     if named:
