@@ -152,3 +152,27 @@ def test_the_default_budgets_allow_8192_tokens_per_sample_of_each_level() -> Non
     draws = {"minimal": 1, "low": 4, "medium": 8, "high": 16, "auto": 16}
     for level, samples in draws.items():
         assert DEFAULT_EFFORT_POLICY.level(level).budget == 8192 * samples  # type: ignore[arg-type]
+
+
+def test_a_config_file_names_a_models_policy_file_or_holds_it(tmp_path: Path) -> None:
+    """``ponder serve --config``: one model's ``effort_policy`` is a file the calibration
+    wrote, another's is inline, a third passes efforts through."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(json.dumps(POLICY))
+    config = tmp_path / "ponder.yaml"
+    config.write_text(
+        "models:\n"
+        f"  - {{name: a, engines: [http://e/v1], effort_policy: {policy}}}\n"
+        "  - name: b\n"
+        "    engines: [http://e/v1]\n"
+        "    effort_policy:\n"
+        "      minimal: {spec: single}\n"
+        "      low: {spec: single}\n"
+        "      medium: {spec: single}\n"
+        "      high: {spec: 'majority(k=2)'}\n"
+        "  - {name: c, engines: [http://e/v1], effort: passthrough}\n"
+    )
+    a, b, c = Settings(config=config).served_models()
+    assert a.effort_policy == EffortPolicy.model_validate(POLICY)
+    assert b.effort_policy is not None and b.effort_policy.level("auto").spec == "majority(k=2)"
+    assert (c.effort_policy, c.effort_mode()) == (None, "passthrough")
