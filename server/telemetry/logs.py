@@ -52,9 +52,12 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
         }
         rid = getattr(record, "request_id", None) or request_id_var.get()
-        if rid and rid != "-":
+        in_request = bool(rid and rid != "-")
+        if in_request:
             data["request_id"] = rid
-            data["key"] = getattr(record, "key", None) or key_name_var.get()
+        key = getattr(record, "key", None) or (key_name_var.get() if in_request else None)
+        if key:
+            data["key"] = key
         for key, value in record.__dict__.items():
             if key not in _STANDARD and key not in _SKIP and key not in data and key[0] != "_":
                 data[key] = value if isinstance(value, str | int | float | bool) else repr(value)
