@@ -125,9 +125,11 @@ class _Database:
             return self.engine
 
 
-async def _create_or_migrate(engine: AsyncEngine) -> None:
-    """The table and its index; a table without the owner column gains it (another
-    process migrating at the same time is no error)."""
+async def _create_or_migrate(engine: AsyncEngine, tries: int = 3) -> None:
+    """The table and its index; a table without the owner column gains it. Another server
+    doing the same at the same moment is no error: Postgres may refuse one of two
+    concurrent ``CREATE ... IF NOT EXISTS`` (or ``ADD COLUMN``), and the statements are
+    tried again once the other's are in."""
     from sqlalchemy import inspect, text
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -135,18 +137,18 @@ async def _create_or_migrate(engine: AsyncEngine) -> None:
         columns = inspect(sync_conn).get_columns("ponder_responses")
         return any(c["name"] == "owner" for c in columns)
 
-    async with engine.begin() as conn:
-        await conn.execute(text(_SCHEMA))
-        await conn.execute(text(_INDEX))
-        if await conn.run_sync(has_owner):
+    for attempt in range(tries):
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(text(_SCHEMA))
+                await conn.execute(text(_INDEX))
+                if not await conn.run_sync(has_owner):
+                    await conn.execute(text(_ADD_OWNER))
             return
-    try:
-        async with engine.begin() as conn:
-            await conn.execute(text(_ADD_OWNER))
-    except SQLAlchemyError:
-        async with engine.connect() as conn:
-            if not await conn.run_sync(has_owner):
+        except SQLAlchemyError:
+            if attempt == tries - 1:
                 raise
+            await asyncio.sleep(0.05 * (attempt + 1))
 
 
 class ResponseStore:

@@ -100,3 +100,16 @@ def test_settings_join_bare_keys_and_the_keys_file(tmp_path: Path) -> None:
     assert "keys[0].limits: unknown limit 'rpm'" in setting_errors(raised.value)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="keys_file: no such file"):
         Settings(keys_file=tmp_path / "missing.yaml")
+
+
+def test_the_readmes_keys_file_loads(tmp_path: Path) -> None:
+    """README's "Sharing a server" keys file, as printed, is a keys file serve reads."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Sharing a server", 1)[1]
+    listing = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "keys.yaml"
+    path.write_text(listing)
+    table = load_keys_file(path)
+    assert table.names() == ("alice", "alice-ci", "bob")
+    assert [e.key.tenant for e in table.entries] == ["team-a", "team-a", "team-b"]
+    assert table.lookup("sk-bob-local") == ClientKey("bob", "team-b")
