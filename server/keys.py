@@ -181,12 +181,17 @@ def read_keys_document(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {"keys": []}
     text = path.read_text()
-    if path.suffix == ".toml":
-        data: Any = tomllib.loads(text)
-    else:
-        import yaml
+    import yaml
 
-        data = yaml.safe_load(text)
+    try:  # the parsers' messages quote the file's text, which may hold a key: not shown
+        data: Any = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = re.search(r"at line (\d+)", str(exc))  # tomllib's message names the line
+        line = mark.line + 1 if mark is not None else (at.group(1) if at else None)
+        kind = "TOML" if path.suffix == ".toml" else "YAML"
+        where = f" (line {line})" if line else ""
+        raise ValueError(f"keys file {str(path)!r}: not valid {kind}{where}") from None
     if data is None:
         data = {}
     if not isinstance(data, dict) or not isinstance(data.get("keys", []), list):

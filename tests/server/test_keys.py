@@ -113,3 +113,20 @@ def test_the_readmes_keys_file_loads(tmp_path: Path) -> None:
     assert table.names() == ("alice", "alice-ci", "bob")
     assert [e.key.tenant for e in table.entries] == ["team-a", "team-a", "team-b"]
     assert table.lookup("sk-bob-local") == ClientKey("bob", "team-b")
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("keys.yaml", "keys:\n  - name: a\n    key: sk-secret: [\n"),
+        ("keys.toml", "key = 'sk-secret\n"),
+    ],
+)
+def test_a_file_that_does_not_parse_is_named_without_its_text(
+    tmp_path: Path, name: str, text: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ValueError, match=r"not valid (YAML \(line 3\)|TOML)") as raised:
+        load_keys_file(path)
+    assert "sk-secret" not in str(raised.value)
