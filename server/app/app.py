@@ -64,7 +64,9 @@ def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = Non
         max_age_s=settings.responses_max_age_s,
         max_count=settings.responses_max_count,
     )
-    auth = APIKeyAuth(settings.key_table(), load=settings.key_table)
+    auth = APIKeyAuth(
+        settings.key_table(), load=settings.key_table, required=settings.keys_file is not None
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

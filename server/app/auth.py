@@ -44,14 +44,21 @@ class APIKeyAuth:
     reads the table again for :meth:`reload`."""
 
     def __init__(
-        self, keys: KeyTable | Iterable[str], *, load: Callable[[], KeyTable] | None = None
+        self,
+        keys: KeyTable | Iterable[str],
+        *,
+        load: Callable[[], KeyTable] | None = None,
+        required: bool = False,
     ):
         self._table = keys if isinstance(keys, KeyTable) else KeyTable.of_flat_keys(keys)
         self._load = load
+        self._required = required or self._table.enabled
+        """Auth on for good: a server that started with keys (or a keys file) never opens,
+        even when a reload leaves no key (then every request is refused)."""
 
     @property
     def enabled(self) -> bool:
-        return self._table.enabled
+        return self._required
 
     @property
     def table(self) -> KeyTable:
@@ -75,7 +82,7 @@ class APIKeyAuth:
         """The key the header carries; :class:`AuthenticationError` unless it is known.
         With auth off, :data:`~server.keys.ANONYMOUS`."""
         table = self._table
-        if not table.enabled:
+        if not self._required:
             return ANONYMOUS
         if not authorization:
             raise AuthenticationError(
