@@ -142,3 +142,18 @@ def test_recipes_lists_every_recipe_with_its_number_and_what_differs() -> None:
         assert f"{recipe.name}: " in result.output
         assert recipe.reported.number in result.output
     assert result.output.count("differs: ") >= len(RECIPES)
+
+
+def test_the_readme_table_is_the_recipes() -> None:
+    """README's "Reproducing the papers" has a row per recipe: its command, its spec, the
+    paper's number and each thing that still differs, as the recipe says them."""
+    readme = (Path(__file__).resolve().parents[4] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Reproducing the papers", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(RECIPES)
+    for row, recipe in zip(rows, RECIPES.values(), strict=True):
+        text = row.replace("\\|", "|").replace("&lt;", "<")
+        assert text.startswith(f"| `{recipe.name}`: ")
+        assert recipe.command() in text and recipe.served.spec in text
+        assert recipe.reported.number in text
+        assert all(line in text for line in recipe.differs)
