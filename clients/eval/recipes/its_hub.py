@@ -14,7 +14,7 @@ __all__ = ["BEAM", "PARTICLE_FILTER"]
 _SAMPLING = Sampling(temperature=0.8)
 _SYSTEM = PromptKey(
     "solve",
-    "its_hub README.md:27 (SAL_STEP_BY_STEP_SYSTEM_PROMPT, its_hub/utils.py)",
+    "its_hub README.md:28 (SAL_STEP_BY_STEP_SYSTEM_PROMPT, its_hub/utils.py:2)",
 )
 _CALLS = ("--spec-max-calls", "1024")
 """32 steps of 8 paths plan more engine calls than the server's default cap of 256."""
@@ -23,7 +23,7 @@ _REPORTED = Reported(
     "its_hub docs/benchmarking.md:21",
 )
 _COMMON_SOURCES = (
-    "README.md:31 and docs/algorithms.md:76 (steps split at blank lines, max_steps=32)",
+    "README.md:32 and docs/algorithms.md:76 (steps split at blank lines, max_steps=32)",
     "README.md:36 (aggregation_method='prod')",
     "its_hub/lms.py:37 (temperature 0.8)",
     "docs/benchmarking.md:31 (math-500)",

@@ -19,7 +19,7 @@ from clients.eval.recipes.serving import RecipeError, check_prompt_file, serve_c
 from scaffolds.spec.build import build_strategy
 from scaffolds.spec.registry import default_registry, get_prompt_set
 from testing.fake_engine import FakeEngineHandle, running_fake_engine
-from tests.evalkit import MODEL, write_problems
+from tests.evalkit import MODEL, ponder_over_fake, write_problems
 
 
 def placeholder_prompts(recipe: Recipe, path: Path) -> Path:
@@ -157,3 +157,19 @@ def test_the_readme_table_is_the_recipes() -> None:
         assert recipe.command() in text and recipe.served.spec in text
         assert recipe.reported.number in text
         assert all(line in text for line in recipe.differs)
+
+
+def test_a_recipe_sent_to_a_running_ponder(tmp_path: Path) -> None:
+    """``--base-url``: the recipe's spec, sampling and reader go to the Ponder already
+    running (its prompt files are its own), and nothing is started."""
+    data = write_problems(tmp_path / "two.jsonl", 2)
+    with ponder_over_fake() as (url, engine):
+        args = ["--recipe", "esc", "--base-url", url, "--model", MODEL, "--dataset", str(data)]
+        args += ["--out", str(tmp_path / "o"), "--no-progress", "--grade-workers", "1"]
+        result = CliRunner().invoke(eval_app, args)
+        assert result.exit_code == 0, result.output
+        bodies = [r.body for r in engine.state.requests]
+    assert bodies and all(b.get("temperature") == 0.5 for b in bodies)
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert [s["scaffold"] for s in report["scaffolds"]] == [recipe_named("esc").served.spec]
+    assert not (tmp_path / "o" / "serve.log").exists()
