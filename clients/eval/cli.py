@@ -505,6 +505,8 @@ def recipes() -> None:
         out.print(f"[bold]{recipe.name}[/bold]: {escape(recipe.title)}")
         out.print(f"  spec: {escape(recipe.served.spec)}")
         out.print(f"  run: {escape(recipe.command())}")
+        for key in recipe.served.prompt_keys:
+            out.print(f"  prompt file sets {key.name}: {escape(key.source)}")
         out.print(f"  paper: {escape(recipe.reported.number)} ({escape(recipe.reported.citation)})")
         for line in recipe.differs or ("nothing known",):
             out.print(f"  differs: {escape(line)}")

@@ -142,6 +142,7 @@ def test_recipes_lists_every_recipe_with_its_number_and_what_differs() -> None:
         assert f"{recipe.name}: " in result.output
         assert recipe.reported.number in result.output
     assert result.output.count("differs: ") >= len(RECIPES)
+    assert "prompt file sets rsa_aggregate: HyperPotatoNeo/RSA eval_loop.py:145" in result.output
 
 
 def test_the_readme_table_is_the_recipes() -> None:
