@@ -17,6 +17,7 @@ one line naming the first error; one where some failed says how many.
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
@@ -136,7 +137,9 @@ def run(
         list[str] | None,
         typer.Option("--scaffold", "-s", help="scaffold spec, repeatable; 'none' = plain"),
     ] = None,
-    samples: Annotated[int, typer.Option(min=1, help="samples per problem")] = 1,
+    samples: Annotated[
+        int | None, typer.Option(min=1, help="samples per problem (default 1; a recipe's own)")
+    ] = None,
     concurrency: Annotated[
         int | None,
         typer.Option(
@@ -183,9 +186,31 @@ def run(
     timeout: Annotated[float, typer.Option(help="seconds per request")] = 1800.0,
     max_retries: Annotated[int, typer.Option(min=0)] = 3,
     progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
+    recipe: Annotated[
+        str | None,
+        typer.Option(
+            help="run a paper's setting by name (ponder eval recipes lists them): serves it "
+            "with ponder serve in front of --engine, evaluates, stops the server; or sends "
+            "it to the Ponder at --base-url"
+        ),
+    ] = None,
+    engine: Annotated[
+        str | None, typer.Option(help="with --recipe: the engine's base URL, ending in /v1")
+    ] = None,
+    prompt_file: Annotated[
+        Path | None,
+        typer.Option(help="with --recipe: the prompt file with the reference's wording"),
+    ] = None,
+    reward_url: Annotated[
+        str | None,
+        typer.Option(help="with --recipe: a process reward model's pooling URL (beam, particles)"),
+    ] = None,
 ) -> None:
     """Run SCAFFOLDs x SAMPLES over DATASET, grade, and write the report into OUT."""
     if ctx.invoked_subcommand is not None:
+        return
+    if recipe is not None:
+        _run_recipe(recipe, dict(locals()))
         return
     from clients.eval.pipeline import evaluate
     from clients.eval.report import print_table
@@ -240,7 +265,7 @@ def run(
             model=model,
             scaffolds=specs,
             out_dir=out,
-            samples=samples,
+            samples=samples or 1,
             concurrency=concurrency,
             api_key=api_key,
             temperature=temperature,
@@ -315,6 +340,80 @@ def run(
         err.print(
             f"[yellow]warning:[/yellow] {outcome.errors} of {total} requests failed{escape(first)}"
         )
+
+
+def _run_recipe(name: str, given: dict[str, Any]) -> None:
+    """``--recipe NAME``: the recipe's settings in place of the options left unset, served
+    by an owned ``ponder serve`` in front of ``--engine`` (or the Ponder at ``--base-url``),
+    then the ordinary run."""
+    from clients.eval.recipes import recipe_named
+    from clients.eval.recipes.serving import (
+        RecipeError,
+        check_prompt_file,
+        engine_model,
+        serve_command,
+        serving,
+    )
+    from clients.eval.runner import load_extra_body
+
+    try:
+        recipe = recipe_named(name)
+    except KeyError as exc:
+        raise _fail(str(exc.args[0])) from None
+    if given["scaffold"]:
+        raise _fail("--recipe names its own scaffold: leave out --scaffold")
+    if (given["engine"] is None) == (given["base_url"] is None):
+        raise _fail("--recipe needs --engine URL (or --base-url of a running Ponder), one of them")
+    if recipe.served.reward_model and given["engine"] and not given["reward_url"]:
+        raise _fail(
+            f"--recipe {name} scores steps with a process reward model: give --reward-url "
+            "(a vLLM pooling endpoint, e.g. http://host:8002/pooling)"
+        )
+    engine, prompt_file, reward_url = given["engine"], given["prompt_file"], given["reward_url"]
+    body = dict(recipe.served.sampling.request_fields())
+    temperature, max_tokens = body.pop("temperature", None), body.pop("max_tokens", None)
+    try:
+        extra = load_extra_body(given["extra_body"])
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    out = given["out"] or Path("runs") / name
+    given.update(
+        recipe=None,
+        engine=None,
+        prompt_file=None,
+        reward_url=None,
+        scaffold=[recipe.served.spec],
+        dataset=given["dataset"] or recipe.evaluation.dataset,
+        split=given["split"] if given["dataset"] else recipe.evaluation.split,
+        samples=given["samples"] or recipe.evaluation.samples,
+        temperature=given["temperature"] if given["temperature"] is not None else temperature,
+        max_tokens=given["max_tokens"] or max_tokens,
+        extra_body=json.dumps({**body, **extra}),
+        answer_format=(
+            recipe.served.answer_format
+            if given["answer_format"] == "auto"
+            else given["answer_format"]
+        ),
+        grader=recipe.evaluation.grader if given["grader"] == "math" else given["grader"],
+        out=out,
+    )
+    if given["base_url"] is not None:
+        if not given["model"]:
+            raise _fail("--recipe with --base-url needs --model")
+        run(**given)
+        return
+    try:
+        check_prompt_file(recipe, prompt_file)
+        model = given["model"] or engine_model(engine)
+        command = serve_command(
+            recipe, engine=engine, model=model, prompt_file=prompt_file, reward_url=reward_url
+        )
+        err.print(f"serving {recipe.name} ({recipe.served.spec}) in front of {engine}")
+        with serving(command, out / "serve.log") as base_url:
+            given.update(base_url=base_url, model=model)
+            run(**given)
+    except RecipeError as exc:
+        raise _fail(str(exc)) from None
 
 
 def _failed(base_url: str, errors: int, failures: list[str]) -> typer.Exit:
@@ -397,3 +496,20 @@ def report(
             await grade.aclose()
 
     print_table(asyncio.run(go()))
+
+
+@eval_app.command("recipes")
+def recipes() -> None:
+    """List the named recipes: each paper's setting, its number, what still differs."""
+    from clients.eval.recipes import RECIPES
+
+    out = console()
+    for recipe in RECIPES.values():
+        out.print(f"[bold]{recipe.name}[/bold]: {escape(recipe.title)}")
+        out.print(f"  spec: {escape(recipe.served.spec)}")
+        out.print(f"  run: {escape(recipe.command())}")
+        for key in recipe.served.prompt_keys:
+            out.print(f"  prompt file sets {key.name}: {escape(key.source)}")
+        out.print(f"  paper: {escape(recipe.reported.number)} ({escape(recipe.reported.citation)})")
+        for line in recipe.differs or ("nothing known",):
+            out.print(f"  differs: {escape(line)}")

@@ -1,0 +1,69 @@
+"""DeepConf offline, as facebookresearch/deepconf's ``examples/example_offline.py`` runs it:
+DeepConf-low keeps the most confident 10% of 512 traces, DeepConf-high 90%.
+
+>>> LOW.served.spec.replace("0.1, window", "0.9, window") == HIGH.served.spec
+True
+"""
+
+from __future__ import annotations
+
+from clients.eval.recipes.recipe import Evaluation, Recipe, Reported, Sampling, Served
+
+__all__ = ["HIGH", "LOW"]
+
+_SAMPLING = Sampling(temperature=1.0, top_p=1.0, top_k=40, max_tokens=130000)
+_SOURCES = (
+    "examples/example_offline.py:176 (--dataset aime25.jsonl)",
+    "examples/example_offline.py:182 (--budget 512)",
+    "examples/example_offline.py:184 (--window_size 2048)",
+    "examples/example_offline.py:186 (--max_tokens 130000)",
+    "examples/example_offline.py:192-196 (temperature 1.0, top_p 1.0, top_k 40)",
+    "examples/example_offline.py:237 (logprobs=20)",
+    "deepconf/utils.py:116 (bottom-window confidence: windows of 2048, the bottom 10%)",
+    "deepconf/utils.py:150 (filter_top_confidence: keep the top_percent most confident)",
+)
+_DIFFERS = (
+    "the token confidence: the reference averages what vLLM returns (the sampled token "
+    "too); Ponder's over the top-k alternatives until that change lands (issue 51, finding 9)",
+    "reader: the reference reads the last \\boxed{} anywhere, thinking included; Ponder "
+    'reads "boxed" after the thinking until "boxed_anywhere" lands (finding 3)',
+    "offline only: the online mode (warm-up traces set a threshold) is not implemented",
+)
+
+
+def _recipe(name: str, keep: float, reported: Reported) -> Recipe:
+    return Recipe(
+        name=name,
+        title=f"DeepConf offline, 512 traces, keep the most confident {keep:.0%} (bottom window)",
+        reference="https://github.com/facebookresearch/deepconf",
+        served=Served(
+            spec=(
+                f'deepconf(n=512, keep={keep}, window=2048, top_k=20, measure="bottom", bottom=0.1)'
+            ),
+            sampling=_SAMPLING,
+            answer_format="boxed",
+        ),
+        evaluation=Evaluation("aime25", samples=1, metrics=("accuracy", "tokens")),
+        reported=reported,
+        sources=_SOURCES,
+        differs=_DIFFERS,
+    )
+
+
+LOW = _recipe(
+    "deepconf-low",
+    0.1,
+    Reported(
+        "up to 99.9% on AIME 2025 (GPT-OSS-120B, DeepConf@512) with up to 84.7% fewer "
+        "generated tokens than full parallel thinking",
+        "Fu et al., Deep Think with Confidence, arXiv 2508.15260, abstract",
+    ),
+)
+HIGH = _recipe(
+    "deepconf-high",
+    0.9,
+    Reported(
+        "not transcribed yet: the paper's DeepConf-high rows",
+        "Fu et al., Deep Think with Confidence, arXiv 2508.15260",
+    ),
+)

@@ -1,0 +1,50 @@
+"""Reasoning Cache in QED-Nano's evaluation (``eval/configs/agents/reasoning_cache.yaml``).
+
+>>> RECIPE.evaluation.grader
+'judge'
+"""
+
+from __future__ import annotations
+
+from clients.eval.recipes.recipe import Evaluation, PromptKey, Recipe, Reported, Sampling, Served
+
+__all__ = ["RECIPE"]
+
+_CONFIG = "CMU-AIRe/QED-Nano eval/configs/agents/reasoning_cache.yaml"
+_AGENT = "CMU-AIRe/QED-Nano eval/src/imobench/agents/reasoning_cache.py"
+
+RECIPE = Recipe(
+    name="qed-nano-rc",
+    title="QED-Nano with Reasoning Cache, 3 iterations, proofs judged",
+    reference="https://github.com/CMU-AIRe/QED-Nano",
+    served=Served(
+        spec='rc(steps=3, template="one", reasoning_tokens=null)',
+        sampling=Sampling(max_tokens=229376),
+        answer_format="boxed",
+        prompt_keys=(
+            PromptKey("rc_reasoning", f"{_CONFIG}:27 (solve_prompt)"),
+            PromptKey("rc_summary", f"{_CONFIG}:5 (summarization_prompt)"),
+            PromptKey("rc_first_summary", f"{_AGENT}:58 (the summary before the first one)"),
+            PromptKey("rc_no_summary", f"{_AGENT}:58 (the same text, in the summary prompt)"),
+        ),
+    ),
+    evaluation=Evaluation(
+        "lm-provers/ProofBench", samples=1, metrics=("judge score",), grader="judge"
+    ),
+    reported=Reported(
+        "close to Gemini 3 Pro on IMOProofBench, ahead of GPT-OSS-120B (in words)",
+        "CMU-AIRe/QED-Nano eval/README.md:17",
+    ),
+    sources=(
+        f"{_CONFIG}:4 (n_iterations: 3)",
+        "eval/configs/models/vllm/vllm-lm-provers-qed-nano.yaml:6 (max_tokens: 229376)",
+        "eval/README.md:42 (lm-provers/ProofBench)",
+    ),
+    differs=(
+        "the summarizer: QED-Nano's evaluation summarizes with the same model; its training "
+        "config names an Instruct summarizer (issue 51, finding 9); the recipe uses the same model",
+        "the proof judge: QED-Nano grades with its own grader model and guidelines "
+        "(eval/README.md:50-66); ponder eval's judge uses its rubric (--rubric)",
+        "QED-Nano's agent framework (retries, logging) is not reproduced",
+    ),
+)

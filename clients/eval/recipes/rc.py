@@ -1,0 +1,60 @@
+"""Reasoning Cache as IanYHWu/rc's inference code runs it (``inference/commands.md``).
+
+>>> RECIPE.served.spec.startswith("rc(steps=12")
+True
+"""
+
+from __future__ import annotations
+
+from clients.eval.recipes.recipe import Evaluation, PromptKey, Recipe, Reported, Sampling, Served
+
+__all__ = ["RECIPE"]
+
+RECIPE = Recipe(
+    name="rc",
+    title="Reasoning Cache, 12 steps, 16 samples (RCT-4B's decoding)",
+    reference="https://github.com/IanYHWu/rc",
+    served=Served(
+        spec=(
+            'rc(steps=12, template="one", summarizer_thinking="same", '
+            "reasoning_tokens=16384, summary_tokens=2048)"
+        ),
+        sampling=Sampling(temperature=1.0, top_p=1.0),
+        answer_format="boxed",
+        prompt_keys=(
+            PromptKey(
+                "rc_reasoning",
+                "IanYHWu/rc inference/commands.md:7 (--reasoning_prompt_path "
+                "sum_e2e_complete_reasoning_prompt.txt, read by "
+                "inference/inference/generate_complete.py)",
+            ),
+            PromptKey(
+                "rc_summary",
+                "IanYHWu/rc inference/commands.md:8 (--summarization_prompt_path "
+                "sum_e2e_complete_summarization_prompt.txt)",
+            ),
+        ),
+    ),
+    evaluation=Evaluation("aime25", samples=16, metrics=("accuracy", "pass@k", "maj@k")),
+    reported=Reported(
+        "not transcribed yet: the paper's main table",
+        '"Reasoning Cache: Continual Improvement Over Long Horizons via Short-Horizon RL" '
+        "(2026), IanYHWu/rc README.md:3",
+    ),
+    sources=(
+        "inference/commands.md:10 (--n 16)",
+        "inference/commands.md:11 (--max_steps 12)",
+        "inference/commands.md:12-13 (--temperature 1.0, --top_p 1.0)",
+        "inference/commands.md:14 (--max_thinking_tokens 16384)",
+        "inference/inference/generate_complete.py:499 (--max_summarization_tokens 2048)",
+        "inference/commands.md:6 (HMMT November 2025, a file not in the repository)",
+    ),
+    differs=(
+        "reader: the reference reads the last \\boxed{} anywhere, thinking included; "
+        'Ponder reads "boxed" after the thinking until "boxed_anywhere" lands (issue 51)',
+        "dataset: the reference's run is HMMT November 2025 (commands.md:6, not published "
+        "with the code); the recipe uses aime25",
+        "each sample advances on its own, where the reference steps all samples together",
+        "the reference opens <think> in the prompt itself; Ponder leaves it to the chat template",
+    ),
+)
