@@ -190,3 +190,22 @@ async def test_the_eval_client_waits_for_a_long_run_by_default(tmp_path: Path) -
         assert (timeout.read, timeout.connect) == (None, CONNECT_TIMEOUT_S)
     finally:
         await client.aclose()
+
+
+async def test_compare_leaves_time_cut_runs_out_of_the_paired_count(tmp_path: Path) -> None:
+    """Run A: p1 right, p2 cut by time. Run B: p1 right, p2 wrong. The paired count sees
+    only p1 (a tie): A's time-cut p2 is neither a loss nor a problem A answered."""
+    from clients.eval.compare import compare_runs
+
+    def rows(second: dict[str, Any]) -> list[dict[str, Any]]:
+        first = {"scaffold": "single", "id": "p1", "sample": 0, "correct": True, "extracted": "4"}
+        return [first | {"response": "4"}, second | {"scaffold": "single", "id": "p2", "sample": 0}]
+
+    cut = {"correct": False, "extracted": None, "response": "", "cut_reason": "time"}
+    wrong = {"correct": False, "extracted": "5", "response": "5"}
+    a = write(tmp_path / "a.jsonl", rows(cut))
+    b = write(tmp_path / "b.jsonl", rows(wrong))
+    [pair] = (await compare_runs(a, b, by_string))["pairs"]
+    assert (pair["a"]["time_cut"], pair["b"]["time_cut"]) == (1, 0)
+    assert (pair["a"]["accuracy"], pair["b"]["accuracy"]) == (1.0, 0.5)
+    assert (pair["paired"]["common"], pair["paired"]["tied"]) == (1, 1)
