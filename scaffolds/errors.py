@@ -165,5 +165,5 @@ class DeadlineExceededError(BudgetExhaustedError):
     code = "deadline_exceeded"
 
     def __init__(self, message: str = "the run's deadline passed"):
-        super().__init__(message, limit="deadline")
+        super().__init__(message, limit="time")
         self.code = "deadline_exceeded"

@@ -118,9 +118,11 @@ class Settings(ModelOptions, BaseSettings):
     max_budget_calls: int | None = Field(default=None, ge=1)
     """Cap on engine calls per request."""
     max_budget_timeout_s: Annotated[float | None, Flag("--max-budget-timeout")] = Field(
-        default=900.0, gt=0
+        default=None, gt=0
     )
-    """Cap on seconds per request; 504 after."""
+    """Cap on seconds per request (none unless set: a long run is normal on a GPU engine);
+    a run it cuts answers what it has, ``cut_reason`` "time" (a 504 when no answer is
+    ready)."""
     spec_max_calls: int = Field(default=256, ge=1)
     """Most engine calls a scaffold (times n) may plan."""
     spec_max_depth: int = Field(default=4, ge=1)
@@ -139,10 +141,11 @@ class Settings(ModelOptions, BaseSettings):
         default=5.0, gt=0
     )
     """Engine connect timeout in seconds."""
-    engine_read_timeout_s: Annotated[float, Flag("--engine-read-timeout")] = Field(
-        default=600.0, gt=0
+    engine_read_timeout_s: Annotated[float | None, Flag("--engine-read-timeout")] = Field(
+        default=None, gt=0
     )
-    """Engine read timeout in seconds."""
+    """Engine read timeout in seconds (none unless set: one non-streamed engine call of a
+    long generation sends nothing until it ends)."""
     engine_max_retries: int = Field(default=3, ge=0)
     """Retries of a failed engine call (connect errors, 408, 429, 5xx)."""
     engine_pool_shards: int = Field(default=8, ge=1, le=64)

@@ -183,7 +183,12 @@ def run(
     judge_api_key: Annotated[str | None, typer.Option()] = None,
     rubric: Annotated[Path | None, typer.Option(help="rubric text file for the judge")] = None,
     pass_score: Annotated[float, typer.Option(help="judge score (0-7) that counts")] = 7.0,
-    timeout: Annotated[float, typer.Option(help="seconds per request")] = 1800.0,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="seconds per request (none unless set); a run it cuts counts as time cut"
+        ),
+    ] = None,
     max_retries: Annotated[int, typer.Option(min=0)] = 3,
     progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
     recipe: Annotated[

@@ -36,7 +36,8 @@ def results_file(path: Path) -> Path:
 def _per_problem(records: Sequence[Record]) -> dict[str, float]:
     sums: dict[str, list[float]] = {}
     for r in records:
-        if not r.get("error") and r.get("correct") is not None:
+        counted = not r.get("error") and r.get("cut_reason") != "time"  # as the report
+        if counted and r.get("correct") is not None:
             sums.setdefault(str(r["id"]), []).append(float(bool(r["correct"])))
     return {k: sum(v) / len(v) for k, v in sums.items()}
 
@@ -113,6 +114,7 @@ _METRICS: list[tuple[str, str]] = [
     ("latency p50 s", "num"),
     ("latency p90 s", "num"),
     ("cut off", "int"),
+    ("time cut", "int"),
     ("errors", "int"),
 ]
 
@@ -132,6 +134,7 @@ def _values(s: Mapping[str, Any] | None) -> list[Any]:
         s["latency_s"]["p50"],
         s["latency_s"]["p90"],
         s["cut_off"],
+        s.get("time_cut", 0),
         s["errors"],
     ]
 

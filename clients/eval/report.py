@@ -5,6 +5,13 @@ once), so they sit on the same footing as the mean accuracy; pass@k and maj@k sp
 k samples. pass@k is the unbiased estimator; maj@k votes within each disjoint group of
 k consecutive samples of a problem and averages the groups (maj@1 is the mean
 accuracy). Failed requests are counted under ``errors`` and left out of every mean.
+Runs a time limit the user set cut (``cut_reason`` "time": the server's, or the
+client's ``--timeout``) are counted under ``time_cut`` and left out of every accuracy
+(never wrong answers); their tokens and latency still count.
+
+RSA's runs (records with ``rounds``) also get RSA's per-round numbers
+(:func:`population_metrics`): each round's population mean accuracy (``mean_acc_k``),
+majority accuracy and pass@k, averaged over runs.
 
 >>> round(pass_at_k(4, 1, 2), 3), pass_at_k(4, 0, 2), pass_at_k(4, 3, 2)
 (0.5, 0.0, 1.0)
@@ -35,6 +42,7 @@ __all__ = [
     "markdown_report",
     "pass_at_k",
     "percentile",
+    "population_metrics",
     "print_table",
     "summarize",
     "tokens_saved",
@@ -103,6 +111,55 @@ async def _maj_at(
     return {str(k): _mean(v) for k, v in wins.items() if v}
 
 
+def _unanswered_apart(clusters: list[list[int]], answers: Sequence[str | None]) -> list[list[int]]:
+    """``clusters`` (answered members) plus each unanswered member as a group of its own,
+    ordered as RSA's vote meets them: largest first, ties by first member.
+
+    >>> _unanswered_apart([[1, 2]], [None, "4", "4", None])
+    [[1, 2], [0], [3]]
+    >>> _unanswered_apart([[1]], [None, "4"])
+    [[0], [1]]
+    """
+    alone = [[i] for i, a in enumerate(answers) if a is None or not str(a).strip()]
+    return sorted([sorted(c) for c in clusters] + alone, key=lambda c: (-len(c), c[0]))
+
+
+async def population_metrics(
+    records: Sequence[Record], cluster: Cluster
+) -> list[dict[str, Any]] | None:
+    """Per round of RSA's runs (their ``rounds``: a population's answers and which are
+    right), as RSA's eval loop computes them per problem and averages over problems:
+    ``mean_acc_k`` the share of the population that is right, ``majority`` whether the
+    largest group of equivalent answers is right (ties: the group met first; an
+    unanswered member groups with nothing), ``pass_at_k`` whether any member is right;
+    ``runs``: the runs that reached the round. None: no record has rounds."""
+    runs = [r["rounds"] for r in records if r.get("rounds")]
+    if not runs:
+        return None
+    by_round: dict[int, list[tuple[float, float, float]]] = {}
+    for rounds in runs:
+        for population in rounds:
+            answers, correct = population["answers"], population["correct"]
+            if not correct:
+                continue
+            groups = _unanswered_apart(await cluster(answers), answers)
+            majority = float(bool(groups) and correct[groups[0][0]])
+            mean = sum(correct) / len(correct)
+            by_round.setdefault(int(population["round"]), []).append(
+                (mean, majority, float(any(correct)))
+            )
+    return [
+        {
+            "round": round_,
+            "mean_acc_k": _mean([m for m, _, _ in rows]),
+            "majority": _mean([v for _, v, _ in rows]),
+            "pass_at_k": _mean([p for _, _, p in rows]),
+            "runs": len(rows),
+        }
+        for round_, rows in sorted(by_round.items())
+    ]
+
+
 def _rc_curve(records: Sequence[Record]) -> list[dict[str, Any]] | None:
     """Accuracy and cumulative completion tokens after each reasoning step, averaged over
     samples; a sample that stopped early keeps its last step's answer and tokens."""
@@ -128,7 +185,8 @@ async def summarize_scaffold(
     spec: str, records: Sequence[Record], cluster: Cluster
 ) -> dict[str, Any]:
     """The summary of one scaffold's records (one per key)."""
-    good = [r for r in records if not r.get("error")]
+    finished = [r for r in records if not r.get("error")]
+    good = [r for r in finished if r.get("cut_reason") != "time"]  # what accuracy counts
     groups = _by_problem(good)
     graded = [r for r in good if r.get("correct") is not None]
     per_problem = [
@@ -141,16 +199,17 @@ async def summarize_scaffold(
     pass_at = {str(k): _mean([pass_at_k(n, c, k) for n, c in per_problem if n >= k]) for k in ks}
 
     def usage(name: str) -> float | None:
-        return _mean([float((r.get("usage") or {}).get(name) or 0) for r in good])
+        return _mean([float((r.get("usage") or {}).get(name) or 0) for r in finished])
 
-    latencies = [float(r["latency_s"]) for r in good if r.get("latency_s") is not None]
+    latencies = [float(r["latency_s"]) for r in finished if r.get("latency_s") is not None]
     scores = [float(r["score"]) for r in good if r.get("score") is not None]
     return {
         "scaffold": spec,
         "problems": len(groups),
-        "samples": len(good),
+        "samples": len(finished),
         "graded": len(graded),
-        "errors": len(records) - len(good),
+        "errors": len(records) - len(finished),
+        "time_cut": len(finished) - len(good),
         "ungraded": len(good) - len(graded),
         "accuracy": _mean([float(bool(r["correct"])) for r in graded]),
         "pass_at": pass_at,
@@ -171,6 +230,7 @@ async def summarize_scaffold(
         "cut_off": sum(1 for r in good if r.get("cut_short")),
         "no_answer": sum(1 for r in good if not r.get("extracted")),
         "rc_steps": _rc_curve(good),
+        "rounds": await population_metrics(good, cluster),
     }
 
 
@@ -285,6 +345,7 @@ def _row(s: Mapping[str, Any]) -> list[str]:
         _num(lat["p50"], 2),
         _num(lat["p90"], 2),
         str(s["cut_off"]),
+        str(s.get("time_cut", 0)),
         str(s["errors"]),
         str(s.get("ungraded", 0)),
     ]
@@ -303,12 +364,13 @@ HEADERS = [
     "latency p50 s",
     "latency p90 s",
     "cut off",
+    "time cut",
     "errors",
     "ungraded",
 ]
 SHORT = ["scaffold", "n", "acc%", "pass%", "maj%", "tok in", "tok out", "calls", "p50 s"]
-SHORT += ["cut", "err", "ungraded"]
-_TERMINAL = [0, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13]  # the columns of _row that SHORT names
+SHORT += ["cut", "time", "err", "ungraded"]
+_TERMINAL = [0, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14]  # the columns of _row that SHORT names
 
 
 def _k_note(report: Mapping[str, Any]) -> str:
@@ -316,7 +378,8 @@ def _k_note(report: Mapping[str, Any]) -> str:
     k = f"k = {ks.pop()}" if len(ks) == 1 else "k = each scaffold's samples per problem"
     return (
         f"pass@k and maj@k at {k}; tok in / tok out: prompt / completion tokens per "
-        "sample (as in the progress line); calls and latency per sample"
+        "sample (as in the progress line); calls and latency per sample; time: samples a "
+        "time limit cut, left out of accuracy, pass@k and maj@k"
     )
 
 
@@ -342,6 +405,22 @@ def print_table(report: Mapping[str, Any], console: Console | None = None) -> No
     console.print(table)
     for saving in report.get("tokens_saved", ()):
         console.print(f"  {saved_line(saving)}")
+    for summary in report["scaffolds"]:
+        for line in _rounds_lines(summary):
+            console.print(f"  {line}")
+
+
+def _rounds_lines(summary: Mapping[str, Any]) -> list[str]:
+    """One line per RSA round (as its eval loop prints them: round, mean_acc_k, majority,
+    pass@k), under the scaffold's name; none without rounds."""
+    rounds = summary.get("rounds") or ()
+    lines = [f"{summary['scaffold']} by round (round 0: the first population):"] if rounds else []
+    lines += [
+        f"round {r['round']}: mean_acc_k {_pct(r['mean_acc_k'])}%, majority "
+        f"{_pct(r['majority'])}%, pass@k {_pct(r['pass_at_k'])}% ({r['runs']} runs)"
+        for r in rounds
+    ]
+    return lines
 
 
 def markdown_report(report: Mapping[str, Any], plots: Sequence[str] = ()) -> str:
@@ -372,6 +451,18 @@ def markdown_report(report: Mapping[str, Any], plots: Sequence[str] = ()) -> str
                 f"| {p['step']} | {_pct(p['accuracy'])} | {_num(p['completion_tokens'])} "
                 f"| {p['samples']} |"
                 for p in s["rc_steps"]
+            ]
+        if s.get("rounds"):
+            lines += ["", f"## `{s['scaffold']}`: each round's population (RSA's metrics)", ""]
+            lines += ["Round 0 is the first population; each number is a mean over runs.", ""]
+            lines += [
+                "| round | mean_acc_k % | majority % | pass@k % | runs |",
+                "|---|---|---|---|---|",
+            ]
+            lines += [
+                f"| {r['round']} | {_pct(r['mean_acc_k'])} | {_pct(r['majority'])} "
+                f"| {_pct(r['pass_at_k'])} | {r['runs']} |"
+                for r in s["rounds"]
             ]
     if report.get("tokens_saved"):
         lines += ["", "## Tokens saved against majority voting", ""]

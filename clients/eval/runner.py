@@ -54,17 +54,26 @@ from scaffolds.evaluation.grading import Grader
 from scaffolds.evaluation.loop import Board, Job, RunOutcome, Tally, make_jobs, run_jobs
 from scaffolds.evaluation.problems import ProblemRow
 from scaffolds.evaluation.results import Record, ResultStore
+from scaffolds.spec.build import build_strategy
 from scaffolds.spec.registry import default_registry
 from scaffolds.spec_grammar import format_spec, parse_spec
+from scaffolds.strategies import RSA
 
 __all__ = [
     "NO_SCAFFOLD",
     "EvalConfig",
+    "has_rounds",
+    "population_rounds",
     "reasoning_steps",
     "run_eval",
     "scored_steps",
     "spec_name",
+    "time_cut",
 ]
+
+CONNECT_TIMEOUT_S = 30.0
+"""Seconds to open a connection to the server (the one time limit a request has by
+default)."""
 
 NO_SCAFFOLD = "none"
 """The spec that sends a plain OpenAI request (no ``scaffold``/``return_trace``)."""
@@ -90,7 +99,10 @@ class EvalConfig:
     template: str = "{problem}"
     trace: bool = False
     """Store each sample's whole trace (``return_trace``) in its record."""
-    timeout_s: float = 1800.0
+    timeout_s: float | None = None
+    """Seconds a request may take (None: no limit; a long run is normal on a GPU engine,
+    and the server's own time limit, if any, answers with what the run had). A request
+    this cuts is recorded as time cut (``cut_reason`` "time"), not as an error."""
     max_retries: int = 3
     extra_body: dict[str, Any] = field(default_factory=dict)
     answer_format: AnswerFormat = "boxed"
@@ -163,6 +175,61 @@ def scored_steps(spec: str) -> tuple[str, ...]:
         return default_registry().get(spec_name(spec)).scored_steps
     except PonderError:
         return ()
+
+
+def has_rounds(spec: str) -> bool:
+    """Whether ``spec``'s top strategy is RSA, whose trace notes each round's population
+    (``ponder eval`` asks for its trace and reports each round, :func:`population_rounds`).
+
+    >>> has_rounds("rsa(n=4, k=2, rounds=2)"), has_rounds("gsr(n=4)"), has_rounds("none")
+    (True, False, False)
+    """
+    if spec.strip() == NO_SCAFFOLD:
+        return False
+    try:
+        return isinstance(build_strategy(spec), RSA)
+    except PonderError:
+        return False
+
+
+def population_rounds(trace: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each round's population in a trace (its ``population`` notes of choice 0: round 0
+    is the first population): its members' answers and, when the request carried the
+    reference, which are right (judged by the server's vote). A round whose note has no
+    ``correct`` (no reference) is left out.
+
+    >>> note = {"type": "step_note", "kind": "population"}
+    >>> trace = [note | {"values": {"round": 0, "answers": ["4", None], "correct": [True, False]}},
+    ...          note | {"values": {"round": 1, "answers": ["4", "4"], "correct": [True, True]}}]
+    >>> [r["correct"] for r in population_rounds(trace)]
+    [[True, False], [True, True]]
+    """
+    rounds = []
+    for event in trace:
+        if event.get("type") != "step_note" or event.get("kind") != "population":
+            continue
+        values = event.get("values") or {}
+        if event.get("choice") not in (None, 0) or not isinstance(values.get("correct"), list):
+            continue
+        answers = [None if a is None else str(a) for a in values.get("answers") or []]
+        correct = [bool(c) for c in values["correct"]]
+        rounds.append(
+            {"round": int(values.get("round") or 0), "answers": answers, "correct": correct}
+        )
+    return rounds
+
+
+def time_cut(err: BaseException) -> bool:
+    """Whether a failed request was cut by a time limit: this client's ``timeout_s``, or
+    the server's (a 504 ``deadline_exceeded``: the limit passed before any answer)."""
+    from openai import APIStatusError, APITimeoutError
+
+    if isinstance(err, APITimeoutError):
+        return True
+    if isinstance(err, APIStatusError) and err.status_code == 504:
+        body = err.body if isinstance(err.body, dict) else {}
+        return body.get("code") == "deadline_exceeded"
+    return False
 
 
 def reasoning_steps(
@@ -247,14 +314,17 @@ class _Client:
 
         self.config = config
         self.scored = {spec: scored_steps(spec) for spec in config.scaffolds}
+        self.rounds = {spec: has_rounds(spec) for spec in config.scaffolds}
         # The connection pool never caps the concurrency (the SDK's default stops at 1,000).
         unbounded = httpx2.Limits(max_connections=None, max_keepalive_connections=None)
+        # No read limit unless asked: a non-streamed run sends nothing until it ends.
+        timeout = httpx2.Timeout(config.timeout_s, connect=CONNECT_TIMEOUT_S)
         self.client = AsyncOpenAI(
             base_url=config.base_url,
             api_key=config.api_key or "EMPTY",
             max_retries=config.max_retries,
-            timeout=config.timeout_s,
-            http_client=DefaultAsyncHttpxClient(limits=unbounded, timeout=config.timeout_s),
+            timeout=timeout,
+            http_client=DefaultAsyncHttpxClient(limits=unbounded, timeout=timeout),
         )
 
     def body(self, spec: str, problem: ProblemRow, sample: int) -> dict[str, Any]:
@@ -273,7 +343,7 @@ class _Client:
             body["answer_format"] = cfg.answer_format
             if problem.answer is not None:  # never shown to the model (RSA's accuracy)
                 body["reference"] = str(problem.answer)
-            if cfg.trace or self.scored[spec]:
+            if cfg.trace or self.scored[spec] or self.rounds[spec]:
                 body["return_trace"] = True
         return body
 
@@ -293,9 +363,14 @@ class _Client:
             )
             data: dict[str, Any] = reply.model_dump(mode="json")
         except Exception as err:  # recorded, counted, and retried by the next run
-            record["error"] = _error_text(err)
             record["latency_s"] = time.perf_counter() - started
             record["time"] = time.time()
+            if time_cut(err):  # a finished sample with no answer: counted apart, kept
+                record |= {"response": "", "reasoning": None, "finish_reason": "length"}
+                record |= {"cut_short": True, "cut_reason": "time", "extracted": None}
+                record["time_cut"] = _error_text(err)
+                return record
+            record["error"] = _error_text(err)
             return record
         record["latency_s"] = time.perf_counter() - started
         text, reasoning, finish = _message(data)
@@ -311,6 +386,8 @@ class _Client:
                 kinds = self.scored[spec]
                 steps = reasoning_steps(trace, kinds, cfg.answer_format, cfg.thinking)
                 record["steps"] = steps  # graded later
+            if self.rounds[spec]:
+                record["rounds"] = population_rounds(trace)
             if cfg.trace:
                 record["trace"] = trace
         if problem.meta:

@@ -60,8 +60,8 @@ class Ledger:
     reserved_tokens: int = 0
     reserved_calls: int = 0
     cut_reason: str | None = None
-    """Why the run was first cut short: "deadline", "calls", "tokens", or "context" (a
-    step's prompt left no room in the model's context)."""
+    """Why the run was first cut short: "time" (the budget's ``timeout_s``), "calls",
+    "tokens", or "context" (a step's prompt left no room in the model's context)."""
     choice_spent: dict[int, int] = field(default_factory=dict)
     """Generated tokens per response choice (for :attr:`Budget.max_choice_tokens`)."""
     choice_reserved: dict[int, int] = field(default_factory=dict)
@@ -103,7 +103,7 @@ class Ledger:
         """
         budget = self.budget
         if self.deadline is not None and time.monotonic() >= self.deadline:
-            self.cut("deadline")
+            self.cut("time")
             raise DeadlineExceededError()
         if budget.max_calls is not None and (
             self.usage.calls + self.reserved_calls + calls > budget.max_calls

@@ -127,7 +127,7 @@ async def run_scaffold(
                     step_id=outcome.step_id,
                 )
             )
-        if ctx.cut_reason == "deadline" and all(not s.text for s in solutions):
+        if ctx.cut_reason == "time" and all(not s.text for s in solutions):
             raise DeadlineExceededError("the deadline passed before any answer was ready")
         return RunResult(solutions, ctx.usage, list(recorder.events), ctx.cut_reason)
     finally:

@@ -104,13 +104,13 @@ def step_failures_traced(step_id: str, recorder: TraceRecorder, ledger: Ledger) 
     ...         raise TimeoutError
     ... except DeadlineExceededError:
     ...     [e.error for e in recorder.events], ledger.cut_reason
-    (['TimeoutError'], 'deadline')
+    (['TimeoutError'], 'time')
     """
     try:
         yield
     except BaseException as exc:
         recorder.emit(StepFinished(step_id, (), (), (), Usage(), error=type(exc).__name__))
         if isinstance(exc, TimeoutError):
-            ledger.cut("deadline")
+            ledger.cut("time")
             raise DeadlineExceededError() from exc
         raise

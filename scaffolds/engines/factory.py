@@ -52,15 +52,17 @@ class EngineOptions:
     ``pool_shards`` configure HTTP; ``threads`` sets torch's threads of a local model, and
     ``load`` loads it now, so a bad directory fails here rather than at the first call.
 
-    >>> EngineOptions(model="m").read_timeout
-    600.0
+    >>> EngineOptions(model="m").read_timeout is None
+    True
     """
 
     model: str | None = None
     api_key: str | None = None
     dialect: str = "vllm"
     connect_timeout: float = 5.0
-    read_timeout: float = 600.0
+    read_timeout: float | None = None
+    """Seconds an HTTP engine may send nothing (None: no limit; a non-streamed call of a
+    long generation sends nothing until it ends)."""
     max_retries: int = 3
     pool_shards: int = 8
     max_model_len: int | None = None

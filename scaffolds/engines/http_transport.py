@@ -201,7 +201,7 @@ class AiohttpTransport:
     bounds its calls; ``ponder serve`` does by sequences in flight)."""
 
     def __init__(
-        self, *, connect_timeout: float, read_timeout: float, max_connections: int = 0
+        self, *, connect_timeout: float, read_timeout: float | None, max_connections: int = 0
     ) -> None:
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
@@ -282,7 +282,7 @@ class HttpxTransport:
         self,
         *,
         connect_timeout: float,
-        read_timeout: float,
+        read_timeout: float | None,
         shards: int = POOL_SHARDS,
         client: httpx.AsyncClient | None = None,
     ) -> None:

@@ -95,7 +95,7 @@ class OpenAIEngine:
         api_key: str | None = None,
         client: httpx.AsyncClient | None = None,
         connect_timeout: float = 5.0,
-        read_timeout: float = 600.0,
+        read_timeout: float | None = None,
         max_retries: int = 3,
         backoff_base: float = 0.5,
         backoff_max: float = 20.0,

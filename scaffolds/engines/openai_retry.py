@@ -70,7 +70,7 @@ class RetryPolicy:
     max_retries: int = 3
     backoff_base: float = 0.5
     backoff_max: float = 20.0
-    read_timeout: float = 600.0
+    read_timeout: float | None = None
     _backoff: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -313,7 +313,7 @@ async def test_deadline_after_candidates_returns_them_cut_short() -> None:
         GSR(n=2), PROBLEM, MockEngine(handler), RunSettings(budget=Budget(timeout_s=0.3))
     )
     assert result.solutions[0].answer == "42" and result.solutions[0].cut_short
-    assert result.cut_reason == "deadline"
+    assert result.cut_reason == "time"
 
 
 async def test_cancelling_a_run_cancels_every_engine_call_under_it() -> None:
