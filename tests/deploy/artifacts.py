@@ -28,6 +28,8 @@ COMPOSE_FILE = DOCKER_DIR / "compose.yaml"
 LOCK_FILE = DOCKER_DIR / "requirements.lock"
 DASHBOARD = DOCKER_DIR / "grafana" / "dashboards" / "ponder.json"
 K8S_DIR = ROOT / "deploy" / "k8s"
+K8S_BASE = K8S_DIR / "base"
+"""The base kustomization (Ponder and its engines); deploy/k8s/overlays build on it."""
 
 REQUIRE_TOOLS_ENV = "PONDER_REQUIRE_DEPLOY_TOOLS"
 
@@ -209,22 +211,22 @@ def ponder_services() -> dict[str, dict[str, Any]]:
 
 
 def k8s_objects() -> list[dict[str, Any]]:
-    """Every object of the resources listed in deploy/k8s/kustomization.yaml."""
-    kustomization = yaml.safe_load((K8S_DIR / "kustomization.yaml").read_text())
+    """Every object of the resources listed in deploy/k8s/base/kustomization.yaml."""
+    kustomization = yaml.safe_load((K8S_BASE / "kustomization.yaml").read_text())
     objects: list[dict[str, Any]] = []
     for resource in kustomization["resources"]:
-        objects.extend(d for d in yaml.safe_load_all((K8S_DIR / resource).read_text()) if d)
+        objects.extend(d for d in yaml.safe_load_all((K8S_BASE / resource).read_text()) if d)
     return objects
 
 
 def k8s_generated_secret(name: str) -> dict[str, str]:
     """The data kustomization's secretGenerator gives Secret ``name``, read from its env
     files (the git-ignored real file where it exists, else its ``.example``)."""
-    kustomization = yaml.safe_load((K8S_DIR / "kustomization.yaml").read_text())
+    kustomization = yaml.safe_load((K8S_BASE / "kustomization.yaml").read_text())
     (generator,) = [g for g in kustomization["secretGenerator"] if g["name"] == name]
     data: dict[str, str] = {}
     for env_file in generator["envs"]:
-        path = K8S_DIR / env_file
+        path = K8S_BASE / env_file
         path = path if path.exists() else path.with_name(path.name + ".example")
         for line in path.read_text().splitlines():
             if line.strip() and not line.lstrip().startswith("#"):

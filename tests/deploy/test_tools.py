@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.deploy.artifacts import COMPOSE_FILE, DOCKERFILE, K8S_DIR, tool_or_skip
+from tests.deploy.artifacts import COMPOSE_FILE, DOCKERFILE, K8S_BASE, K8S_DIR, tool_or_skip
 
 # Oldest Kubernetes minor the manifests are kept valid for, and the newest bundled.
 K8S_VERSIONS = ("1.30.0", "1.37.0")
@@ -64,8 +64,8 @@ def test_compose_config_rejects_a_broken_file(tmp_path: Path) -> None:
 
 
 def _manifests() -> list[Path]:
-    kustomization = yaml.safe_load((K8S_DIR / "kustomization.yaml").read_text())
-    return [K8S_DIR / name for name in kustomization["resources"]]
+    kustomization = yaml.safe_load((K8S_BASE / "kustomization.yaml").read_text())
+    return [K8S_BASE / name for name in kustomization["resources"]]
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
@@ -89,7 +89,7 @@ def test_kustomization_renders_and_the_result_validates(tmp_path: Path) -> None:
     missing_keys = run_tool(kubectl, "kustomize", copy)
     assert missing_keys.returncode != 0, "renders without the client keys file"
 
-    shutil.copy(copy / "api-keys.env.example", copy / "api-keys.env")
+    shutil.copy(copy / "base" / "api-keys.env.example", copy / "base" / "api-keys.env")
     rendered = run_tool(kubectl, "kustomize", copy)
     assert rendered.returncode == 0, rendered.stderr
     output = tmp_path / "rendered.yaml"
@@ -99,7 +99,7 @@ def test_kustomization_renders_and_the_result_validates(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
     objects = [o for o in yaml.safe_load_all(rendered.stdout) if o]
-    namespace = yaml.safe_load((K8S_DIR / "kustomization.yaml").read_text())["namespace"]
+    namespace = yaml.safe_load((K8S_BASE / "kustomization.yaml").read_text())["namespace"]
     assert all(
         o["metadata"].get("namespace") == namespace for o in objects if o["kind"] != "Namespace"
     )
