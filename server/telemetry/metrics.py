@@ -139,6 +139,13 @@ class Metrics:
             registry=r,
             multiprocess_mode="livesum",
         )
+        self.key_refusals = Counter(
+            "ponder_key_refusals",
+            "Requests refused by their client key's own limits, by key name and the limit "
+            "(concurrent_runs, requests_per_minute, tokens_per_minute, tokens_per_day).",
+            ["key", "reason"],
+            registry=r,
+        )
         self.budget_cutoffs = Counter(
             "ponder_budget_cutoffs_total",
             "Runs the budget cut short, by scaffold and the limit that did it.",
