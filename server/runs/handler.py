@@ -28,7 +28,7 @@ from fastapi.responses import Response
 
 from scaffolds.core.run import RunResult, run_scaffold
 from scaffolds.core.run_settings import RunSettings
-from scaffolds.core.trace import TraceRecorder
+from scaffolds.core.trace import StepNote, TraceRecorder
 from scaffolds.engines.coalesce import Coalescer
 from scaffolds.engines.protocol import Engine, Usage, batch_engine
 from scaffolds.evaluation.answer_pool import AnswerChecker
@@ -327,6 +327,8 @@ class Serving:
         problem: Problem | None = None,
         engine: Engine | None = None,
     ) -> RunResult:
+        if plan.effort is not None:  # the trace says which spec ran and why, first
+            recorder.emit(StepNote("run", "effort", plan.effort.to_json()))
         try:
             result = await run_scaffold(
                 plan.strategy,
