@@ -20,6 +20,15 @@ Each row also says the engine calls and sequences in flight at the peak, and the
 other failures. ``make bench-saturation`` runs all of it; smaller runs:
 
     python -m benchmarks.saturation --concurrency 16,64 --scaffolds 'gsr(n=4)' --no-optillm
+
+**Fair share** (``--fair-share``): Ponder with two client keys. Key B's ``single``
+request is timed alone on the idle server, then again and again while key A floods
+``--flood`` (1,000) ``gsr(n=4)`` runs at once; the report is B's time under the flood
+over its idle time (issue 52 asks for at most 2x). ``--max-concurrent-runs`` makes the
+flood queue in Ponder (where admission serves the keys in turn); ``--ponder-root`` runs
+the server from another checkout (e.g. one with a single FIFO queue), same client:
+
+    python -m benchmarks.saturation --fair-share --max-concurrent-runs 64
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import asyncio
 import functools
 import json
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -255,6 +265,125 @@ async def optillm_rows(
         )
 
 
+# -- fair share: one key's flood, another key's single request --------------------------
+
+KEYED_SERVER_CODE = """
+import sys, uvicorn
+from server.app.app import create_app
+from server.keys import ANONYMOUS, ClientKey
+from server.settings import Settings
+port, engine, model, running = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+keys = {b"Bearer sk-a": ClientKey("a", "team-a"), b"Bearer sk-b": ClientKey("b", "team-b")}
+app = create_app(Settings(model="m", engines=(engine,), engine_model=model,
+                          max_concurrent_runs=running))
+async def keyed(scope, receive, send):  # as auth does from a keys file
+    if scope["type"] == "http":
+        key = keys.get(dict(scope["headers"]).get(b"authorization"), ANONYMOUS)
+        scope = {**scope, "state": {**scope.get("state", {}), "client_key": key}}
+    await app(scope, receive, send)
+uvicorn.run(keyed, host="127.0.0.1", port=port, access_log=False, log_level="warning",
+            backlog=16384, timeout_keep_alive=60)
+"""
+"""Ponder with two client keys, ``sk-a`` and ``sk-b`` (a stand-in for a keys file: it
+sets the request's key as the auth middleware does)."""
+
+
+@dataclass
+class FairShare:
+    max_running: int
+    flood: int
+    idle: float  # B's single alone (median of 5)
+    under_flood: list[float]  # B's single, one after another while A's flood runs
+    flood_wall: float
+    flood_ok: int
+    flood_other: int
+
+
+async def timed(target: Target, body: dict[str, Any]) -> float:
+    started = time.perf_counter()
+    status = await one_request(target, body)
+    if status != 200:
+        raise RuntimeError(f"key B's request answered {status}")
+    return time.perf_counter() - started
+
+
+async def flood_client(url: str, runs: int) -> list[int]:
+    """Key A's flood (its own process, so that its thousand connections do not slow key
+    B's client): ``runs`` gsr(n=4) requests at once; their statuses."""
+    a = Target("a", url, headers={"Authorization": "Bearer sk-a"})
+    body = {**chat_body("m", 0), "scaffold": "gsr(n=4)"}
+    return list(
+        await asyncio.gather(*(one_request(a, {**body, **chat_body("m", i)}) for i in range(runs)))
+    )
+
+
+async def fair_share_row(url: str, flood: int, max_running: int) -> FairShare:
+    b = Target("b", url, headers={"Authorization": "Bearer sk-b"})
+    single = {**chat_body("m", -1), "scaffold": "single"}
+    for _ in range(2):  # warm-up
+        await timed(b, {**single, "scaffold": "gsr(n=4)"})
+    idles = [await timed(b, single) for _ in range(5)]
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "statuses.json"
+        cmd = python_cmd("benchmarks.saturation", "--flood-client", url, "--flood", str(flood),
+                         "--flood-out", str(out))  # fmt: skip
+        started = time.perf_counter()
+        with process(cmd) as proc:
+            await all_in(url, flood)  # A's runs are all in: running, and queued past the slots
+            probes = []
+            while proc.poll() is None:
+                probes.append(await timed(b, single))
+            wall = time.perf_counter() - started
+            statuses = json.loads(await asyncio.to_thread(out.read_text))
+    ok = statuses.count(200)
+    return FairShare(max_running, flood, sorted(idles)[2], probes, wall, ok, flood - ok)
+
+
+async def all_in(url: str, runs: int, within: float = 60.0) -> None:
+    """Wait until the server holds ``runs`` runs (executing or queued), per /metrics."""
+    deadline = time.monotonic() + within
+    async with httpx.AsyncClient(timeout=30) as client:
+        while time.monotonic() < deadline:
+            text = (await client.get(url.removesuffix("/v1") + "/metrics")).text
+            held = sum(
+                float(line.split()[-1])
+                for line in text.splitlines()
+                if line.startswith(("ponder_runs_in_flight ", "ponder_runs_queued "))
+            )
+            if held >= runs:
+                return
+            await asyncio.sleep(0.05)
+
+
+def fair_share(engine: Target, flood: int, max_running: int, root: Path) -> FairShare:
+    port = free_port()
+    cmd = [sys.executable, "-c", KEYED_SERVER_CODE, str(port), engine.url, MODEL,
+           str(max_running)]  # fmt: skip
+    env = {"PYTHONPATH": str(root)}
+    with process(cmd, env, cwd=root) as proc:
+        wait_http(f"http://127.0.0.1:{port}/ready", proc, 300)
+        url = f"http://127.0.0.1:{port}/v1"
+        return asyncio.run(fair_share_row(url, flood, max_running))
+
+
+def describe_fair(row: FairShare) -> str:
+    probes = sorted(row.under_flood)
+    median = probes[len(probes) // 2] if probes else float("nan")
+    worst = probes[-1] if probes else float("nan")
+    return (
+        f"| {row.max_running} | {row.flood} x `gsr(n=4)` | {row.idle:.2f} s | {len(probes)} "
+        f"| {median:.2f} s ({median / row.idle:.2f}x) | {worst:.2f} s ({worst / row.idle:.2f}x) "
+        f"| {row.flood_wall:.1f} s | {row.flood_ok} / {row.flood_other} |"
+    )
+
+
+FAIR_HEADER = (
+    "| runs at once | key A's flood | key B's `single` idle | B's requests under the flood "
+    "| B median | B worst | flood wall | A's 200 / other |\n"
+    "|---:|---|---:|---:|---:|---:|---:|---|"
+)
+
+
 def depth(spec: str) -> int:
     return SCAFFOLDS[spec][0]
 
@@ -317,7 +446,23 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=1.0, help="seconds per engine call")
     parser.add_argument("--optillm", type=Path, default=Path(".venv-optillm/bin/optillm"))
     parser.add_argument("--no-optillm", action="store_true")
+    parser.add_argument("--fair-share", action="store_true", help="two keys: A floods, B asks")
+    parser.add_argument("--flood", type=int, default=1000, help="key A's runs (fair share)")
+    parser.add_argument(
+        "--max-concurrent-runs", type=int, default=1024, help="Ponder's (fair share)"
+    )
+    parser.add_argument(
+        "--ponder-root", type=Path, default=Path(__file__).resolve().parents[1],
+        help="the checkout the fair-share server runs from",
+    )  # fmt: skip
+    parser.add_argument("--flood-client", help=argparse.SUPPRESS)  # key A's flood, its URL
+    parser.add_argument("--flood-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.flood_client:
+        raise_open_file_limit()
+        statuses = asyncio.run(flood_client(args.flood_client, args.flood))
+        args.flood_out.write_text(json.dumps(statuses))
+        return
     levels = [int(c) for c in args.concurrency.split(",")]
     specs = [s.strip() for s in args.scaffolds.split(";") if s.strip()]
     unknown = [s for s in specs if s not in SCAFFOLDS]
@@ -325,10 +470,18 @@ def main() -> None:
         parser.error(f"unknown scaffolds {unknown}; known: {list(SCAFFOLDS)}")
     raise_open_file_limit()  # a thousand runs hold thousands of sockets
     print(f"{load_text()}; engine latency {args.latency:g} s per call", flush=True)
-    print("server   scaffold                  runs    wall ideal  ratio  calls   seqs")
     port = free_port()
     engine = Target("engine", f"http://127.0.0.1:{port}/v1")
     cmd = [sys.executable, "-c", ENGINE_CODE, str(port), MODEL, str(args.latency)]
+    if args.fair_share:
+        with process(cmd) as proc:
+            wait_http(f"http://127.0.0.1:{port}/health", proc, 120)
+            row = fair_share(engine, args.flood, args.max_concurrent_runs, args.ponder_root)
+        print(f"fair share, server from {args.ponder_root}")
+        print(FAIR_HEADER)
+        print(describe_fair(row))
+        return
+    print("server   scaffold                  runs    wall ideal  ratio  calls   seqs")
     with process(cmd) as proc:
         wait_http(f"http://127.0.0.1:{port}/health", proc, 120)
         rows = asyncio.run(floor_rows(engine, specs, levels, args.latency))

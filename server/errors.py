@@ -45,6 +45,8 @@ __all__ = [
     "AuthenticationError",
     "BodyTooLargeError",
     "ClientDisconnectedError",
+    "ForbiddenError",
+    "KeyLimitError",
     "OverloadedError",
     "StoreUnavailableError",
     "api_error",
@@ -67,6 +69,29 @@ class OverloadedError(PonderError):
     def __init__(self, message: str, *, retry_after: int = 1):
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class KeyLimitError(PonderError):
+    """The client key passed one of its own limits (429 with ``Retry-After``), in OpenAI's
+    words: ``code`` ``rate_limit_exceeded`` (runs at once, requests or tokens per minute;
+    ``kind`` "requests" or "tokens") or ``insufficient_quota`` (the day's tokens are
+    spent). ``reason`` names the limit (the refusal counter's label)."""
+
+    def __init__(
+        self, message: str, *, code: str, kind: str, reason: str, retry_after: int
+    ) -> None:
+        super().__init__(message, code=code)
+        self.kind = kind
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+class ForbiddenError(PonderError):
+    """The client key may not use what it asked for (403): a model or a scaffold outside
+    its allow-lists (``code`` ``model_not_found``, as OpenAI answers a project restricted
+    from a model, or ``scaffold_not_allowed``)."""
+
+    code = "forbidden"
 
 
 class ClientDisconnectedError(PonderError):
@@ -146,6 +171,11 @@ def api_error(exc: BaseException) -> APIError:
             exc.code,
             {"Retry-After": str(exc.retry_after)},
         )
+    if isinstance(exc, KeyLimitError):
+        retry = {"Retry-After": str(exc.retry_after)}
+        return APIError(429, exc.message, exc.kind, None, exc.code, retry)
+    if isinstance(exc, ForbiddenError):
+        return APIError(403, exc.message, "invalid_request_error", exc.param, exc.code)
     if isinstance(exc, StoreUnavailableError):
         return APIError(503, exc.message, "server_error", None, exc.code)
     if isinstance(exc, ClientDisconnectedError):

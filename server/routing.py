@@ -64,7 +64,7 @@ class Route:
     """Its 200 answer is text (``/metrics``)."""
     runs: bool = False
     """It runs a scaffold: a 200 in JSON or, streamed, server-sent events; the errors of a
-    run (400, 404, 429, 502, 503, 504)."""
+    run (400, 403, 404, 429, 502, 503, 504)."""
     errors: tuple[int, ...] = ()
     """Error statuses it answers beyond the rules of :func:`server.app.openapi.statuses`."""
     not_ready: bool = False

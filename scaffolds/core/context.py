@@ -81,7 +81,7 @@ class Context(StepCalls):
         prompts = settings.prompts
         state = RunState(
             engine=engine,
-            ledger=Ledger.start(settings.budget),
+            ledger=Ledger.start(settings.budget, settings.quota),
             recorder=recorder or TraceRecorder(),
             settings=settings,
             prompts=common_prompts(prompts) if isinstance(prompts, str) else prompts,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn
 
 from scaffolds.core.forcing import plan_forced
-from scaffolds.core.ledger import Ledger
+from scaffolds.core.ledger import Grant, Ledger
 from scaffolds.core.run_settings import RunSettings
 from scaffolds.core.thinking import Thinking, helper_text
 from scaffolds.core.trace import StepNote, StepStarted, TraceRecorder
@@ -262,15 +262,15 @@ class StepCalls:
                     source.prompt,
                     completions,
                     label,
-                    grant.held,
+                    grant,
                     step_id,
                     role.continue_final,
                     engine=engine,
                     thinking=thinking,
                 )
             cut = grant.bound and any(c.truncated for c in completions)
-            if cut:  # the budget ended a sample: the run reports why
-                state.ledger.cut("tokens")
+            if cut:  # the budget (or the key's quota) ended a sample: the run reports why
+                state.ledger.cut_by(grant)
             answers = tuple(read(c.text) for c in completions)
             return Step(step_id, completions, cut_short=cut, answers=answers)
         finally:
@@ -421,7 +421,7 @@ class StepCalls:
         prompt: Prompt,
         completions: list[Completion],
         label: str,
-        max_tokens: int,
+        grant: Grant,
         step_id: str,
         continued: bool = False,
         *,
@@ -431,7 +431,7 @@ class StepCalls:
         """Ask each budget-truncated, answerless sample for its final answer now, on the
         model (``engine``, ``thinking``) that wrote it.
 
-        The forced answers spend the tokens that the ledger held back; they are
+        The forced answers spend the tokens that the ledger held back (``grant.held``); they are
         exempt from the call cap, so that a cut never leaves a sample without an answer.
         """
 
@@ -448,14 +448,14 @@ class StepCalls:
             )
             if plan is None:
                 return completion
-            self._state.ledger.cut("tokens")
+            self._state.ledger.cut_by(grant)
             # The thinking is closed in the prompt, which a reasoning parser does not see:
             # the model's thinking-off fields make it read the answer as content.
             extra = {**self._state.settings.params.extra, **(thinking.off if plan.closed else {})}
             request = GenerateRequest(
                 plan.prompt,
                 self._state.settings.params.replace(
-                    n=1, max_tokens=max_tokens, seed=None, top_logprobs=None, extra=extra
+                    n=1, max_tokens=grant.held, seed=None, top_logprobs=None, extra=extra
                 ),
                 affinity_key=self._state.affinity_key,
                 continue_final=plan.same_message,

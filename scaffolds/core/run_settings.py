@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from scaffolds.core.ledger import TokenPool
 from scaffolds.core.thinking import Routing
 from scaffolds.engines.protocol import SamplingParams, Verifier
 from scaffolds.evaluation.answers import AnswerFormat
@@ -61,3 +62,6 @@ class RunSettings:
     """How the model thinks and which served models helper steps may run on."""
     answer_format: AnswerFormat = "lenient"
     """How a sample's final answer is read: ``boxed`` or ``lenient``."""
+    quota: TokenPool | None = None
+    """Generated tokens shared with other runs (a client key's quota): every call's grant
+    is drawn from it, and a call it bounds cuts the run (``cut_reason`` "quota")."""

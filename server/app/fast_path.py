@@ -27,13 +27,14 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from scaffolds import fastjson
 from scaffolds.errors import PonderError
 from server.app.routes import ROUTES
 from server.errors import api_error, error_response
-from server.routing import Route
+from server.routing import Route, client_key_of
 from server.runs.handler import Serving
 from server.runs.planning import AnyRequest
 from server.runs.request import ChatCompletionRequest, CompletionRequest, Endpoint
@@ -99,7 +100,8 @@ class CompletionRoutes:
             await self.app(scope, _replaying(messages, receive), send)
             return
         try:
-            response = await self.serving.handle(endpoint, req, receive)
+            key = client_key_of(Request(scope))  # as the auth middleware left it
+            response = await self.serving.handle(endpoint, req, receive, key=key)
         except PonderError as exc:  # as server.errors' handler for them answers
             response = error_response(api_error(exc), exc, self.metrics)
         await response(scope, receive, send)

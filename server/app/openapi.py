@@ -6,7 +6,8 @@ with a 400) and that most answer an empty object. :func:`install_openapi` rewrit
 once, from rules that follow the code: every ``/v1`` and ``/playground`` route may
 answer 401 (:mod:`server.app.auth`), every route with a body 400 and 413
 (:mod:`server.errors`, :class:`~server.app.limits.BodySizeLimit`), a route that
-runs a scaffold 404 (unknown model), 429 (admission), 502, 503 and 504 (the engine); and
+runs a scaffold 403 (a model or scaffold outside the client key's allow-lists), 404
+(unknown model), 429 (admission, the key's limits), 502, 503 and 504 (the engine); and
 from what :data:`server.app.routes.ROUTES` says of each route: its other errors (the
 stored-response routes 404 and 503, the store; the tokenizer routes 404, an unknown
 model, and the engine's 502, 503 and 504) and its 200 body, one of the schemas below (a
@@ -19,7 +20,7 @@ run's 200 is JSON or, streamed, ``text/event-stream``).
 ...                  engines={"m": MockEngine(lambda r: "ok")})
 >>> ops = app.openapi()["paths"]
 >>> sorted(ops["/v1/chat/completions"]["post"]["responses"])
-['200', '400', '401', '404', '413', '429', '502', '503', '504']
+['200', '400', '401', '403', '404', '413', '429', '502', '503', '504']
 >>> list(ops["/metrics"]["get"]["responses"]["200"]["content"])
 ['text/plain']
 """
@@ -200,9 +201,13 @@ _WHY = {
     400: "The request is invalid (the error's param names the field; code "
     "context_length_exceeded: the prompt does not fit the model's context).",
     401: "No API key, or a wrong one (Authorization: Bearer, or x-api-key).",
+    403: "The client key may not use this model (code model_not_found) or scaffold (code "
+    "scaffold_not_allowed).",
     404: "No such model (or stored response).",
     413: "The body is larger than the server's limit.",
-    429: "Every run slot and queue place is taken (see Retry-After).",
+    429: "Every run slot and queue place is taken (code server_busy), or the client key "
+    "passed its own limit: runs at once, requests or tokens per minute (code "
+    "rate_limit_exceeded), tokens per day (code insufficient_quota). See Retry-After.",
     502: "The engine failed or answered something unreadable.",
     503: "No engine (or response store) is reachable.",
     504: "The run passed its time limit, or the engine timed out.",
@@ -222,7 +227,7 @@ def statuses(method: str, path: str, has_body: bool) -> list[int]:
     if has_body:
         out |= {400, 413}
     if listed and listed.runs:
-        out |= {400, 404, 429, 502, 503, 504}
+        out |= {400, 403, 404, 429, 502, 503, 504}
     return sorted(out)
 
 

@@ -1,4 +1,4 @@
-"""Admission: a bounded run queue in front of the runs.
+"""Admission: a bounded run queue in front of the runs, fair across client keys.
 
 :class:`RunLimiter` lets ``max_running`` scaffold runs execute at once and up to
 ``queue_size`` more wait; past that a request is refused at once with 429 (and a
@@ -7,7 +7,14 @@ memory (1024 runs and 4096 waiting by default, a harness's whole concurrency); w
 reaches an engine is bounded per model by sequences in flight
 (:mod:`server.pool.sequences`), the engine's own unit of cost.
 
->>> import asyncio
+The runs waiting for a slot wait in one queue per client key, and a freed slot goes to
+the waiting key with the fewest runs executing, the one served longest ago among equals
+(round robin): one key's thousand queued runs do not starve another key's single
+request, which takes the next free slot unless a key with fewer runs executing waits.
+Before it queues, a request is held to its key's own limits (:mod:`server.runs.quotas`:
+runs at once, requests per minute, a token quota with something left).
+
+>>> from server.keys import ClientKey
 >>> limiter = RunLimiter(max_running=1, queue_size=0)
 >>> slot = limiter.admit()
 >>> try:
@@ -22,9 +29,12 @@ reaches an engine is bounded per model by sequences in flight
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from typing import TYPE_CHECKING
 
 from server.errors import OverloadedError
+from server.keys import ANONYMOUS, ClientKey
+from server.runs.quotas import KeyQuotas
 
 if TYPE_CHECKING:
     from server.telemetry.metrics import Metrics
@@ -35,43 +45,40 @@ __all__ = ["RunLimiter", "RunSlot"]
 class RunSlot:
     """One admitted request: wait for a run slot with :meth:`acquire`, always :meth:`release`."""
 
-    def __init__(self, limiter: RunLimiter):
+    def __init__(self, limiter: RunLimiter, key: ClientKey):
         self._limiter = limiter
+        self.key = key
         self._running = False
         self._released = False
 
     @property
     def free(self) -> bool:
         """Whether :meth:`acquire` would take a run slot at once, without waiting."""
-        return not self._limiter.semaphore.locked()
+        return self._limiter.free
 
     async def acquire(self) -> None:
+        """Take a run slot: at once when one is free and nobody waits, else in turn from
+        this key's queue (round robin across the keys that wait)."""
         limiter = self._limiter
-        metrics = limiter.metrics
-        if not self.free and metrics is not None:
-            metrics.runs_queued.inc()  # counted as queued while it waits
-            try:
-                await limiter.semaphore.acquire()
-            finally:
-                metrics.runs_queued.dec()
+        if limiter.free:
+            limiter.start(self.key.name)
         else:
-            await limiter.semaphore.acquire()  # a free slot is taken at once
+            await limiter.wait_turn(self.key.name)
         self._running = True
-        if metrics is not None:
-            metrics.runs_in_flight.inc()
+        if limiter.metrics is not None:
+            limiter.metrics.runs_in_flight.inc()
 
     def release(self) -> None:
         """Give the slot back (idempotent)."""
         if self._released:
             return
         self._released = True
-        limiter = self._limiter
-        limiter.admitted -= 1
+        self._limiter.leave(self.key.name)
         if self._running:
             self._running = False
-            limiter.semaphore.release()
-            if limiter.metrics is not None:
-                limiter.metrics.runs_in_flight.dec()
+            self._limiter.hand_on(self.key.name)
+            if self._limiter.metrics is not None:
+                self._limiter.metrics.runs_in_flight.dec()
 
     async def __aenter__(self) -> RunSlot:
         await self.acquire()
@@ -82,17 +89,72 @@ class RunSlot:
 
 
 class RunLimiter:
-    """At most ``max_running`` runs at once, ``queue_size`` waiting; others get 429."""
+    """At most ``max_running`` runs at once, ``queue_size`` waiting; others get 429.
 
-    def __init__(self, max_running: int, queue_size: int, metrics: Metrics | None = None):
+    A freed slot goes to the waiting keys in turn (``a`` was served last, so ``b`` first):
+
+    >>> async def order():
+    ...     limiter = RunLimiter(max_running=1, queue_size=10)
+    ...     a, b = ClientKey("a", "a"), ClientKey("b", "b")
+    ...     first = limiter.admit(a)
+    ...     await first.acquire()
+    ...     slots = [limiter.admit(k) for k in (a, a, a, b)]
+    ...     started = []
+    ...     async def run(slot):
+    ...         await slot.acquire()
+    ...         started.append(slot.key.name)
+    ...         slot.release()
+    ...     tasks = [asyncio.create_task(run(s)) for s in slots]
+    ...     await asyncio.sleep(0)
+    ...     first.release()
+    ...     await asyncio.gather(*tasks)
+    ...     return started
+    >>> asyncio.run(order())
+    ['b', 'a', 'a', 'a']
+    """
+
+    def __init__(
+        self,
+        max_running: int,
+        queue_size: int,
+        metrics: Metrics | None = None,
+        quotas: KeyQuotas | None = None,
+    ):
         self.max_running = max_running
         self.queue_size = queue_size
         self.metrics = metrics
-        self.semaphore = asyncio.Semaphore(max_running)
+        self.quotas = quotas or KeyQuotas()
         self.admitted = 0
+        """Requests holding a place, running or waiting."""
+        self.running = 0
+        self._by_key: dict[str, int] = {}
+        """Places held per key name (none held: absent)."""
+        self._waiting: dict[str, deque[asyncio.Future[None]]] = {}
+        """Each waiting key's queue, in the order the keys began to wait."""
+        self._running_by: dict[str, int] = {}
+        """Runs executing per key name (none: absent)."""
+        self._served: dict[str, int] = {}
+        """Per key name, when it last got a run slot (a tick of :attr:`_ticks`)."""
+        self._ticks = 0
 
-    def admit(self) -> RunSlot:
-        """Reserve a place (running or queued) or raise :class:`OverloadedError`."""
+    @property
+    def free(self) -> bool:
+        """Whether a run slot is free and nobody waits for one."""
+        return self.running < self.max_running and not self._waiting
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(queue) for queue in self._waiting.values())
+
+    def held_by(self, key: ClientKey) -> int:
+        """Places (running or waiting) ``key`` holds."""
+        return self._by_key.get(key.name, 0)
+
+    def admit(self, key: ClientKey = ANONYMOUS) -> RunSlot:
+        """Reserve a place (running or queued) for a request of ``key``, or raise: the
+        key's own limits first (:class:`~server.errors.KeyLimitError`, 429), then the
+        server's (:class:`OverloadedError`, 429)."""
+        self.quotas.check(key, self.held_by(key))
         if self.admitted >= self.max_running + self.queue_size:
             waiting = max(0, self.admitted - self.max_running)
             retry_after = 1 + waiting // max(1, self.max_running)
@@ -101,5 +163,69 @@ class RunLimiter:
                 f"{waiting} queued); retry later",
                 retry_after=retry_after,
             )
+        self.quotas.count_request(key)
         self.admitted += 1
-        return RunSlot(self)
+        self._by_key[key.name] = self.held_by(key) + 1
+        return RunSlot(self, key)
+
+    async def wait_turn(self, name: str) -> None:
+        """Wait in key ``name``'s queue until :meth:`hand_on` gives it a slot."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(name, deque()).append(future)
+        if self.metrics is not None:
+            self.metrics.runs_queued.inc()  # counted as queued while it waits
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():  # handed a slot as it was cancelled
+                self.hand_on(name)
+            else:
+                queue = self._waiting.get(name)
+                if queue is not None and future in queue:
+                    queue.remove(future)
+                    if not queue:
+                        del self._waiting[name]
+            raise
+        finally:
+            if self.metrics is not None:
+                self.metrics.runs_queued.dec()
+
+    def start(self, name: str) -> None:
+        """Key ``name`` takes a run slot."""
+        self.running += 1
+        self._running_by[name] = self._running_by.get(name, 0) + 1
+        self._ticks += 1
+        self._served[name] = self._ticks
+
+    def hand_on(self, name: str) -> None:
+        """Key ``name``'s run gave its slot back: give it to the waiting key with the
+        fewest runs executing, the one served longest ago among equals, or leave it free."""
+        self.running -= 1
+        left = self._running_by.get(name, 0) - 1
+        if left > 0:
+            self._running_by[name] = left
+        else:
+            self._running_by.pop(name, None)
+            if name not in self._waiting:
+                self._served.pop(name, None)  # nothing of the key left to remember
+        while self._waiting and self.running < self.max_running:
+            turn = min(
+                self._waiting,
+                key=lambda k: (self._running_by.get(k, 0), self._served.get(k, 0)),
+            )
+            queue = self._waiting[turn]
+            future = queue.popleft()
+            if not queue:
+                del self._waiting[turn]
+            if not future.done():
+                self.start(turn)
+                future.set_result(None)
+
+    def leave(self, name: str) -> None:
+        """A request of key ``name`` gave its place back."""
+        self.admitted -= 1
+        held = self._by_key.get(name, 0) - 1
+        if held > 0:
+            self._by_key[name] = held
+        else:
+            self._by_key.pop(name, None)

@@ -37,7 +37,8 @@ from scaffolds.problem import Problem
 from scaffolds.spec.build import SpecLimits
 from scaffolds.spec.registry import Registry
 from scaffolds.strategies.base import Strategy
-from server.errors import ClientDisconnectedError, api_error
+from server.errors import ClientDisconnectedError, KeyLimitError, api_error
+from server.keys import ANONYMOUS, ClientKey
 from server.pool.served_models import ServedModel, ServedModels
 from server.runs.admission import RunLimiter
 from server.runs.completion import (
@@ -139,9 +140,9 @@ class Serving:
         """A model id (base, alias, or ``base+<spec>``) to its model and scaffold."""
         return self.served.resolve(model)
 
-    def plan(self, endpoint: Endpoint, req: AnyRequest) -> RunPlan:
-        """Validate a request against the served models and limits; build its run."""
-        return plan_run(self.served, self.settings, endpoint, req)
+    def plan(self, endpoint: Endpoint, req: AnyRequest, key: ClientKey = ANONYMOUS) -> RunPlan:
+        """Validate a request of ``key`` against the served models and limits; build its run."""
+        return plan_run(self.served, self.settings, endpoint, req, key)
 
     async def readiness(self) -> tuple[bool, dict[str, Any]]:
         """Whether every model has a reachable engine and the answer pool is not still
@@ -162,20 +163,25 @@ class Serving:
         req: AnyRequest,
         receive: Receive,
         wire: WireFormat | None = None,
+        key: ClientKey = ANONYMOUS,
     ) -> Response:
         """Plan, admit, run and answer one completion request; ``receive`` is the request's
         ASGI receive (its disconnect cancels the run). ``wire`` shapes the answer for
-        another API (Responses, Anthropic Messages) than ``endpoint``'s own."""
+        another API (Responses, Anthropic Messages) than ``endpoint``'s own. ``key`` is
+        the client key it came with: its limits are the request's, and it waits for a
+        run slot in its key's turn (:class:`~server.runs.admission.RunLimiter`)."""
         started = time.perf_counter()
         base = req.model.partition("+")[0]  # labels stay bounded whatever the client sends
         label = wire.label if wire is not None else endpoint
         labels = {"endpoint": label, "model": base if base in self.models else "unknown"}
         labels["scaffold"] = "-"
         try:
-            plan = self.plan(endpoint, req)
+            plan = self.plan(endpoint, req, key)
             labels.update(model=plan.served.config.name, scaffold=plan.scaffold)
-            slot = self.limiter.admit()
+            slot = self.limiter.admit(key)
         except Exception as exc:
+            if isinstance(exc, KeyLimitError):
+                self.metrics.key_refusals.labels(key=key.name, reason=exc.reason).inc()
             self._observe(labels, api_error(exc).status, started)
             raise
         try:
@@ -243,7 +249,8 @@ class Serving:
     ) -> DirectCall | None:
         """The engine call that answers ``plan`` in ``wire``'s API without a run, opened
         (None: the plan is run)."""
-        call = wire.direct(plan) if wire is not None else None
+        quota = self.limiter.quotas.pool(plan.key)  # a quota draws per step: the run path
+        call = wire.direct(plan) if wire is not None and quota is None else None
         if call is None:
             return None
 
@@ -310,6 +317,7 @@ class Serving:
             verifier=served.verifier,
             routing=served.routing,
             answer_format=plan.answer_format,
+            quota=self.limiter.quotas.pool(plan.key),
         )
 
     async def _run(

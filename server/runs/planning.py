@@ -14,6 +14,17 @@ and fixes the sampling params, and refuses OpenAI fields Ponder cannot honour.
 >>> plan = plan_run(models, settings, "chat", req)
 >>> plan.scaffold, plan.n, plan.budget.timeout_s
 ('gsr', 1, 900.0)
+
+A client key's limits are the request's too: its allow-lists of models and scaffolds
+(403) and the largest fan-out it may ask (400, as the server's own cap):
+
+>>> from server.keys import ClientKey, KeyLimits
+>>> key = ClientKey("bob", "b", KeyLimits(scaffolds=("single",)))
+>>> try:
+...     plan_run(models, settings, "chat", req, key)
+... except ForbiddenError as err:
+...     err.code, err.param
+('scaffold_not_allowed', 'model')
 """
 
 from __future__ import annotations
@@ -24,11 +35,13 @@ from typing import Any, Literal
 
 from scaffolds.engines.messages import messages_from_openai
 from scaffolds.engines.protocol import SamplingParams
-from scaffolds.errors import InvalidRequestError
+from scaffolds.errors import FanOutError, InvalidRequestError
 from scaffolds.evaluation.answers import AnswerFormat
 from scaffolds.problem import Budget, Problem
 from scaffolds.spec.build import check_runs, spec_string
 from scaffolds.strategies.base import Strategy
+from server.errors import ForbiddenError
+from server.keys import ANONYMOUS, ClientKey
 from server.model_settings import EFFORT_LEVELS, EffortLevelName, EffortPolicy
 from server.pool.served_models import ServedModel, ServedModels
 from server.runs.request import ChatCompletionRequest, CompletionRequest, EffortAsk, Endpoint
@@ -41,6 +54,7 @@ __all__ = [
     "AnyRequest",
     "Effort",
     "RunPlan",
+    "check_key",
     "passthrough_fields",
     "plan_run",
 ]
@@ -107,6 +121,8 @@ class RunPlan:
     stream_trace: bool = False
     answer_format: AnswerFormat = "boxed"
     """How the run reads answers: the request's ``answer_format``, else the model's."""
+    key: ClientKey = ANONYMOUS
+    """The client key the request came with (its token quota bounds the run)."""
     problems: tuple[Problem, ...] = ()
     """Every prompt's problem when a completions request holds several (``problem`` is
     the first): each is its own run, and choice ``i`` of prompt ``p`` is ``p * n + i``
@@ -122,9 +138,14 @@ class RunPlan:
 
 
 def plan_run(
-    models: ServedModels, settings: Settings, endpoint: Endpoint, req: AnyRequest
+    models: ServedModels,
+    settings: Settings,
+    endpoint: Endpoint,
+    req: AnyRequest,
+    key: ClientKey = ANONYMOUS,
 ) -> RunPlan:
-    """Validate a request against the served models and limits; build its run."""
+    """Validate a request of ``key`` against the served models, the server's limits and
+    the key's (:func:`check_key`); build its run."""
     unknown = req.unknown_fields()
     if unknown:
         log.info("passing on request fields Ponder does not read: %s", ", ".join(unknown))
@@ -169,6 +190,7 @@ def plan_run(
     if req.reference is not None:
         problems = tuple(replace(p, reference=req.reference) for p in problems)
     check_runs(strategy, req.n * len(problems), models.limits)
+    check_key(key, req, served, strategy, req.n * len(problems))
     asked = req.budget
     budget = (
         Budget(asked.max_tokens, asked.max_calls, asked.timeout_s) if asked else Budget()
@@ -209,6 +231,7 @@ def plan_run(
         return_trace=req.return_trace,
         stream_trace=req.stream_trace,
         answer_format=req.answer_format or served.config.default_answer_format(),
+        key=key,
         problems=problems if len(problems) > 1 else (),
         effort=effort,
     )
@@ -277,6 +300,53 @@ def _effort_fields(
         {k: v for k, v in every.items() if k not in keys},
         {k: v for k, v in final.items() if k not in keys},
     )
+
+
+def check_key(
+    key: ClientKey, req: AnyRequest, served: ServedModel, strategy: Strategy, runs: int
+) -> None:
+    """Raise unless ``key`` may make ``runs`` runs of ``strategy`` on ``served``.
+
+    A model outside the key's ``models`` (by its name or the id asked for) is a 403 with
+    code ``model_not_found``, as OpenAI answers a project restricted from a model it
+    serves; a scaffold outside its ``scaffolds`` (the spec's every strategy, nested ones
+    too) a 403 with code ``scaffold_not_allowed``; more sequences than its ``max_fanout``
+    a 400 ``fan_out_exceeded``, as the server's own cap (:func:`check_runs`).
+    """
+    limits = key.limits
+    if limits.models is not None and not {req.model, served.config.name} & set(limits.models):
+        raise ForbiddenError(
+            f"key {key.name!r} does not have access to model {served.config.name!r}",
+            param="model",
+            code="model_not_found",
+        )
+    if limits.scaffolds is not None:
+        refused = sorted(_names(strategy) - set(limits.scaffolds))
+        if refused:
+            raise ForbiddenError(
+                f"key {key.name!r} may not use the scaffold {', '.join(refused)} "
+                f"(it may use {', '.join(limits.scaffolds) or 'none'})",
+                param="scaffold" if req.scaffold is not None else "model",
+                code="scaffold_not_allowed",
+            )
+    most = limits.max_fanout
+    if most is not None:
+        samples = (
+            strategy.max_samples_many(runs)
+            if strategy.batches_samples
+            else runs * strategy.max_samples()
+        )
+        if samples > most:
+            raise FanOutError(
+                f"n={runs} runs of {strategy.name} may generate up to {samples} sequences, "
+                f"over key {key.name!r}'s fan-out limit of {most}",
+                param="n",
+            )
+
+
+def _names(strategy: Strategy) -> set[str]:
+    """The names of ``strategy`` and of every strategy nested in it."""
+    return {strategy.name}.union(*(_names(inner) for inner in strategy.inner()))
 
 
 FINAL_STEP_FIELDS = frozenset(

@@ -185,7 +185,8 @@ class Metrics:
         )
         self.key_refusals = Counter(
             "ponder_key_refusals_total",
-            "Requests refused for a client key's limits, by key name and reason.",
+            "Requests refused by their client key's own limits, by key name and the limit "
+            "(concurrent_runs, requests_per_minute, tokens_per_minute, tokens_per_day).",
             ["key", "reason"],
             registry=r,
         )

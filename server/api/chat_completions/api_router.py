@@ -14,14 +14,16 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import Response
 
-from server.routing import Route, serving_of
+from server.routing import Route, client_key_of, serving_of
 from server.runs.request import ChatCompletionRequest
 
 __all__ = ["ROUTES", "chat_completions"]
 
 
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
-    return await serving_of(request).handle("chat", body, request.receive)
+    return await serving_of(request).handle(
+        "chat", body, request.receive, key=client_key_of(request)
+    )
 
 
 ROUTES: tuple[Route, ...] = (

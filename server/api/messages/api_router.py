@@ -25,7 +25,7 @@ from pydantic import Field
 
 from server.api.messages.protocol import MessagesRequest, chat_from_messages
 from server.api.messages.serving import MessagesFormat
-from server.routing import TOKENIZER_ERRORS, Route, serving_of, tokenizers_of
+from server.routing import TOKENIZER_ERRORS, Route, client_key_of, serving_of, tokenizers_of
 
 __all__ = ["ROUTES", "CountTokensRequest", "count_tokens", "create_message"]
 
@@ -38,7 +38,9 @@ class CountTokensRequest(MessagesRequest):
 
 async def create_message(body: MessagesRequest, request: Request) -> Response:
     wire = MessagesFormat(body)
-    return await serving_of(request).handle("chat", wire.chat(), request.receive, wire)
+    return await serving_of(request).handle(
+        "chat", wire.chat(), request.receive, wire, key=client_key_of(request)
+    )
 
 
 async def count_tokens(body: CountTokensRequest, request: Request) -> dict[str, int]:

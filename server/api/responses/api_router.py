@@ -24,7 +24,7 @@ from scaffolds.errors import NotFoundError
 from server.api.responses.input_items import MAX_LIMIT, input_items_page
 from server.api.responses.protocol import ResponsesRequest
 from server.api.responses.serving import prepare
-from server.routing import Route, serving_of, store_of
+from server.routing import Route, client_key_of, serving_of, store_of
 from server.store.response_store import StoredResponse
 
 __all__ = ["ROUTES", "create_response", "delete_response", "get_response", "list_input_items"]
@@ -32,7 +32,9 @@ __all__ = ["ROUTES", "create_response", "delete_response", "get_response", "list
 
 async def create_response(body: ResponsesRequest, request: Request) -> Response:
     wire = await prepare(store_of(request), body)
-    return await serving_of(request).handle("chat", wire.chat(), request.receive, wire)
+    return await serving_of(request).handle(
+        "chat", wire.chat(), request.receive, wire, key=client_key_of(request)
+    )
 
 
 def _not_found(response_id: str) -> NotFoundError:

@@ -47,7 +47,7 @@ def test_every_error_is_documented_in_the_openai_shape() -> None:
                     schema = answer["content"]["application/json"]["schema"]
                     assert schema == {"$ref": "#/components/schemas/Error"}, (path, status)
     runs = doc["paths"]["/v1/responses"]["post"]["responses"]
-    assert sorted(runs) == ["200", "400", "401", "404", "413", "429", "502", "503", "504"]
+    assert sorted(runs) == ["200", "400", "401", "403", "404", "413", "429", "502", "503", "504"]
     assert sorted(runs["200"]["content"]) == ["application/json", "text/event-stream"]
     assert list(doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"]) == ["text/plain"]
 
