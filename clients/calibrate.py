@@ -53,6 +53,7 @@ import typer
 from scaffolds.spec.build import build_strategy
 from scaffolds.strategies.adaptive import leader_probability
 from scaffolds.strategies.auto import Auto
+from scaffolds.strategies.base import Strategy
 
 if TYPE_CHECKING:
     from scaffolds.evaluation.answers import AnswerFormat
@@ -107,7 +108,7 @@ def _agreement(drawn: Sequence[Sample]) -> float:
     return max(counts.values(), default=0) / len(drawn)
 
 
-def run_on(spec: str, order: Sequence[Sample]) -> tuple[bool, int]:
+def run_on(spec: str | Strategy, order: Sequence[Sample]) -> tuple[bool, int]:
     """(correct, generated tokens) of ``spec`` on one order of a problem's pool, as the
     scaffold runs: ``single``, ``majority(k)``, ``auto(...)``, ``adaptive(...)``
     (``rule="beta"`` or ``"esc"``), each over ``single`` samples. The pool must hold the
@@ -117,10 +118,10 @@ def run_on(spec: str, order: Sequence[Sample]) -> tuple[bool, int]:
     >>> run_on("majority(k=3)", pool), run_on("auto(pilot=2, mid_k=2, max_k=4, mid=0.5)", pool)
     ((True, 30), (True, 20))
     """
-    strategy = build_strategy(spec)
+    strategy = build_strategy(spec) if isinstance(spec, str) else spec
     need = strategy.max_samples()
     if need > len(order):
-        raise ValueError(f"{spec} draws up to {need} samples; the pool has {len(order)}")
+        raise ValueError(f"{strategy} draws up to {need} samples; the pool has {len(order)}")
     params = strategy.to_spec()
     name = params["name"]
     if name == "single":
@@ -132,7 +133,7 @@ def run_on(spec: str, order: Sequence[Sample]) -> tuple[bool, int]:
         return _voted(order[: strategy.planned(tier)])
     if name == "adaptive":
         return _adaptive(strategy, order)
-    raise ValueError(f"cannot resample {spec} (single, majority, auto and adaptive only)")
+    raise ValueError(f"cannot resample {strategy} (single, majority, auto and adaptive only)")
 
 
 def _adaptive(strategy: Any, order: Sequence[Sample]) -> tuple[bool, int]:
@@ -165,6 +166,7 @@ def simulate(
     >>> simulate("majority(k=2)", pools, repeats=2)["tokens"]
     [[10.0], [10.0]]
     """
+    strategy = build_strategy(spec)
     correct: list[list[float]] = []
     tokens: list[list[float]] = []
     for r in range(repeats):
@@ -172,7 +174,7 @@ def simulate(
         for pid, pool in pools.items():
             order = list(pool)
             random.Random(f"{seed}|{r}|{pid}").shuffle(order)
-            ok, spent = run_on(spec, order)
+            ok, spent = run_on(strategy, order)
             row_c.append(float(ok))
             row_t.append(float(spent))
         correct.append(row_c)
