@@ -23,9 +23,11 @@ largest draw (the effort policy's default rule; no cap below an hour-long run).
 
 Written into ``OUT``: ``calibration.json`` and ``calibration.md`` (every number),
 ``frontier.png`` (accuracy against generated tokens, the frontier starred),
-``effort_policy.yaml`` (the effort policy: level -> spec and budget, ``auto`` with its
-thresholds in its spec) and ``ponder.yaml``, a ``ponder serve --config`` file serving
-the model with each level as an alias (``effort-minimal`` ... ``effort-auto``).
+``effort_policy.yaml`` (the effort policy, :class:`server.model_settings.EffortPolicy`'s
+form: level -> spec and budget, ``auto`` with its thresholds in its spec; for
+``--effort-policy FILE``) and ``ponder.yaml``, a ``ponder serve --config`` file serving
+the model with that policy inline (``reasoning_effort`` and the like select its levels)
+and each level as an alias too (``effort-minimal`` ... ``effort-auto``).
 
 >>> rows = {"single": (0.4, 10.0), "majority(k=4)": (0.6, 40.0), "majority(k=8)": (0.65, 80.0),
 ...         "rsa": (0.5, 200.0)}
@@ -403,6 +405,7 @@ def calibrate(
     served: dict[str, Any] = {"name": model}
     if engine:
         served["engines"] = list(engine)
+    served["effort_policy"] = policy
     served["aliases"] = {f"effort-{level}": entry["spec"] for level, entry in policy.items()}
     (out / "ponder.yaml").write_text(_yaml({"models": [served]}), encoding="utf-8")
     typer.echo(f"frontier: {', '.join(front)}")

@@ -1,4 +1,4 @@
-"""The ``ponder`` command: ``serve``, ``eval``, ``train`` and ``models``.
+"""The ``ponder`` command: ``serve``, ``keys``, ``eval``, ``train`` and ``models``.
 
 This module is small on purpose: each subcommand's app is imported only when that
 subcommand runs (or its help is asked for), so ``ponder --help`` imports neither the
@@ -7,7 +7,7 @@ subcommands from :data:`SUBCOMMANDS` without loading them. A new subcommand is o
 there: its name, ``module:attribute`` of its typer app, and a one-line summary.
 
 >>> sorted(SUBCOMMANDS)
-['calibrate', 'eval', 'models', 'serve', 'train']
+['calibrate', 'eval', 'keys', 'models', 'serve', 'train']
 
 Example::
 
@@ -53,6 +53,11 @@ SUBCOMMANDS: Mapping[str, Subcommand] = MappingProxyType(
         "serve": Subcommand(
             "server.cli:serve_app",
             "Serve an OpenAI-compatible API that answers each request with a scaffold run.",
+            extra="server",
+        ),
+        "keys": Subcommand(
+            "server.cli:keys_app",
+            "Client keys for 'ponder serve --keys-file': add (prints the key once), list, revoke.",
             extra="server",
         ),
         "eval": Subcommand(

@@ -1,4 +1,5 @@
-"""``ponder serve``: the command line generated from :class:`~server.settings.Settings`.
+"""``ponder serve``: the command line generated from :class:`~server.settings.Settings`;
+and ``ponder keys``, which edits the keys file it reads (:func:`make_keys_app`).
 
 Every settings field with a flag becomes one option (:mod:`scaffolds.cli_options`, which
 generates ``ponder train``'s too): its name is ``--field-name`` unless its
@@ -22,7 +23,8 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 from pydantic.fields import FieldInfo
@@ -127,3 +129,131 @@ def make_serve_app() -> typer.Typer:
 
 
 serve_app = make_serve_app()
+
+
+# -- ponder keys ---------------------------------------------------------------------------
+
+KeysFile = Annotated[
+    Path,
+    typer.Option(
+        "--file",
+        metavar="FILE",
+        envvar=f"{ENV_PREFIX}KEYS_FILE",
+        help="The keys file (YAML) that 'ponder serve --keys-file' reads.",
+    ),
+]
+
+
+def _say_keys(message: str) -> None:
+    typer.echo(f"ponder keys: {message}", err=True)
+
+
+def _entries(file: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    from server.keys import read_keys_document
+
+    try:
+        document = read_keys_document(file)
+    except (OSError, ValueError) as err:
+        _say_keys(str(err))
+        raise typer.Exit(2) from None
+    return document, document["keys"]
+
+
+def _write(file: Path, document: dict[str, Any]) -> None:
+    from server.keys import key_entries_of, write_keys_document
+
+    try:
+        key_entries_of(document, f"keys file {str(file)!r}")  # never write a file serve refuses
+        write_keys_document(file, document)
+    except (OSError, ValueError) as err:
+        _say_keys(str(err))
+        raise typer.Exit(2) from None
+
+
+def keys_add(
+    name: Annotated[str, typer.Argument(help="The key's name (logs and metrics show it).")],
+    file: KeysFile,
+    tenant: Annotated[
+        str | None,
+        typer.Option(
+            help="Who owns what the key stores (keys of a tenant share it) [default: NAME]."
+        ),
+    ] = None,
+    max_concurrent_runs: Annotated[int | None, typer.Option(min=1)] = None,
+    requests_per_minute: Annotated[int | None, typer.Option(min=1)] = None,
+    tokens_per_minute: Annotated[int | None, typer.Option(min=1)] = None,
+    tokens_per_day: Annotated[int | None, typer.Option(min=1)] = None,
+    model: Annotated[
+        list[str] | None, typer.Option(help="A model the key may use (repeat) [default: all].")
+    ] = None,
+    scaffold: Annotated[
+        list[str] | None, typer.Option(help="A scaffold the key may use (repeat) [default: all].")
+    ] = None,
+    max_fanout: Annotated[int | None, typer.Option(min=1)] = None,
+) -> None:
+    """Add a key: prints the new key once (the file keeps only its SHA-256)."""
+    from server.keys import hash_key, new_key
+
+    document, entries = _entries(file)
+    if any(entry.get("name") == name for entry in entries):
+        _say_keys(f"a key named {name!r} is in {str(file)!r} already (revoke it first)")
+        raise typer.Exit(2)
+    limits = {
+        "max_concurrent_runs": max_concurrent_runs,
+        "requests_per_minute": requests_per_minute,
+        "tokens_per_minute": tokens_per_minute,
+        "tokens_per_day": tokens_per_day,
+        "models": model or None,
+        "scaffolds": scaffold or None,
+        "max_fanout": max_fanout,
+    }
+    key = new_key()
+    entry: dict[str, Any] = {"name": name, "tenant": tenant or name, "key_sha256": hash_key(key)}
+    given = {k: v for k, v in limits.items() if v is not None}
+    if given:
+        entry["limits"] = given
+    entries.append(entry)
+    _write(file, document)
+    _say_keys(f"added {name!r} (tenant {entry['tenant']!r}) to {str(file)!r}; its key, shown once:")
+    typer.echo(key)
+
+
+def keys_list(file: KeysFile) -> None:
+    """List the keys: name, tenant, limits (never a key or its hash)."""
+    _, entries = _entries(file)
+    for entry in entries:
+        limits = entry.get("limits") or {}
+        shown = " ".join(f"{k}={v}" for k, v in limits.items()) or "no limits"
+        typer.echo(f"{entry.get('name')}\ttenant={entry.get('tenant', entry.get('name'))}\t{shown}")
+
+
+def keys_revoke(
+    name: Annotated[str, typer.Argument(help="The key's name.")], file: KeysFile
+) -> None:
+    """Revoke a key: removes it from the file (a running server drops it on SIGHUP)."""
+    document, entries = _entries(file)
+    kept = [entry for entry in entries if entry.get("name") != name]
+    if len(kept) == len(entries):
+        _say_keys(f"no key named {name!r} in {str(file)!r}")
+        raise typer.Exit(2)
+    document["keys"] = kept
+    _write(file, document)
+    _say_keys(f"revoked {name!r}; send the server SIGHUP (kill -HUP) to drop it now")
+
+
+def make_keys_app() -> typer.Typer:
+    """``ponder keys add|list|revoke``: edit the keys file ``ponder serve`` reads."""
+    app = typer.Typer(
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+        no_args_is_help=True,
+        help="Add, list and revoke client keys in a keys file.",
+    )
+    app.command(name="add")(keys_add)
+    app.command(name="list")(keys_list)
+    app.command(name="revoke")(keys_revoke)
+    return app
+
+
+keys_app = make_keys_app()

@@ -14,10 +14,12 @@ command-line metadata a field carries when its flag is not simply ``--field-name
 from __future__ import annotations
 
 import json
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -35,7 +37,18 @@ from scaffolds.engines.dialects import check_dialect_name
 from scaffolds.engines.factory import check_engine_url
 from scaffolds.evaluation.answers import AnswerFormat, ThinkingMarkers
 
-__all__ = ["DialectName", "EngineURLs", "ModelConfig", "ModelOptions", "parse_aliases"]
+__all__ = [
+    "DEFAULT_EFFORT_POLICY",
+    "EFFORT_LEVELS",
+    "DialectName",
+    "EffortLevel",
+    "EffortLevelName",
+    "EffortPolicy",
+    "EngineURLs",
+    "ModelConfig",
+    "ModelOptions",
+    "parse_aliases",
+]
 
 PromptSetName = Literal["default", "compact"]
 
@@ -100,6 +113,157 @@ PromptFiles = Annotated[tuple[Path, ...], BeforeValidator(split_list), NoDecode]
 
 ThinkingOff = Annotated[dict[str, Any], BeforeValidator(thinking_off), NoDecode]
 """A :data:`scaffolds.core.thinking.THINKING_OFF` preset name or a JSON object of request fields."""
+
+
+EffortLevelName = Literal["minimal", "low", "medium", "high", "auto"]
+"""A reasoning-effort level a request may ask for (``auto`` is reserved for allocation
+per prompt; until it exists it runs the spec its policy names)."""
+
+EFFORT_LEVELS: tuple[EffortLevelName, ...] = ("minimal", "low", "medium", "high", "auto")
+"""The levels, cheapest first (``auto`` last: it is not ordered by cost)."""
+
+
+class EffortLevel(BaseModel):
+    """What one effort level runs: a scaffold spec, and a budget of generated tokens for
+    the whole run (None: only the spec's own limits and the server's cap).
+
+    >>> EffortLevel(spec="majority(k=8)", budget=65536).budget
+    65536
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    spec: str = Field(min_length=1)
+    """The scaffold spec the level runs, e.g. ``majority(k=8)``."""
+    budget: int | None = Field(default=None, ge=1)
+    """The most tokens the run generates, every call together (None: uncapped here)."""
+
+
+class EffortPolicy(BaseModel):
+    """A served model's map from reasoning effort to compute: per level, a spec and a
+    budget (:class:`EffortLevel`). Requests select a level with chat's
+    ``reasoning_effort``, Responses' ``reasoning.effort`` or Messages'
+    ``thinking.budget_tokens`` (:meth:`for_budget`); a request that names a scaffold runs
+    that scaffold instead. ``auto`` may be left out: it then runs ``high``'s entry.
+
+    The budgets of ``minimal`` to ``high`` may not fall as the level rises (None, no
+    cap, counts as the largest). In a config file (or a file named by
+    ``effort_policy:``, the file the calibration command writes):
+
+    .. code-block:: yaml
+
+        minimal: {spec: single, budget: 8192}
+        low: {spec: "majority(k=4)", budget: 32768}
+        medium: {spec: "majority(k=8)", budget: 65536}
+        high: {spec: "adaptive(max_k=16, wave=4)", budget: 131072}
+
+    >>> policy = EffortPolicy.model_validate({
+    ...     "minimal": {"spec": "single", "budget": 1000},
+    ...     "low": {"spec": "majority(k=4)", "budget": 4000},
+    ...     "medium": {"spec": "majority(k=8)", "budget": 8000},
+    ...     "high": {"spec": "majority(k=16)"}})
+    >>> policy.level("auto").spec, policy.for_budget(3000), policy.for_budget(10**6)
+    ('majority(k=16)', 'low', 'high')
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    minimal: EffortLevel
+    """The cheapest level (OpenAI's ``minimal``)."""
+    low: EffortLevel
+    medium: EffortLevel
+    high: EffortLevel
+    auto: EffortLevel | None = None
+    """Allocation per prompt (reserved): the spec it runs until the ``auto`` scaffold
+    exists (default: ``high``'s entry)."""
+
+    @model_validator(mode="after")
+    def _budgets_rise(self) -> EffortPolicy:
+        previous: tuple[str, float] | None = None
+        for name in EFFORT_LEVELS[:-1]:
+            budget = self.level(name).budget
+            size = float("inf") if budget is None else float(budget)
+            if previous is not None and size < previous[1]:
+                raise ValueError(
+                    f"{name}.budget ({budget}) is below {previous[0]}.budget: a level's "
+                    "budget may not fall as the effort rises"
+                )
+            previous = (name, size)
+        return self
+
+    def level(self, name: EffortLevelName) -> EffortLevel:
+        """The entry of level ``name`` (``auto``: its own, else ``high``'s)."""
+        entry: EffortLevel | None = getattr(self, name)
+        return entry if entry is not None else self.high
+
+    def for_budget(self, tokens: int) -> EffortLevelName:
+        """The cheapest level whose budget covers ``tokens`` (a thinking budget), else
+        ``high``: the first spec that can spend the whole budget, which the run is then
+        capped at."""
+        for name in EFFORT_LEVELS[:-1]:
+            budget = self.level(name).budget
+            if budget is None or budget >= tokens:
+                return name
+        return "high"
+
+    @classmethod
+    def from_file(cls, path: Path) -> EffortPolicy:
+        """The policy in a YAML, JSON or TOML file; a ValueError naming the file if it is
+        missing or malformed."""
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ValueError(f"effort_policy: cannot read {str(path)!r} ({exc})") from None
+        try:
+            if path.suffix.lower() == ".toml":
+                data: Any = tomllib.loads(text)
+            else:
+                data = yaml.safe_load(text)
+        except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+            raise ValueError(f"effort_policy: {str(path)!r} is not valid ({exc})") from None
+        return cls.model_validate(data)
+
+
+def effort_policy_value(value: Any) -> Any:
+    """An effort policy given inline (a mapping, or a JSON object as text) or as a file
+    path (text or ``Path``), to what :class:`EffortPolicy` validates.
+
+    >>> effort_policy_value('{"minimal": {"spec": "single"}}')
+    {'minimal': {'spec': 'single'}}
+    """
+    if isinstance(value, str) and value.strip().startswith("{"):
+        return json.loads(value)
+    if isinstance(value, str | Path):
+        return EffortPolicy.from_file(Path(value))
+    return value
+
+
+EffortPolicyField = Annotated[EffortPolicy | None, BeforeValidator(effort_policy_value), NoDecode]
+"""An :class:`EffortPolicy` inline or from a file (:func:`effort_policy_value`)."""
+
+DEFAULT_EFFORT_POLICY = EffortPolicy(
+    minimal=EffortLevel(spec="single", budget=8192),
+    low=EffortLevel(spec="majority(k=4)", budget=32768),
+    medium=EffortLevel(spec="majority(k=8)", budget=65536),
+    high=EffortLevel(spec="adaptive(max_k=16, wave=4)", budget=131072),
+    auto=EffortLevel(spec="adaptive(max_k=16, wave=4)", budget=131072),
+)
+"""The embedded default models' policy, from the committed rows of experiments/RESULTS.md
+(the shipped addition model, T=1, 1,000 problems x 3 seeds in Part 1 and 150 x 2 in
+issue 19's voting study; accuracy, generated tokens per problem):
+
+- ``minimal``: ``single``, 0.394 at 4.6 tokens (Part 1);
+- ``low``: ``majority(k=4)``, 0.462 at 18.4 (+6.8 pt over single, [+4.6, +9.0]; Part 1);
+- ``medium``: ``majority(k=8)``, 0.511 at 36.7 (+11.7 pt over single; Part 1);
+- ``high``: ``adaptive(max_k=16, wave=4)``, 0.530 at 60.8 tokens against
+  ``majority(k=16)``'s 0.537 at 73.4 (-0.7 pt [-5.6, +4.2], 17% fewer tokens; issue 19).
+
+On SmolLM2-135M-Instruct (run 1's base, 500 problems x 3 seeds, 256 tokens a call) the
+vote helps too: ``single`` 0.135 at 43.9 tokens, four samples' vote 0.170 at 173.9.
+``auto`` runs ``high``'s spec until the ``auto`` scaffold exists. Budgets allow 8,192
+generated tokens per sample of the level's largest draw (a GPU model's long answers; they
+cap no measured run). The calibration command's output replaces these numbers with a
+model's own."""
 
 
 def check_alias_names(model: str, aliases: Mapping[str, str]) -> None:
@@ -196,9 +360,20 @@ class ModelOptions(BaseModel):
     a thinking one (a spec's summarizer=, critic=, abstractor=, judge_model= win)."""
     answer_format: Annotated[AnswerFormat | None, Flag(metavar="FORMAT")] = None
     """How a sample's final answer is read when a request does not say: boxed (only the
-    last \\boxed{} after the thinking, as the papers' code does: a sample without one
-    casts no vote) or lenient (also "final answer is X", "#### X", the last number).
-    Default: boxed; lenient with the compact prompt set, whose templates ask for no box."""
+    last \\boxed{} after the thinking: a sample without one casts no vote), lenient (also
+    "final answer is X", "#### X", the last number), or a reference's reader
+    (boxed_anywhere, answer_is, after_answer_marker). Default: boxed; lenient with the
+    compact prompt set, whose templates ask for no box."""
+
+    effort: Literal["policy", "passthrough"] = "policy"
+    """What a request's reasoning effort (chat's reasoning_effort, Responses'
+    reasoning.effort, Messages' thinking.budget_tokens) does: policy selects the spec and
+    budget --effort-policy names (with no policy: passthrough); passthrough sends the
+    field to the engine unchanged (a thinking model whose engine reads it)."""
+    effort_policy: Annotated[EffortPolicyField, Flag(metavar="FILE|JSON")] = None
+    """Per effort level (minimal, low, medium, high, auto) the spec and the budget of
+    generated tokens a request's reasoning effort runs: a YAML/JSON/TOML file (what the
+    calibration command writes) or the policy inline; unset: efforts pass through."""
 
     def thinking_config(self) -> Thinking:
         """How this model thinks, for a run (:class:`scaffolds.core.thinking.Thinking`)."""
@@ -247,7 +422,21 @@ class ModelConfig(ModelOptions):
                 f"model {self.name!r}: verifier_max_batch is for a local:DIR verifier "
                 f"(its verifier is {self.verifier or self.reward_url or 'none'})"
             )
+        if self.effort == "passthrough" and self.effort_policy is not None:
+            raise ValueError(
+                f"model {self.name!r}: effort passthrough sends efforts to the engine, so "
+                "its effort_policy would never be used (set one or the other)"
+            )
         return self
+
+    def effort_mode(self) -> Literal["policy", "passthrough"]:
+        """How requests' efforts are served: by the policy, or passed to the engine
+        (``effort: passthrough``, or no policy).
+
+        >>> ModelConfig(name="m", engines="http://e/v1").effort_mode()
+        'passthrough'
+        """
+        return "policy" if self.effort_policy is not None else "passthrough"
 
     def alias_specs(self) -> dict[str, str]:
         """Public alias model ids to their specs."""

@@ -98,9 +98,10 @@ def tokenizers_of(request: Request) -> Tokenizers:
 
 
 def store_of(request: Request) -> ResponseStore:
-    """The app's store of responses (``app.state.responses``)."""
+    """The app's store of responses (``app.state.responses``), seen by the tenant of the
+    request's key (:func:`client_key_of`): another tenant's responses are not there."""
     store: ResponseStore = request.app.state.responses
-    return store
+    return store.owned_by(client_key_of(request).owner)
 
 
 def metrics_of(request: Request) -> Metrics:

@@ -38,6 +38,7 @@ from pydantic_settings import (
 from scaffolds.cli_options import Flag
 from scaffolds.problem import Budget
 from scaffolds.spec.build import SpecLimits
+from server.keys import KeyTable, load_keys_file
 from server.model_settings import (
     ModelConfig,
     ModelOptions,
@@ -100,6 +101,10 @@ class Settings(ModelOptions, BaseSettings):
     comma-separated). No keys: /v1 is open."""
     api_key_file: Annotated[Path | None, Flag(metavar="FILE")] = None
     """File of client API keys, one per line."""
+    keys_file: Annotated[Path | None, Flag(metavar="FILE")] = None
+    """Keys file (YAML, or TOML by its .toml name): per key a name, a tenant (who owns
+    what the key stores), the key's SHA-256 (key_sha256) or the key, and its limits.
+    Re-read on SIGHUP. Written by 'ponder keys add/revoke'."""
 
     # -- limits ------------------------------------------------------------------------
     max_concurrent_runs: int = Field(default=1024, ge=1)
@@ -207,6 +212,10 @@ class Settings(ModelOptions, BaseSettings):
                 )
         if self.api_key_file is not None and not self.api_key_file.is_file():
             raise ValueError(f"api_key_file: no such file {str(self.api_key_file)!r}")
+        if self.keys_file is not None:
+            if not self.keys_file.is_file():
+                raise ValueError(f"keys_file: no such file {str(self.keys_file)!r}")
+            self.key_table()  # an error names the entry and field
         return self
 
     @classmethod
@@ -242,6 +251,15 @@ class Settings(ModelOptions, BaseSettings):
                 if line and not line.startswith("#"):
                     keys.append(line)
         return tuple(dict.fromkeys(k for k in keys if k))
+
+    def key_table(self) -> KeyTable:
+        """Every accepted key with whom it stands for: the bare keys (``key-1``, ``key-2``...
+        in order, each its own tenant), then the keys file's (read now: a reload calls this
+        again)."""
+        table = KeyTable.of_flat_keys(self.client_api_keys())
+        if self.keys_file is not None:
+            table = table + load_keys_file(self.keys_file)
+        return table
 
     def budget_cap(self) -> Budget:
         return Budget(self.max_budget_tokens, self.max_budget_calls, self.max_budget_timeout_s)

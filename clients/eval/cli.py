@@ -162,11 +162,12 @@ def run(
     answer_format: Annotated[
         str,
         typer.Option(
-            metavar="auto|boxed|lenient",
+            metavar="auto|boxed|lenient|boxed_anywhere|answer_is|after_answer_marker",
             help="how answers are read, by the server's votes (sent as the request's "
             "answer_format) and by the grade: boxed (only the last \\boxed{} after the "
-            "thinking; none is wrong, as the papers' code grades) or lenient (also 'final "
-            "answer is X', '#### X', the last number); auto: what Ponder's /v1/models says "
+            "thinking; none is wrong) or lenient (also 'final "
+            "answer is X', '#### X', the last number), or a reference's reader: "
+            "boxed_anywhere, answer_is, after_answer_marker; auto: what Ponder's /v1/models says "
             "the model uses, else boxed. Read after the end of thinking that the model's "
             "card says (thinking_markers), else </think>",
         ),
@@ -192,6 +193,7 @@ def run(
     from clients.eval.runner import EvalConfig, check_specs, load_extra_body
     from clients.interrupt import INTERRUPTED_STATUS, Interrupted, run_interruptible
     from scaffolds.errors import SpecError
+    from scaffolds.evaluation.answers import ANSWER_FORMATS
     from scaffolds.evaluation.problems import load_problems
     from scaffolds.evaluation.results import Record, read_results
 
@@ -210,8 +212,9 @@ def run(
         raise _fail(f"missing {', '.join(missing)}")
     assert base_url and model and dataset and out
     require("eval", "ponder eval", modules=("openai", "matplotlib"))  # datasets: a hub name
-    if answer_format not in ("auto", "boxed", "lenient"):
-        raise _fail(f"--answer-format must be auto, boxed or lenient (got {answer_format!r})")
+    if answer_format != "auto" and answer_format not in ANSWER_FORMATS:
+        said = ", ".join(("auto", *ANSWER_FORMATS))
+        raise _fail(f"--answer-format must be one of {said} (got {answer_format!r})")
     try:
         specs = check_specs(scaffold or ["single"])
         body = load_extra_body(extra_body)

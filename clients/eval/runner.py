@@ -104,7 +104,10 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         if self.answer_format not in ANSWER_FORMATS:
-            raise ValueError(f"answer_format must be boxed or lenient (got {self.answer_format!r})")
+            raise ValueError(
+                f"answer_format must be one of {', '.join(ANSWER_FORMATS)} "
+                f"(got {self.answer_format!r})"
+            )
         sent = self.extra_body.get("answer_format", self.answer_format)
         if sent != self.answer_format:
             raise ValueError(

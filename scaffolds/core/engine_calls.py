@@ -109,6 +109,9 @@ class StepSampling:
     in all)."""
     top_logprobs: int | None = None
     """Also ask for each position's top logprobs (deepconf)."""
+    extra: Mapping[str, Any] | None = None
+    """Engine fields passed through verbatim on this step's call, over the request's
+    ``extra`` (s1's ``stop_token_ids``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +228,8 @@ class StepCalls:
                 changes["extra"] = {**params.extra, **params.final_extra}
             if role.helper and thinking.off and not role.keep_thinking:
                 changes["extra"] = {**params.extra, **thinking.off}
+            if sampling.extra:
+                changes["extra"] = {**changes.get("extra", params.extra), **sampling.extra}
             request = GenerateRequest(
                 source.prompt,
                 params.replace(**changes),

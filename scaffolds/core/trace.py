@@ -113,7 +113,8 @@ class StepNote:
     wave, about its scope), ``confidence`` (deepconf's per-sample confidence and kept
     flag, lists indexed by sample, about the step ``step_id``), ``population`` (RSA's
     answers after a round, and their accuracy when the reference answer is known),
-    ``scores`` (a verifier's ``scores`` of the candidates of its ``verify`` step
+    ``effort`` (what a request's reasoning effort ran and why: the server's note, first in
+    its run's trace), ``scores`` (a verifier's ``scores`` of the candidates of its ``verify`` step
     ``step_id``, and a process reward model's per-step ``steps``) and ``helper_text`` (a
     helper step's samples whose answer was empty: ``samples`` maps each to ``reasoning``
     or ``empty``, ``texts`` to the text the run passed on instead)."""

@@ -158,12 +158,28 @@ def extract_answer(text: str, *, end: str = _THINK_END) -> str | None:
     return _anchored(final) or last or _clean(extract_boxed(reasoning) or "") or None
 
 
-AnswerFormat = Literal["boxed", "lenient"]
-"""How a sample's final answer is read: ``boxed`` takes only the last ``\\boxed{}`` of
-the part after the thinking, as every reference implementation does (a sample without
-one has no answer and casts no vote); ``lenient`` is :func:`extract_answer`."""
+AnswerFormat = Literal["boxed", "lenient", "boxed_anywhere", "answer_is", "after_answer_marker"]
+"""How a sample's final answer is read; a sample with none casts no vote.
 
-ANSWER_FORMATS: tuple[AnswerFormat, ...] = ("boxed", "lenient")
+- ``boxed``: only the last ``\\boxed{}`` of the part after the thinking
+  (:func:`boxed_answer`);
+- ``lenient``: :func:`extract_answer` (boxed, "final answer is X", "answer: X",
+  "#### X", the last number);
+- ``boxed_anywhere``: the last brace-balanced ``\\boxed{}`` anywhere, thinking
+  included, as RC, RSA and DeepConf read their outputs (:func:`boxed_anywhere_answer`);
+- ``answer_is``: "The answer is X", else the last ``\\boxed{}``, else the last number,
+  as ESC reads its few-shot samples (:func:`answer_is_answer`);
+- ``after_answer_marker``: after the end of the thinking, the last ``\\boxed{}``, else
+  what follows "Answer:", as s1's evaluation reads (:func:`after_answer_marker_answer`).
+"""
+
+ANSWER_FORMATS: tuple[AnswerFormat, ...] = (
+    "boxed",
+    "lenient",
+    "boxed_anywhere",
+    "answer_is",
+    "after_answer_marker",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +241,77 @@ def boxed_answer(text: str, *, start: str = "<think>", end: str = _THINK_END) ->
     return _clean(extract_boxed(final) or "") or None
 
 
+def boxed_anywhere_answer(text: str) -> str | None:
+    r"""The last brace-balanced ``\boxed{}`` anywhere in ``text``, thinking included, or None.
+
+    Unlike :func:`boxed_answer`, the thinking markers play no part: a box inside the
+    thinking counts, and so does one in a thinking that never closed.
+
+    >>> boxed_anywhere_answer(r"<think>\boxed{3}</think>So it is 4.")
+    '3'
+    >>> boxed_anywhere_answer(r"<think>so \boxed{\frac{\sqrt{3}}{2}}")
+    '\\frac{\\sqrt{3}}{2}'
+    """
+    return _clean(extract_boxed(text) or "") or None
+
+
+_THE_ANSWER_IS = ("The answer is ", "the answer is ")
+_SENTENCE_END = re.compile(r"\.\s")
+
+
+def answer_is_answer(text: str, *, end: str = _THINK_END) -> str | None:
+    r""" "The answer is X" (capitalized first, then lower case; the last of them), else the
+    last ``\boxed{}``, else the last number; or None.
+
+    Read in the part after the thinking when there is one (``end``), else in the whole
+    text. X is the rest of that line up to a sentence's end; a ``\boxed{}`` in it is taken
+    from its box. A text that says "the answer is" and nothing readable after it has no
+    answer.
+
+    >>> answer_is_answer("So 3 + 4 = 7. The answer is 7.\n\nQ: next")
+    '7'
+    >>> answer_is_answer(r"The answer is $\boxed{\frac{1}{2}}$."), answer_is_answer("so 12 or 13")
+    ('\\frac{1}{2}', '13')
+    """
+    _, final = _split_think(text, end)
+    region = text if final is None else final
+    for phrase in _THE_ANSWER_IS:
+        if phrase in region:
+            line = region.rsplit(phrase, 1)[1].strip().split("\n", 1)[0]
+            boxed = _clean(extract_boxed(line) or "")
+            stated = boxed or _clean(_SENTENCE_END.split(line)[0]).rstrip("/")
+            return stated or None
+    boxed = _clean(extract_boxed(region) or "")
+    if boxed:
+        return boxed
+    numbers = _NUMBER.findall(region)
+    return numbers[-1].replace(",", "") if numbers else None
+
+
+_ANSWER_MARK = re.compile(r"answer\s*:\s*(.*)", re.IGNORECASE | re.DOTALL)
+
+
+def after_answer_marker_answer(text: str, *, end: str = _THINK_END) -> str | None:
+    r"""In the part after the last ``end`` marker (the whole text without one): the last
+    ``\boxed{}``, else what follows the first "Answer:" (its last non-empty line); or None.
+
+    >>> after_answer_marker_answer(r"<|im_start|>think\nmaybe 2<|im_start|>answer\nAnswer: 3",
+    ...                            end="<|im_start|>answer")
+    '3'
+    >>> after_answer_marker_answer("Answer: here it is:\n\n10"), after_answer_marker_answer("so 12")
+    ('10', None)
+    """
+    region = text.rsplit(end, 1)[1] if end in text else text
+    boxed = _clean(extract_boxed(region) or "")
+    if boxed:
+        return boxed
+    marked = _ANSWER_MARK.search(region)
+    if marked is None:
+        return None
+    lines = [line for line in marked.group(1).splitlines() if line.strip()]
+    return (_clean(lines[-1]) or None) if lines else None
+
+
 def final_answer(
     text: str,
     answer_format: AnswerFormat = "lenient",
@@ -236,9 +323,18 @@ def final_answer(
 
     >>> final_answer("so 12", "lenient"), final_answer("so 12", "boxed")
     ('12', None)
+    >>> text = r"<think>\boxed{3}</think>The answer is 4."
+    >>> [final_answer(text, f) for f in ("boxed", "boxed_anywhere", "answer_is")]
+    [None, '3', '4']
     """
     if answer_format == "boxed":
         return boxed_answer(text, start=start, end=end)
+    if answer_format == "boxed_anywhere":
+        return boxed_anywhere_answer(text)
+    if answer_format == "answer_is":
+        return answer_is_answer(text, end=end)
+    if answer_format == "after_answer_marker":
+        return after_answer_marker_answer(text, end=end)
     return extract_answer(text, end=end)
 
 

@@ -15,9 +15,10 @@ experiments, so a reward and the eval metric cannot drift.
 The first two read a response's final answer in their ``answer_format``
 (:data:`~scaffolds.evaluation.answers.AnswerFormat`): ``lenient`` (the default, as
 training rewards read: the last ``\boxed{}``, "the answer is", ``####``, the last
-number) or ``boxed`` (only the last ``\boxed{}`` after the thinking; none is no answer,
-as the papers' code grades). The thinking ends at their ``thinking`` markers' end
-(``</think>`` unless told: a served model's own, for one that thinks inside its text).
+number), ``boxed`` (only the last ``\boxed{}`` after the thinking; none is no answer), or
+a reference's reader (``boxed_anywhere``, ``answer_is``, ``after_answer_marker``). The
+thinking ends at their ``thinking`` markers' end (``</think>`` unless told: a served
+model's own, for one that thinks inside its text).
 
 A grader answers ``Grade(correct=None)`` when there is nothing to grade against.
 

@@ -11,13 +11,20 @@ two decide the vote). For whole counts the probability is exact,
 ``P(Binomial(v1 + v2 + 1, 1/2) <= v1)``. The run stops once it reaches ``confidence``,
 or at ``max_k`` samples, and answers with the majority. Each wave's reading is a
 ``stopping`` note (:class:`~scaffolds.core.trace.StepNote`) on the wave's scope.
-As in the reference's counter, samples with no answer count as one more answer in the
-stopping rule (they never win the vote). ``adaptive(wave=1, max_k=40)`` is
-Adaptive-Consistency's own loop: one sample at a time, the rule read after each.
+``adaptive(wave=1, max_k=40)`` is Adaptive-Consistency's own loop: one sample at a time,
+the rule read after each.
 
 ``rule="esc"`` is Early-Stopping Self-Consistency instead: windows of ``window``
 samples (``max_k // window`` of them at most); the run stops at the first window whose
 answers all agree and answers with it; if none does, with the majority of every sample.
+
+``unanswered`` says what a sample with no answer is in the stopping rule (it never
+wins the vote): ``"drop"`` leaves it out, ``"count"`` counts "no answer" as one more
+answer. Unset, each rule does as its reference: ``beta`` drops them, as
+Adaptive-Consistency's evaluation script does (a sample with no answer is skipped, and
+with none answered it draws on); ``esc`` counts them, as ESC's script does (an empty
+prediction is one more value, so a window with one is not unanimous). A window or wave
+with no answer at all never stops the run, under either.
 
 >>> round(leader_probability(4, 0), 4), leader_probability(2, 2)
 (0.9688, 0.5)
@@ -66,6 +73,10 @@ class Adaptive(Strategy):
     the first unanimous window of ``window`` samples (ESC)."""
     window: int = Field(default=5, ge=1, le=256)
     """ESC's window: samples per window (``rule="esc"`` only)."""
+    unanswered: Literal["drop", "count"] | None = None
+    """A sample with no answer in the stopping rule: ``drop`` leaves it out, ``count``
+    counts it as one more answer; unset: ``drop`` for ``beta``, ``count`` for ``esc``
+    (what each reference does)."""
 
     @model_validator(mode="after")
     def _one_rule(self) -> Adaptive:
@@ -79,6 +90,16 @@ class Adaptive(Strategy):
         if self.rule == "esc" and self.window > self.max_k:
             raise FieldValueError("window", self.window, f"must be at most max_k={self.max_k}")
         return self
+
+    def unanswered_rule(self) -> Literal["drop", "count"]:
+        """``unanswered``, or the rule's reference's way when it is unset.
+
+        >>> Adaptive().unanswered_rule(), Adaptive(rule="esc").unanswered_rule()
+        ('drop', 'count')
+        """
+        if self.unanswered is not None:
+            return self.unanswered
+        return "count" if self.rule == "esc" else "drop"
 
     def waves(self) -> list[int]:
         """The size of each wave (each ESC window), if none stops early."""
@@ -105,19 +126,24 @@ class Adaptive(Strategy):
             clusters = await vote_groups(samples, ctx)  # tool calls vote by call
             pick = clusters[0][0] if clusters else 0
             reading: dict[str, object]
+            counting = self.unanswered_rule() == "count"
             if self.rule == "esc":
                 window = await vote_groups(got, ctx)
-                unanimous = len(got) == size and len(window) <= 1
-                unanimous = unanimous and sum(map(len, window)) in (0, size)
+                answered = sum(map(len, window))
+                agree = len(got) == size and len(window) == 1
+                unanimous = agree and (answered == size or not counting)
                 settled, reading = unanimous, {"unanimous": unanimous}
                 if unanimous:  # the reference answers with the window itself
-                    pick = len(samples) - size
+                    pick = window[0][0] + len(samples) - size
             else:
                 unanswered = len(samples) - sum(map(len, clusters))
-                counts = sorted([len(c) for c in clusters] + [unanswered], reverse=True)
+                counts = sorted(
+                    [len(c) for c in clusters] + ([unanswered] if counting else []),
+                    reverse=True,
+                )
                 v1, v2 = ([c for c in counts if c] + [0, 0])[:2]
                 probability = leader_probability(v1, v2)
-                settled = probability >= self.confidence
+                settled = bool(clusters) and probability >= self.confidence
                 reading = {"votes": [v1, v2], "probability": probability}
                 reading["confidence"] = self.confidence
             last = asked >= sum(self.waves())

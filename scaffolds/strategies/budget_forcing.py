@@ -15,6 +15,21 @@ add_generation_prompt: false``); on a text engine, a completion of the prompt pl
 text so far. When the budget cuts a call, the existing forced-answer step asks for the
 answer. Every call's tokens are in ``usage``.
 
+s1's own way (simplescaling/s1 ``eval/lm-evaluation-harness/lm_eval/models/
+vllm_causallms.py``) has three more options. ``stop_token_id``: the thinking calls stop
+at that token id (vLLM's ``stop_token_ids``, with ``min_tokens: 1``) instead of at the
+marker's text, as s1 stops at ``<|im_start|>`` (lines 246, 273-280): a stop string holding
+a special token matches only where the engine's text shows special tokens.
+``open_thinking``: the first call's prompt already opens the thinking (its start marker
+as the assistant message the model continues), as s1 appends ``<|im_start|>think`` to
+the prompt (line 283). ``cap_marker``: when ``max_thinking_tokens`` cut the thinking, it
+is closed with a newline (unless it ends with one), the end marker and this text, as s1
+writes ``thinking_end + "\nFinal Answer:"`` after a thinking that hit its cap (lines
+254, 401-409). s1's setting: ``budget_forcing(mode="ignore", waits=1,
+max_thinking_tokens=32000, cue="Wait", stop_token_id=151644, open_thinking=true,
+cap_marker="\nFinal Answer:")`` with the s1 models' markers (151644 is ``<|im_start|>``
+in their Qwen2.5 tokenizer).
+
 With a reasoning parser (the thinking arrives separately), the message reopened is
 ``<think>`` + the thinking + the cue, and the continuation's thinking joins the first.
 A sample that shows no thinking at all (a model that does not think) is reopened after
@@ -122,16 +137,18 @@ class _Message:
             return bool(self.text.strip())
         return thinking.markers.end in self.text
 
-    def grow(self, partial: str, step: Step, thinking: Thinking, *, answer: bool) -> None:
-        """Join the continuation ``step`` of ``partial`` (the message as sent): more
-        thinking, or (``answer``) what follows the closed thinking."""
+    def grow(
+        self, partial: str, step: Step, thinking: Thinking, *, answer: bool, cue: str = ""
+    ) -> None:
+        """Join the continuation ``step`` of ``partial`` (the message as sent, ending with
+        ``cue``): more thinking, or (``answer``) what follows the closed thinking."""
         more = step.first
         if self.reasoning is None:
             self.text = partial + more.text
         else:  # the thinking so far with the cue, and what came back in either channel
             thought = partial.removeprefix(thinking.markers.start + "\n")
             if answer:
-                self.reasoning = thought.removesuffix(thinking.markers.end)
+                self.reasoning = thought.removesuffix(cue or thinking.markers.end)
                 self.text = forced_answer_text(more, thinking)
             elif more.reasoning:  # the parser split it: the text is an answer after it
                 self.reasoning, self.text = thought + more.reasoning, more.text
@@ -171,6 +188,32 @@ class BudgetForcing(Strategy):
     max_tokens: int | None = Field(default=None, ge=1)
     """Cap on the whole message's tokens, every continuation included (default: each
     call gets the request's ``max_tokens``)."""
+    stop_token_id: int | None = Field(default=None, ge=0)
+    """The thinking calls stop at this token id (vLLM's ``stop_token_ids``, with
+    ``min_tokens: 1``) instead of at the end marker's text (s1: ``<|im_start|>``)."""
+    open_thinking: bool = False
+    """The first call's prompt opens the thinking: the model continues an assistant
+    message holding the start marker (s1 writes ``<|im_start|>think`` into its prompt)."""
+    cap_marker: str | None = None
+    """Written after the end marker when ``max_thinking_tokens`` cut the thinking, a
+    newline before the marker (s1: ``"\nFinal Answer:"``); default: the marker alone."""
+
+    def _thinking_sampling(self, thinking: Thinking) -> StepSampling:
+        """A thinking call's stop: the end marker's text, or (``stop_token_id``) the
+        token id, with ``min_tokens: 1`` as s1 sends it."""
+        if self.stop_token_id is None:
+            return StepSampling(stop=(thinking.markers.end,))
+        return StepSampling(extra={"stop_token_ids": [self.stop_token_id], "min_tokens": 1})
+
+    def _close(self, message: _Message, thinking: Thinking, capped: bool) -> str:
+        """What closes the thinking: the end marker, or after a capped thinking (with a
+        ``cap_marker``) a newline unless the thinking ends with one, the marker and it."""
+        end = thinking.markers.end
+        if not capped or self.cap_marker is None:
+            return end
+        thought = message.reasoning if message.reasoning else message.text
+        newline = "" if thought.endswith("\n") else "\n"
+        return newline + end + self.cap_marker
 
     def _left(self, spent: int) -> int | None:
         """Tokens the message's thinking may still generate (None: no cap of ours)."""
@@ -180,16 +223,30 @@ class BudgetForcing(Strategy):
     async def solve_many(
         self, problem: Problem, ctx: Context, k: int, label: str = "sample"
     ) -> list[Solution]:
-        first = await DIRECT.generate(
-            ctx,
-            problem,
-            {"prompt": self.prompt},
-            label="answer" if k == 1 else label,
-            n=k,
-            max_tokens=self._left(0),
-            sampling=StepSampling(stop=(ctx.thinking.markers.end,)),
-            role=StepRole(force_answer=True),
-        )
+        label = "answer" if k == 1 else label
+        sampling = self._thinking_sampling(ctx.thinking)
+        if self.open_thinking:  # the prompt opens the thinking; the model continues it
+            first = await CONTINUE.generate(
+                ctx,
+                problem,
+                {"prompt": self.prompt, "partial": ctx.thinking.markers.start},
+                label=label,
+                n=k,
+                max_tokens=self._left(0),
+                sampling=sampling,
+                role=StepRole(force_answer=True, continue_final=True),
+            )
+        else:
+            first = await DIRECT.generate(
+                ctx,
+                problem,
+                {"prompt": self.prompt},
+                label=label,
+                n=k,
+                max_tokens=self._left(0),
+                sampling=sampling,
+                role=StepRole(force_answer=True),
+            )
         return await gather(
             *(self._force(problem, ctx, first, i) for i in range(len(first.completions)))
         )
@@ -205,8 +262,9 @@ class BudgetForcing(Strategy):
         """Reopen sample ``index`` of ``first`` with the cue while it may, then close its
         thinking and let it answer."""
         thinking, sample = ctx.thinking, first.completions[index]
+        opened = self.open_thinking and not sample.reasoning
         message = _Message(
-            sample.text,
+            thinking.markers.start + sample.text if opened else sample.text,
             sample.reasoning or None,
             sample.completion_tokens,
             sample.finish_reason,
@@ -227,14 +285,14 @@ class BudgetForcing(Strategy):
             message.spent >= self.max_thinking_tokens
         )
         ended = message.finish != "length" or capped
-        if thinking.thinks(sample) and ended and not message.cut and not message.answered(thinking):
+        thought = self.open_thinking or thinking.thinks(sample)
+        if thought and ended and not message.cut and not message.answered(thinking):
+            close = self._close(message, thinking, capped)
             try:  # close the thinking with its marker: what follows is the answer
-                await self._continue(
-                    problem, ctx, message, thinking.markers.end, "answer", answer=True
-                )
+                await self._continue(problem, ctx, message, close, "answer", answer=True)
             except BudgetExhaustedError:
                 message.cut = True
-        if message.source == (first.step_id, index):
+        if message.source == (first.step_id, index) and not opened:
             solution = Solution.from_step(first, index)
             return solution.marked_cut_short() if message.cut else solution
         # The message is put together; its step is the last continuation (its tail).
@@ -263,10 +321,10 @@ class BudgetForcing(Strategy):
             message.source,
             label=label,
             max_tokens=self._message_left(message.spent) if answer else self._left(message.spent),
-            sampling=StepSampling(stop=None if answer else (thinking.markers.end,)),
+            sampling=StepSampling() if answer else self._thinking_sampling(thinking),
             role=StepRole(force_answer=True, continue_final=True),
         )
-        message.grow(partial, step, thinking, answer=answer)
+        message.grow(partial, step, thinking, answer=answer, cue=cue)
 
     def _message_left(self, spent: int) -> int | None:
         """Tokens the whole message may still generate (None: the request's own cap)."""

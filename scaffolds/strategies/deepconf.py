@@ -2,8 +2,13 @@
 (DeepConf, arXiv 2508.15260).
 
 ``n`` traces come from ONE ``n``-sample request that also asks for each position's top
-``top_k`` logprobs. A token's confidence is the negative mean of those logprobs (a
-peaked distribution gives a high value); a group's is the mean over a sliding window of
+``top_k`` logprobs. A token's confidence is the negative mean of those logprobs and of
+the sampled token's own, when it is not among them (a peaked distribution gives a high
+value): the reference averages every entry of vLLM's per-position dict, which holds the
+sampled token besides the top ``k`` (so ``k + 1`` values when it is not one of them).
+vLLM's completions endpoint returns that whole dict; its chat endpoint the dict's first
+``k`` entries, the sampled token first, so there a sampled token outside the top ``k``
+displaces the ``k``-th. A group's is the mean over a sliding window of
 ``window`` tokens; a trace's is its weakest group (``measure="lowest"``), the mean of
 its last ``window`` tokens (``"tail"``) or the mean of its lowest ``bottom`` share of
 groups (``"bottom"``). Only traces with an answer are ranked: those at or above the
@@ -47,10 +52,19 @@ is just its mean, so 64 keeps the "weakest stretch" meaning for short traces too
 trace shorter than the window is one group (its mean)."""
 
 
-def token_confidence(top: Sequence[float]) -> float:
-    """The negative mean of one position's top logprobs, to 3 decimals as the reference
-    rounds it (0.0 when there are none)."""
-    finite = [v for v in top if math.isfinite(v)]
+def token_confidence(top: Sequence[float], sampled: float | None = None) -> float:
+    """The negative mean of one position's top logprobs and the ``sampled`` token's
+    logprob, when it is not among them (the reference's ``compute_confidence``
+    averages vLLM's dict, the sampled token included), to 3 decimals as the reference
+    rounds it (0.0 when there are none).
+
+    >>> token_confidence((-0.5, -1.0), sampled=-1.0), token_confidence((-0.5, -1.0), -3.0)
+    (0.75, 1.5)
+    """
+    values = list(top)
+    if sampled is not None and sampled not in values:  # vLLM's dict: the sampled one too
+        values.append(sampled)
+    finite = [v for v in values if math.isfinite(v)]
     return round(-sum(finite) / len(finite), 3) if finite else 0.0
 
 
@@ -67,9 +81,16 @@ def window_means(scores: Sequence[float], window: int) -> list[float]:
 
 
 def trace_confidence(
-    tops: Sequence[Sequence[float]], *, window: int, measure: str = "lowest", bottom: float = 0.1
+    tops: Sequence[Sequence[float]],
+    *,
+    window: int,
+    measure: str = "lowest",
+    bottom: float = 0.1,
+    sampled: Sequence[float] | None = None,
 ) -> float | None:
-    """A trace's confidence from its tokens' (None for a trace with no tokens):
+    """A trace's confidence from its tokens' (None for a trace with no tokens; each
+    token's from its top logprobs and, where ``sampled`` has one, the sampled token's
+    logprob, :func:`token_confidence`):
     ``lowest``, the weakest window mean (the reference's ``min_window``); ``tail``, the
     mean of the last ``window`` tokens; ``bottom``, the mean of the lowest ``bottom``
     share of the window means (at least one; ``bottom_window``).
@@ -78,7 +99,8 @@ def trace_confidence(
     >>> [trace_confidence(tops, window=2, measure=m) for m in ("lowest", "tail", "bottom")]
     [2.0, 3.0, 2.0]
     """
-    scores = [token_confidence(t) for t in tops]
+    own: Sequence[float | None] = sampled if sampled is not None else ()
+    scores = [token_confidence(t, own[i] if i < len(own) else None) for i, t in enumerate(tops)]
     if not scores:
         return None
     if measure == "tail":
@@ -155,7 +177,8 @@ class DeepConf(Strategy):
     bottom: float = Field(default=0.1, gt=0.0, le=1.0)
     """The share of window means that ``measure="bottom"`` averages."""
     top_k: int = Field(default=20, ge=1, le=20)
-    """Top logprobs per position that a token's confidence averages (vLLM gives up to 20)."""
+    """Top logprobs per position that a token's confidence averages, with the sampled
+    token's when it is not among them (vLLM gives up to 20; the reference asks for 20)."""
     mode: Literal["offline", "online"] = "offline"
     solver: Strategy = Single()
     """Must be a ``single``: the traces are one call's samples, with their logprobs."""
@@ -202,7 +225,11 @@ class DeepConf(Strategy):
                 )
             tops = [t[: self.top_k] for t in completion.top_logprobs or ()]
             measured = trace_confidence(
-                tops, window=self.window, measure=self.measure, bottom=self.bottom
+                tops,
+                window=self.window,
+                measure=self.measure,
+                bottom=self.bottom,
+                sampled=completion.logprobs,
             )
             confidences.append(measured)
         samples = [Solution.from_step(step, i) for i in range(len(step.completions))]

@@ -6,21 +6,34 @@ says the solution is correct, otherwise rewrite it with the feedback; at most
 ``history=true`` keeps every earlier (solution, feedback) pair in the feedback and
 refine prompts from round 2 on, as the reference code's growing prompt does.
 
+Each step may sample at its own temperature (``solve_temperature``,
+``feedback_temperature``, ``refine_temperature``; unset: the request's). The reference
+(madaan/self-refine ``src/gsm/run.py``) samples the first solution at its
+``--temperature``, 0.0 by default (lines 21, 104), and the feedback at 0.7 (line 27);
+its feedback call also writes the fixed program, so its refinement is sampled at 0.7
+too. ``answer="refined"`` answers as the reference does: with the solution written
+after the last feedback, even one that says the solution is correct (its loop stops on
+"it is correct" after the call that wrote ``solution_fixed``, lines 39-45, and the row's
+answer is the last log's ``solution_fixed``, line 65); ``"judged"`` (the default)
+answers with the solution the feedback judged correct, with no further call.
+
 >>> SelfRefine(max_rounds=2).max_calls()
 5
 >>> str(SelfRefine(max_rounds=4, history=True))
 'self_refine(max_rounds=4, history=true)'
+>>> str(SelfRefine(solve_temperature=0, feedback_temperature=0.7, answer="refined"))
+'self_refine(solve_temperature=0.0, feedback_temperature=0.7, answer="refined")'
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from scaffolds.core.context import Context
-from scaffolds.core.engine_calls import StepRole
+from scaffolds.core.engine_calls import StepRole, StepSampling
 from scaffolds.core.solution import Solution
 from scaffolds.errors import BudgetExhaustedError
 from scaffolds.problem import Problem, StepPrompt
@@ -213,6 +226,27 @@ class SelfRefine(Strategy):
     else the model itself, with its thinking turned off)."""
     history: bool = False
     """Keep every earlier (solution, feedback) pair in the prompts (the reference's)."""
+    solve_temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    """The first solution's temperature (default: the request's; the reference: 0.0).
+    Only with a ``single`` solver, whose one call it sets."""
+    feedback_temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    """The feedback steps' temperature (default: the request's; the reference: 0.7)."""
+    refine_temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    """The refine steps' temperature (default: the request's; the reference writes its
+    fix in the feedback call, at 0.7)."""
+    answer: Literal["judged", "refined"] = "judged"
+    """The answer once the feedback says correct: that solution (``judged``), or
+    (``refined``, the reference's) the solution one more refine step writes after that
+    feedback, as the reference answers with the program its "it is correct" call wrote."""
+
+    @model_validator(mode="after")
+    def _solve_temperature_needs_single(self) -> SelfRefine:
+        if self.solve_temperature is not None and not isinstance(self.solver, Single):
+            raise ValueError(
+                f"solve_temperature sets a single solver's call; set the temperature of "
+                f"solver={self.solver.name} in its own spec, or leave solve_temperature unset"
+            )
+        return self
 
     def needed_templates(self) -> frozenset[str]:
         plain = frozenset(("self_refine_feedback", "self_refine_refine"))
@@ -220,9 +254,27 @@ class SelfRefine(Strategy):
             return plain
         return plain | {f"{name}_history" for name in plain} | {"self_refine_round"}
 
+    async def _first(self, problem: Problem, ctx: Context) -> Solution:
+        """The first solution: the solver's, at ``solve_temperature`` when it is set (the
+        single solver's one call, as :class:`Single` makes it)."""
+        if self.solve_temperature is None or not isinstance(self.solver, Single):
+            return await self.solver.solve(problem, ctx)
+        step = await DIRECT.generate(
+            ctx,
+            problem,
+            {"prompt": self.solver.prompt},
+            label="answer",
+            max_tokens=self.solver.max_tokens,
+            sampling=StepSampling(temperature=self.solve_temperature),
+            role=StepRole(final=True, force_answer=True),
+        )
+        return Solution.from_step(step)
+
     async def solve(self, problem: Problem, ctx: Context) -> Solution:
-        current = await self.solver.solve(problem, ctx.child("initial solution"))
+        current = await self._first(problem, ctx.child("initial solution"))
         marker = ctx.templates(SelfRefine).text("self_refine_correct_marker")
+        feedback_sampling = StepSampling(temperature=self.feedback_temperature)
+        refine_sampling = StepSampling(temperature=self.refine_temperature)
         rounds: list[tuple[str, str]] = []
         for round_no in range(1, self.max_rounds + 1):
             try:
@@ -235,10 +287,12 @@ class SelfRefine(Strategy):
                     state,
                     current.source,
                     label=f"feedback {round_no}",
+                    sampling=feedback_sampling,
                     role=StepRole(helper=True, model=self.critic),
                 )
                 verdict = feedback.first.text
-                if says_correct(verdict, marker):
+                correct = says_correct(verdict, marker)
+                if correct and self.answer == "judged":
                     return current
                 state["feedback"] = verdict
                 rounds.append((state["solution"], verdict))
@@ -248,11 +302,14 @@ class SelfRefine(Strategy):
                     state,
                     (feedback.step_id, 0),
                     label=f"refine {round_no}",
+                    sampling=refine_sampling,
                     role=StepRole(force_answer=True),
                 )
             except BudgetExhaustedError:
                 return current.marked_cut_short()
             current = Solution.from_step(step)
+            if correct:  # answer="refined": the fix written after "correct" is the answer
+                return current
         return current
 
     def max_calls(self) -> int:

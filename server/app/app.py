@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import logging
 import math
@@ -19,6 +20,7 @@ import os
 import signal
 import socket
 import tempfile
+import threading
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -62,7 +64,9 @@ def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = Non
         max_age_s=settings.responses_max_age_s,
         max_count=settings.responses_max_count,
     )
-    auth = APIKeyAuth(settings.client_api_keys())
+    auth = APIKeyAuth(
+        settings.key_table(), load=settings.key_table, required=settings.keys_file is not None
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -74,10 +78,13 @@ def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = Non
         )
         if not auth.enabled:
             log.warning("no API keys configured: /v1 is open to anyone who can reach it")
+        reloads = reload_on_hangup(auth) if settings.keys_file or settings.api_key_file else False
         await serving.start()
         try:
             yield
         finally:
+            if reloads:
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             await serving.aclose()
             await responses.aclose()
             metrics.worker_exited()
@@ -109,6 +116,15 @@ def create_app(settings: Settings, *, engines: Mapping[str, Engine] | None = Non
     app.add_middleware(RequireAPIKey, auth=auth, metrics=metrics)
     app.add_middleware(RequestContext, access_log_rate=settings.access_log_rate)
     return app
+
+
+def reload_on_hangup(auth: APIKeyAuth) -> bool:
+    """Re-read the keys on SIGHUP (``kill -HUP``), when this server runs on the process's
+    main thread (``ponder serve``; not a server in a test's thread). Whether it will."""
+    if not hasattr(signal, "SIGHUP") or threading.current_thread() is not threading.main_thread():
+        return False
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, auth.reload)
+    return True
 
 
 def serve(settings: Settings, sock: socket.socket | None = None) -> None:

@@ -1,11 +1,18 @@
 """Bearer API keys for ``/v1/*``, compared in constant time; Anthropic's clients' ``x-api-key``
 header is read as the same key when no ``Authorization`` header is sent.
 
-With no keys configured, auth is off (the server logs a warning at start). The client's
-key is only checked, never forwarded: engines use their own configured key.
+A key resolves to its :class:`~server.keys.ClientKey` (name, tenant, limits), which the
+middleware leaves on the request's state (``scope["state"]["client_key"]``, read by
+:func:`server.routing.client_key_of`) and whose name every log line of the request
+carries. Keys are held as SHA-256 digests (:class:`~server.keys.KeyTable`); a reload
+(SIGHUP) swaps the whole table at once, so a request sees the old table or the new one.
+With no keys configured, auth is off (the server logs a warning at start) and every
+request is :data:`~server.keys.ANONYMOUS`. The client's key is only checked, never
+forwarded: engines use their own configured key.
 
 >>> auth = APIKeyAuth(["sk-one", "sk-two"])
->>> auth.check("Bearer sk-two")
+>>> auth.check("Bearer sk-two").name
+'key-2'
 >>> auth.check("Bearer nope")
 Traceback (most recent call last):
 ...
@@ -14,33 +21,69 @@ server.errors.AuthenticationError: invalid API key
 
 from __future__ import annotations
 
-import hmac
-from collections.abc import Iterable
+import logging
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from fastapi import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from server.errors import AuthenticationError, api_error
+from server.keys import ANONYMOUS, ClientKey, KeyTable
+from server.telemetry.logs import key_name_var
 
 if TYPE_CHECKING:
     from server.telemetry.metrics import Metrics
 
 
-class APIKeyAuth:
-    """Checks ``Authorization: Bearer <key>`` against the configured keys."""
+log = logging.getLogger("ponder.server")
 
-    def __init__(self, keys: Iterable[str]):
-        self._keys = tuple(k.encode() for k in keys if k)
+
+class APIKeyAuth:
+    """Checks ``Authorization: Bearer <key>`` against the key table; ``load`` (when given)
+    reads the table again for :meth:`reload`."""
+
+    def __init__(
+        self,
+        keys: KeyTable | Iterable[str],
+        *,
+        load: Callable[[], KeyTable] | None = None,
+        required: bool = False,
+    ):
+        self._table = keys if isinstance(keys, KeyTable) else KeyTable.of_flat_keys(keys)
+        self._load = load
+        self._required = required or self._table.enabled
+        """Auth on for good: a server that started with keys (or a keys file) never opens,
+        even when a reload leaves no key (then every request is refused)."""
 
     @property
     def enabled(self) -> bool:
-        return bool(self._keys)
+        return self._required
 
-    def check(self, authorization: str | None) -> None:
-        """Raise :class:`AuthenticationError` unless the header carries a known key."""
-        if not self._keys:
-            return
+    @property
+    def table(self) -> KeyTable:
+        return self._table
+
+    def reload(self) -> bool:
+        """Read the keys again and swap the table whole; on an error keep the old one
+        (logged, naming the entry, never a key). Whether the table was swapped."""
+        if self._load is None:
+            return False
+        try:
+            table = self._load()
+        except (OSError, ValueError) as exc:
+            log.error("keys not reloaded, the old keys stay: %s", exc)
+            return False
+        self._table = table  # one assignment: a request sees the old table or the new
+        log.info("keys reloaded: %d keys", len(table.entries), extra={"keys": len(table.entries)})
+        return True
+
+    def check(self, authorization: str | None) -> ClientKey:
+        """The key the header carries; :class:`AuthenticationError` unless it is known.
+        With auth off, :data:`~server.keys.ANONYMOUS`."""
+        table = self._table
+        if not self._required:
+            return ANONYMOUS
         if not authorization:
             raise AuthenticationError(
                 "missing API key: send 'Authorization: Bearer <key>'", code="missing_api_key"
@@ -48,18 +91,16 @@ class APIKeyAuth:
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise AuthenticationError("the Authorization header must be 'Bearer <key>'")
-        given = token.strip().encode()
-        matched = False
-        for key in self._keys:  # check every key: timing does not reveal which one matched
-            matched |= hmac.compare_digest(given, key)
-        if not matched:
+        found = table.lookup(token.strip())  # every digest compared: timing tells nothing
+        if found is None:
             raise AuthenticationError("invalid API key")
+        return found
 
 
 async def require_api_key(request: Request) -> None:
     """The same check as a FastAPI dependency (for routes mounted outside ``/v1``)."""
     auth: APIKeyAuth = request.app.state.auth
-    auth.check(request.headers.get("authorization"))
+    request.state.client_key = auth.check(request.headers.get("authorization"))
 
 
 GUARDED_PREFIXES = ("/v1", "/playground/", "/tokenize", "/detokenize")
@@ -104,7 +145,7 @@ class RequireAPIKey:
             elif name == b"x-api-key" and header is None:  # Anthropic's clients send this
                 header = "Bearer " + value.decode("latin-1")
         try:
-            self.auth.check(header)
+            key = self.auth.check(header)
         except AuthenticationError as exc:
             error = api_error(exc)
             if self.metrics is not None:
@@ -113,4 +154,9 @@ class RequireAPIKey:
             response.headers["WWW-Authenticate"] = "Bearer"
             await response(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        scope.setdefault("state", {})["client_key"] = key
+        token = key_name_var.set(key.name)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            key_name_var.reset(token)

@@ -63,7 +63,7 @@ from scaffolds.models import (
     model_status,
 )
 from scaffolds.models.prepare import prepare_model
-from server.model_settings import ModelConfig
+from server.model_settings import DEFAULT_EFFORT_POLICY, ModelConfig
 from server.pool.supervised import Supervised
 from server.settings import Settings
 
@@ -96,6 +96,7 @@ def embedded_config(
         thinking_off=thinking_off(model.thinking_off),
         answer_format="lenient",  # the shipped tiny models write bare answers, never boxed
         verifier=verifier,
+        effort_policy=DEFAULT_EFFORT_POLICY,  # its measured levels (server.model_settings)
     )
 
 

@@ -33,7 +33,7 @@ from scaffolds.spec_grammar import format_spec, parse_spec
 from scaffolds.strategies.base import Strategy
 from scaffolds.verifiers import GenerativeVerifier, LocalVerifier, PoolingVerifier
 from scaffolds.verifiers.local import MAX_BATCH
-from server.model_settings import ModelConfig
+from server.model_settings import EFFORT_LEVELS, ModelConfig
 from server.pool.engine_responses import EngineResponses, engine_responses
 from server.pool.metered import (
     MeteredEngine,
@@ -79,6 +79,9 @@ class ServedModel:
     """Its prompt files, loaded and checked (a request's spec is checked against them)."""
     responses: EngineResponses | None = None
     """Its engine's own ``/v1/responses`` (None: ``single`` is built on chat there too)."""
+    effort: Mapping[str, Strategy] = field(default_factory=dict)
+    """The strategy of each level of its effort policy (``config.effort_policy``), built
+    once at start; empty when it has none."""
 
     def check_prompts(self, strategy: Strategy, where: str) -> None:
         """``strategy`` runs with this model's prompt set and files; else a 400 naming
@@ -179,13 +182,25 @@ class ServedModels:
                     aliases[alias] = build_strategy(spec, registry, limits)
                 except SpecError as exc:
                     raise spec_error(exc, f"aliases.{alias}") from None
+            effort: dict[str, Strategy] = {}
+            policy = config.effort_policy
+            for level in EFFORT_LEVELS:
+                if policy is None:
+                    break
+                try:
+                    effort[level] = build_strategy(policy.level(level).spec, registry, limits)
+                except SpecError as exc:
+                    raise spec_error(exc, f"models.{config.name}.effort_policy.{level}") from None
             files = tuple(load_prompt_file(path) for path in config.prompt_files)
             prompts = prompt_set_with_files(config.prompts, files, registry) if files else None
-            for strategy in (default, *aliases.values()):
+            for strategy in (default, *aliases.values(), *effort.values()):
                 strategy.check_prompt_set(config.prompts)
             check_scaffold_templates(files, default, f"models.{config.name}.default_scaffold")
             for alias, strategy in aliases.items():
                 check_scaffold_templates(files, strategy, f"aliases.{alias}")
+            for step, strategy in effort.items():
+                where = f"models.{config.name}.effort_policy.{step}"
+                check_scaffold_templates(files, strategy, where)
             engine = MeteredEngine(inner, metrics, config.name, max_sequences=config.max_sequences)
             models[config.name] = ServedModel(
                 config,
@@ -195,6 +210,7 @@ class ServedModels:
                 prompts=prompts,
                 prompt_files=files,
                 responses=engine_responses(engine, config.responses_api),
+                effort=effort,
             )
         helpers = {
             name: HelperModel(m.engine, m.config.thinking_config()) for name, m in models.items()
@@ -208,6 +224,8 @@ class ServedModels:
             built.check_named_models(m.default, f"models.{name}.default_scaffold")
             for alias, strategy in m.aliases.items():
                 built.check_named_models(strategy, f"aliases.{alias}")
+            for step, strategy in m.effort.items():
+                built.check_named_models(strategy, f"models.{name}.effort_policy.{step}")
         return built
 
     def check_named_models(self, strategy: Strategy, where: str) -> None:

@@ -184,11 +184,15 @@ def ponder_extra(
     plan: RunPlan, result: RunResult, recorder: TraceRecorder | list[TraceRecorder]
 ) -> dict[str, Any]:
     """Ponder's own fields of an answer body, on every API: the scaffold run, its cut
-    reason, the trace if asked (of every run, one after the other, when a request held
-    several prompts)."""
-    extra: dict[str, Any] = {
-        "ponder": {"scaffold": spec_string(plan.strategy), "cut_reason": result.cut_reason}
+    reason, what the request's reasoning effort did (when it asked for one), the trace if
+    asked (of every run, one after the other, when a request held several prompts)."""
+    ponder: dict[str, Any] = {
+        "scaffold": spec_string(plan.strategy),
+        "cut_reason": result.cut_reason,
     }
+    if plan.effort is not None:
+        ponder["effort"] = plan.effort.to_json()
+    extra: dict[str, Any] = {"ponder": ponder}
     if plan.return_trace:
         recorders = recorder if isinstance(recorder, list) else [recorder]
         extra["trace"] = [event for r in recorders for event in r.to_json()]

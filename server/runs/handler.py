@@ -28,7 +28,7 @@ from fastapi.responses import Response
 
 from scaffolds.core.run import RunResult, run_scaffold
 from scaffolds.core.run_settings import RunSettings
-from scaffolds.core.trace import TraceRecorder
+from scaffolds.core.trace import StepNote, TraceRecorder
 from scaffolds.engines.coalesce import Coalescer
 from scaffolds.engines.protocol import Engine, Usage, batch_engine
 from scaffolds.evaluation.answer_pool import AnswerChecker
@@ -51,6 +51,7 @@ from server.runs.sse_bodies import chat_sse, start_live, wire_sse
 from server.runs.streaming import SSEResponse
 from server.runs.wire import DirectCall, LiveRun, WireFormat
 from server.settings import Settings
+from server.telemetry.logs import key_name_var
 from server.telemetry.metrics import Metrics
 
 log = logging.getLogger("ponder.server")
@@ -319,6 +320,8 @@ class Serving:
         problem: Problem | None = None,
         engine: Engine | None = None,
     ) -> RunResult:
+        if plan.effort is not None:  # the trace says which spec ran and why, first
+            recorder.emit(StepNote("run", "effort", plan.effort.to_json()))
         try:
             result = await run_scaffold(
                 plan.strategy,
@@ -340,6 +343,7 @@ class Serving:
         m.run_tokens.labels(**labels, kind="prompt").inc(usage.prompt_tokens)
         m.run_tokens.labels(**labels, kind="completion").inc(usage.completion_tokens)
         m.run_engine_calls.labels(**labels).inc(usage.calls)
+        m.count_key_run(key_name_var.get(), usage.prompt_tokens, usage.completion_tokens)
 
 
 def _status_of(exc: BaseException) -> int:

@@ -20,17 +20,18 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from scaffolds.engines.messages import messages_from_openai
 from scaffolds.engines.protocol import SamplingParams
 from scaffolds.errors import InvalidRequestError
 from scaffolds.evaluation.answers import AnswerFormat
 from scaffolds.problem import Budget, Problem
-from scaffolds.spec.build import check_runs
+from scaffolds.spec.build import check_runs, spec_string
 from scaffolds.strategies.base import Strategy
+from server.model_settings import EFFORT_LEVELS, EffortLevelName, EffortPolicy
 from server.pool.served_models import ServedModel, ServedModels
-from server.runs.request import ChatCompletionRequest, CompletionRequest, Endpoint
+from server.runs.request import ChatCompletionRequest, CompletionRequest, EffortAsk, Endpoint
 from server.settings import Settings
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "TOOL_FIELDS",
     "UNSUPPORTED_FIELDS",
     "AnyRequest",
+    "Effort",
     "RunPlan",
     "passthrough_fields",
     "plan_run",
@@ -46,6 +48,45 @@ __all__ = [
 log = logging.getLogger("ponder.server")
 
 AnyRequest = ChatCompletionRequest | CompletionRequest
+
+
+EffortSource = Literal["policy", "scaffold", "passthrough"]
+
+
+@dataclass(frozen=True)
+class Effort:
+    """What a request's reasoning effort did to its run: which spec ran and why.
+
+    ``source`` is ``policy`` (the model's effort policy chose the spec and budget for
+    ``level``), ``scaffold`` (the request named a scaffold, which wins over its effort) or
+    ``passthrough`` (the model has no policy, or is configured ``effort: passthrough``:
+    the field went to the engine as given).
+
+    >>> Effort("reasoning_effort", "high", "majority(k=16)", "policy", 65536).to_json()["spec"]
+    'majority(k=16)'
+    """
+
+    field: str
+    level: str | None
+    spec: str
+    source: EffortSource
+    budget: int | None = None
+    """The run's budget of generated tokens from the policy (None: none from it)."""
+    budget_tokens: int | None = None
+    """The thinking budget asked (Messages' ``thinking.budget_tokens``)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The answer's ``ponder.effort`` (and the trace's ``effort`` note)."""
+        out: dict[str, Any] = {
+            "field": self.field,
+            "level": self.level,
+            "spec": self.spec,
+            "source": self.source,
+            "budget": self.budget,
+        }
+        if self.budget_tokens is not None:
+            out["budget_tokens"] = self.budget_tokens
+        return out
 
 
 @dataclass(frozen=True)
@@ -71,6 +112,8 @@ class RunPlan:
     the first): each is its own run, and choice ``i`` of prompt ``p`` is ``p * n + i``
     (the runs of a strategy that passes through share one engine request:
     ``Serving._run_all``)."""
+    effort: Effort | None = None
+    """What the request's reasoning effort did (None: it asked for none)."""
 
     @property
     def scaffold(self) -> str:
@@ -91,7 +134,14 @@ def plan_run(
         models.check_named_models(strategy, "scaffold")
     elif "(" in req.model:  # a spec in the model id (aliases were checked at start)
         models.check_named_models(strategy, "model")
+    ask = req.effort_ask() if isinstance(req, ChatCompletionRequest) else None
+    effort = None
+    if ask is not None:
+        named = req.scaffold is not None or req.model != served.config.name
+        effort, strategy = _effort(served, strategy, ask, named=named)
     every, final = passthrough_fields(strategy, req)
+    if ask is not None:  # the effort's own fields: sent as asked, or kept from the engine
+        every, final = _effort_fields(ask, effort, strategy, every, final)
     served.check_fields(every | final)  # what its engine cannot honour: a 400 before any run
     served.check_prompts(strategy, "scaffold" if req.scaffold is not None else "model")
     if isinstance(req, ChatCompletionRequest):
@@ -128,6 +178,8 @@ def plan_run(
         budget = budget.capped_by(
             Budget(max_tokens=max_tokens * req.n, max_choice_tokens=max_tokens)
         )
+    if effort is not None and effort.budget is not None:  # the policy's, for its level
+        budget = budget.capped_by(Budget(max_tokens=effort.budget))
     # A call's own limit: the request's on pass-through; a multi-step scaffold's steps
     # that set none get the model's per-call default, within the run's bound.
     call_tokens = max_tokens if strategy.passes_through else None
@@ -158,6 +210,72 @@ def plan_run(
         stream_trace=req.stream_trace,
         answer_format=req.answer_format or served.config.default_answer_format(),
         problems=problems if len(problems) > 1 else (),
+        effort=effort,
+    )
+
+
+def _effort(
+    served: ServedModel, strategy: Strategy, ask: EffortAsk, *, named: bool
+) -> tuple[Effort, Strategy]:
+    """What ``ask`` makes of the run on ``served``, and the strategy that runs.
+
+    With an effort policy, a level (or the cheapest level whose budget covers a thinking
+    budget: :meth:`~server.model_settings.EffortPolicy.for_budget`) selects the policy's
+    spec and budget, capped by the thinking budget; an unknown level is a 400 naming the
+    field, in OpenAI's words. A scaffold the request names (``named``: its ``scaffold``
+    field, or a spec or alias in its model) wins. Without a policy the field passes
+    through."""
+    policy = served.config.effort_policy
+    if policy is None or served.config.effort_mode() == "passthrough":
+        return Effort(ask.param, ask.level, spec_string(strategy), "passthrough"), strategy
+    level = _level(policy, ask)
+    if named:
+        return Effort(ask.param, level, spec_string(strategy), "scaffold"), strategy
+    budget = policy.level(level).budget
+    if ask.budget_tokens is not None:
+        budget = ask.budget_tokens if budget is None else min(budget, ask.budget_tokens)
+    chosen = served.effort[level]
+    effort = Effort(
+        ask.param, level, spec_string(chosen), "policy", budget, budget_tokens=ask.budget_tokens
+    )
+    return effort, chosen
+
+
+def _level(policy: EffortPolicy, ask: EffortAsk) -> EffortLevelName:
+    """The level ``ask`` names, or the one its thinking budget selects; else a 400 as
+    OpenAI words an unknown enum value."""
+    if ask.level is None:
+        return policy.for_budget(ask.budget_tokens or 1)
+    for level in EFFORT_LEVELS:
+        if ask.level == level:
+            return level
+    names = [f"'{level}'" for level in EFFORT_LEVELS]
+    supported = ", ".join(names[:-1]) + f", and {names[-1]}"
+    raise InvalidRequestError(
+        f"Invalid value: '{ask.level}'. Supported values are: {supported}.",
+        param=ask.param,
+        code="invalid_value",
+    )
+
+
+def _effort_fields(
+    ask: EffortAsk,
+    effort: Effort | None,
+    strategy: Strategy,
+    every: dict[str, Any],
+    final: dict[str, Any],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The pass-through fields with the effort's own: sent to the engine as asked when
+    the effort passes through (on the calls a field of the request goes to), else left
+    out (the policy or the named scaffold answered it)."""
+    if effort is not None and effort.source == "passthrough":
+        if strategy.passes_through:
+            return every, final | dict(ask.forward)
+        return every | dict(ask.forward), final
+    keys = set(ask.forward) | {"reasoning_effort"}
+    return (
+        {k: v for k, v in every.items() if k not in keys},
+        {k: v for k, v in final.items() if k not in keys},
     )
 
 

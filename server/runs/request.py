@@ -17,9 +17,13 @@ spec string or JSON object, ``budget``, ``answer_format``, ``return_trace``,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from scaffolds.evaluation.answers import AnswerFormat
 
 MAX_N = 128
 """The most choices one request may ask for."""
@@ -88,10 +92,13 @@ class PonderFields(BaseModel):
         description='Ponder: the scaffold spec, e.g. "gsr(n=4)" or {"name": "gsr", "n": 4}',
     )
     budget: BudgetRequest | None = Field(default=None, description="Ponder: per-request budget")
-    answer_format: Literal["boxed", "lenient"] | None = Field(
+    answer_format: AnswerFormat | None = Field(
         default=None,
         description='Ponder: how answers are read for votes: "boxed" (the last \\boxed{} '
-        'after the thinking only) or "lenient"; default: the model\'s answer_format',
+        'after the thinking only), "lenient", or a reference\'s reader: "boxed_anywhere" '
+        '(the last \\boxed{}, thinking included), "answer_is" ("The answer is", then boxed, '
+        'then the last number), "after_answer_marker" (after the thinking: boxed, then '
+        '"Answer:"); default: the model\'s answer_format',
     )
     return_trace: bool = Field(default=False, description="Ponder: add the run's trace")
     stream_trace: bool = Field(
@@ -153,12 +160,65 @@ class _CommonRequest(PonderFields, _OpenAIFields):
         return self.model_dump(exclude_unset=True, exclude=set(MODELED_FIELDS) | set(PONDER_FIELDS))
 
 
+@dataclass(frozen=True)
+class EffortAsk:
+    """The reasoning effort a request asked for, in its API's own field: a level
+    (chat's ``reasoning_effort``, Responses' ``reasoning.effort``) or a thinking budget
+    (Messages' ``thinking.budget_tokens``). A model with an effort policy turns it into a
+    spec and a budget (:func:`server.runs.planning.plan_run`); any other sends its engine
+    :attr:`forward`.
+
+    >>> EffortAsk("reasoning.effort", level="high", forward={"reasoning_effort": "high"}).level
+    'high'
+    """
+
+    param: str
+    """The request field it came from (what an error names)."""
+    level: str | None = None
+    budget_tokens: int | None = None
+    forward: Mapping[str, Any] = field(default_factory=dict)
+    """The chat fields a model that passes efforts through sends its engine."""
+
+
+EFFORT_DESCRIPTION = (
+    "OpenAI: how much to reason (minimal, low, medium, high; Ponder also takes auto). On a "
+    "model with an effort policy it selects the scaffold and budget the policy names for "
+    "the level (the answer's ponder.effort says which ran and why); a scaffold named in "
+    "the request (its scaffold field, or a spec or alias in its model) wins over it. "
+    "Otherwise it goes to the engine as given."
+)
+
+
 class ChatCompletionRequest(_CommonRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
+    reasoning_effort: str | None = Field(default=None, description=EFFORT_DESCRIPTION)
+    _effort: EffortAsk | None = PrivateAttr(default=None)
 
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
+
+    def with_effort(self, ask: EffortAsk | None) -> ChatCompletionRequest:
+        """This request, carrying ``ask`` (what a Responses or Messages request asked in
+        its own field); returns itself."""
+        self._effort = ask
+        return self
+
+    def effort_ask(self) -> EffortAsk | None:
+        """The effort this request asked for: what :meth:`with_effort` set, else its
+        ``reasoning_effort``.
+
+        >>> req = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}],
+        ...                             reasoning_effort="low")
+        >>> req.effort_ask().param, req.effort_ask().forward
+        ('reasoning_effort', {'reasoning_effort': 'low'})
+        """
+        if self._effort is not None:
+            return self._effort
+        if self.reasoning_effort is None:
+            return None
+        forward = {"reasoning_effort": self.reasoning_effort}
+        return EffortAsk("reasoning_effort", level=self.reasoning_effort, forward=forward)
 
 
 class CompletionRequest(_CommonRequest):

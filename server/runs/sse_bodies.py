@@ -33,7 +33,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 from scaffolds.core.run import RunResult
-from scaffolds.core.trace import StepFinished, StepStarted, TraceEvent, TraceRecorder
+from scaffolds.core.trace import StepFinished, StepNote, StepStarted, TraceEvent, TraceRecorder
 from server.errors import APIError, api_error
 from server.runs.completion import (
     ChunkMaker,
@@ -87,9 +87,10 @@ async def start_live(run: RunOnce, *, every_event: bool = False) -> LiveRun:
 
 
 def _answers(event: TraceEvent) -> bool:
-    """Whether ``event`` says the run has begun to answer: any event but a step's start
-    and the end of a step no engine call answered (an engine's refusal, a prompt that
-    left no room in the model's context).
+    """Whether ``event`` says the run has begun to answer: any event but a step's start,
+    the end of a step no engine call answered (an engine's refusal, a prompt that left
+    no room in the model's context) and a note (what the run concluded or was told, such
+    as the ``effort`` note a run's trace opens with).
 
     >>> from scaffolds.core.trace import StepDelta
     >>> from scaffolds.engines.protocol import Usage
@@ -100,7 +101,7 @@ def _answers(event: TraceEvent) -> bool:
     """
     if isinstance(event, StepFinished):
         return event.usage.calls > 0
-    return not isinstance(event, StepStarted)
+    return not isinstance(event, StepStarted | StepNote)
 
 
 async def _then(

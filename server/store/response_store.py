@@ -3,9 +3,13 @@
 One table in any SQL database SQLAlchemy reaches asynchronously: by default an embedded
 SQLite file, ``$PONDER_HOME/responses.db`` (``~/.cache/ponder/responses.db``); with
 ``--responses-db URL`` any other (``postgresql+asyncpg://...`` with the ``postgres`` extra).
-Each row is a response's id, creation time, the response object as returned, and the
-conversation it ends (chat messages: the earlier turns, its input, its output), which is
-what a follow-up's run starts from. The store is bounded: each write drops rows older
+Each row is a response's id, its owner (the tenant of the client key that stored it),
+creation time, the response object as returned, and the conversation it ends (chat
+messages: the earlier turns, its input, its output), which is what a follow-up's run
+starts from. A store is seen through one owner (:meth:`ResponseStore.owned_by`): another
+owner's row is not there for it, exactly as an id never stored. A table written before
+owners existed gains the column on first use, its rows owned by ``anonymous`` (the
+owner when no keys are configured). The store is bounded: each write drops rows older
 than ``max_age_s`` and all but the newest ``max_count``. The database is opened on first
 use, so a server that never stores a response never creates the file.
 
@@ -20,6 +24,20 @@ use, so a server that never stores a response never creates the file.
 >>> with tempfile.TemporaryDirectory() as folder:
 ...     asyncio.run(demo(folder))
 [None, {'id': 'resp_2'}]
+
+Each owner sees only its own rows:
+
+>>> async def owners(folder: str) -> list[bool]:
+...     store = ResponseStore(f"sqlite+aiosqlite:///{folder}/r.db", max_age_s=60, max_count=9)
+...     alice, bob = store.owned_by("alice"), store.owned_by("bob")
+...     await alice.put(StoredResponse("resp_a", 1.0e12, {"id": "resp_a"}, []))
+...     seen = [await alice.get("resp_a") is not None, await bob.get("resp_a") is not None,
+...             await bob.delete("resp_a"), await alice.delete("resp_a")]
+...     await store.aclose()
+...     return seen
+>>> with tempfile.TemporaryDirectory() as folder:
+...     asyncio.run(owners(folder))
+[True, False, False, True]
 """
 
 from __future__ import annotations
@@ -34,6 +52,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from scaffolds import fastjson
 from server.errors import StoreUnavailableError
+from server.keys import ANONYMOUS
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -45,11 +64,16 @@ T = TypeVar("T")
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS ponder_responses ("
     " id VARCHAR(80) PRIMARY KEY,"
+    " owner VARCHAR(80) NOT NULL DEFAULT 'anonymous',"
     " created_at DOUBLE PRECISION NOT NULL,"
     " body TEXT NOT NULL,"
     " conversation TEXT NOT NULL)"
 )
 _INDEX = "CREATE INDEX IF NOT EXISTS ponder_responses_created ON ponder_responses (created_at)"
+_ADD_OWNER = (
+    "ALTER TABLE ponder_responses ADD COLUMN owner VARCHAR(80) NOT NULL DEFAULT 'anonymous'"
+)
+"""The migration of a table from before owners: its rows belong to ``anonymous``."""
 
 
 def default_store_url() -> str:
@@ -74,20 +98,17 @@ class StoredResponse:
     """Chat messages: every earlier turn, this response's input and its output."""
 
 
-class ResponseStore:
-    """The bounded response table behind a SQLAlchemy async URL."""
+class _Database:
+    """The connection pool every owner's view of one store shares, opened on first use."""
 
-    def __init__(self, url: str, *, max_age_s: float, max_count: int):
+    def __init__(self, url: str):
         self.url = url
-        self.max_age_s = max_age_s
-        self.max_count = max_count
-        self._engine: AsyncEngine | None = None
-        self._opening = asyncio.Lock()
+        self.engine: AsyncEngine | None = None
+        self.opening = asyncio.Lock()
 
-    async def _open(self) -> AsyncEngine:
-        async with self._opening:
-            if self._engine is None:
-                from sqlalchemy import text
+    async def open(self) -> AsyncEngine:
+        async with self.opening:
+            if self.engine is None:
                 from sqlalchemy.ext.asyncio import create_async_engine
 
                 if self.url.startswith("sqlite"):
@@ -96,14 +117,74 @@ class ResponseStore:
                         Path(path).parent.mkdir(parents=True, exist_ok=True)
                 engine = create_async_engine(self.url)
                 try:
-                    async with engine.begin() as conn:
-                        await conn.execute(text(_SCHEMA))
-                        await conn.execute(text(_INDEX))
+                    await _create_or_migrate(engine)
                 except BaseException:
                     await engine.dispose()  # the next use tries again
                     raise
-                self._engine = engine
-            return self._engine
+                self.engine = engine
+            return self.engine
+
+
+async def _create_or_migrate(engine: AsyncEngine, tries: int = 3) -> None:
+    """The table and its index; a table without the owner column gains it. Another server
+    doing the same at the same moment is no error: Postgres may refuse one of two
+    concurrent ``CREATE ... IF NOT EXISTS`` (or ``ADD COLUMN``), and the statements are
+    tried again once the other's are in."""
+    from sqlalchemy import inspect, text
+    from sqlalchemy.exc import SQLAlchemyError
+
+    def has_owner(sync_conn: Any) -> bool:
+        columns = inspect(sync_conn).get_columns("ponder_responses")
+        return any(c["name"] == "owner" for c in columns)
+
+    for attempt in range(tries):
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(text(_SCHEMA))
+                await conn.execute(text(_INDEX))
+                if not await conn.run_sync(has_owner):
+                    await conn.execute(text(_ADD_OWNER))
+            return
+        except SQLAlchemyError:
+            if attempt == tries - 1:
+                raise
+            await asyncio.sleep(0.05 * (attempt + 1))
+
+
+class ResponseStore:
+    """The bounded response table behind a SQLAlchemy async URL, seen through one
+    ``owner`` (:data:`~server.keys.ANONYMOUS`'s unless told: :meth:`owned_by`)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_age_s: float,
+        max_count: int,
+        owner: str = ANONYMOUS.owner,
+        _database: _Database | None = None,
+    ):
+        self.url = url
+        self.max_age_s = max_age_s
+        self.max_count = max_count
+        self.owner = owner
+        self._database = _database or _Database(url)
+
+    def owned_by(self, owner: str) -> ResponseStore:
+        """The same store (one table, one connection pool) seen by ``owner``: what it
+        puts is its own, and it gets and deletes only its own."""
+        if owner == self.owner:
+            return self
+        return ResponseStore(
+            self.url,
+            max_age_s=self.max_age_s,
+            max_count=self.max_count,
+            owner=owner,
+            _database=self._database,
+        )
+
+    async def _open(self) -> AsyncEngine:
+        return await self._database.open()
 
     async def _put(self, stored: StoredResponse) -> None:
         """Store one response, then drop what the age and count bounds leave out."""
@@ -113,11 +194,12 @@ class ResponseStore:
         async with engine.begin() as conn:
             await conn.execute(
                 text(
-                    "INSERT INTO ponder_responses (id, created_at, body, conversation)"
-                    " VALUES (:id, :created_at, :body, :conversation)"
+                    "INSERT INTO ponder_responses (id, owner, created_at, body, conversation)"
+                    " VALUES (:id, :owner, :created_at, :body, :conversation)"
                 ),
                 {
                     "id": stored.id,
+                    "owner": self.owner,
                     "created_at": stored.created_at,
                     "body": fastjson.dumps(stored.body).decode(),
                     "conversation": fastjson.dumps(stored.conversation).decode(),
@@ -146,9 +228,13 @@ class ResponseStore:
                 await conn.execute(
                     text(
                         "SELECT id, created_at, body, conversation FROM ponder_responses"
-                        " WHERE id = :id AND created_at >= :oldest"
+                        " WHERE id = :id AND owner = :owner AND created_at >= :oldest"
                     ),
-                    {"id": response_id, "oldest": time.time() - self.max_age_s},
+                    {
+                        "id": response_id,
+                        "owner": self.owner,
+                        "oldest": time.time() - self.max_age_s,
+                    },
                 )
             ).first()
         if row is None:
@@ -162,7 +248,8 @@ class ResponseStore:
         engine = await self._open()
         async with engine.begin() as conn:
             result = await conn.execute(
-                text("DELETE FROM ponder_responses WHERE id = :id"), {"id": response_id}
+                text("DELETE FROM ponder_responses WHERE id = :id AND owner = :owner"),
+                {"id": response_id, "owner": self.owner},
             )
         return bool(getattr(result, "rowcount", 0))
 
@@ -192,9 +279,11 @@ class ResponseStore:
         return await _guarded(self._count())
 
     async def aclose(self) -> None:
-        if self._engine is not None:
-            await self._engine.dispose()
-            self._engine = None
+        """Close the connection pool (every owner's view shares it)."""
+        database = self._database
+        if database.engine is not None:
+            await database.engine.dispose()
+            database.engine = None
 
 
 async def _guarded(work: Awaitable[T]) -> T:

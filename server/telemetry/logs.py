@@ -27,9 +27,15 @@ request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "ponder_request_id", default=None
 )
 
+key_name_var: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "ponder_key_name", default="anonymous"
+)
+"""The name of the client key the request being handled was authenticated with (set by
+the auth middleware; never the key itself): each log line carries it as ``key``."""
+
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message"}
-_SKIP = {"color_message", "request_id", "taskName"}
+_SKIP = {"color_message", "request_id", "taskName", "key"}
 
 log = logging.getLogger("ponder.access")
 
@@ -46,8 +52,12 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
         }
         rid = getattr(record, "request_id", None) or request_id_var.get()
-        if rid and rid != "-":
+        in_request = bool(rid and rid != "-")
+        if in_request:
             data["request_id"] = rid
+        key = getattr(record, "key", None) or (key_name_var.get() if in_request else None)
+        if key:
+            data["key"] = key
         for key, value in record.__dict__.items():
             if key not in _STANDARD and key not in _SKIP and key not in data and key[0] != "_":
                 data[key] = value if isinstance(value, str | int | float | bool) else repr(value)
@@ -113,6 +123,12 @@ class AccessSampler:
         return sampled
 
 
+def _key_name(scope: Scope) -> str:
+    """The name of the key the auth middleware found for this request (``anonymous``)."""
+    key = scope.get("state", {}).get("client_key")
+    return str(getattr(key, "name", "anonymous"))
+
+
 class RequestContext:
     """ASGI middleware: request id in, ``X-Request-Id`` out, one access-log line
     (sampled past ``access_log_rate`` successful requests a second)."""
@@ -155,6 +171,7 @@ class RequestContext:
                     scope.get("path"),
                     status,
                     extra={
+                        "key": _key_name(scope),
                         "status": status,
                         "duration_ms": round((ended - started) * 1000, 1),
                         "sampled": sampled,

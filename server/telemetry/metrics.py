@@ -169,6 +169,26 @@ class Metrics:
             "Runs cancelled because the client went away.",
             registry=r,
         )
+        # Usage per client key, labelled by the key's name (from the keys file, key-N for
+        # a bare --api-key, or anonymous): a bounded set, never the key itself.
+        self.key_runs = Counter(
+            "ponder_key_runs_total",
+            "Runs (and engine calls answered without one) finished, by client key name.",
+            ["key"],
+            registry=r,
+        )
+        self.key_tokens = Counter(
+            "ponder_key_tokens_total",
+            "Tokens of finished runs by client key name: in (prompt) and out (generated).",
+            ["key", "direction"],
+            registry=r,
+        )
+        self.key_refusals = Counter(
+            "ponder_key_refusals_total",
+            "Requests refused for a client key's limits, by key name and reason.",
+            ["key", "reason"],
+            registry=r,
+        )
 
         self.replica_up = Gauge(
             "ponder_engine_replica_up",
@@ -197,6 +217,18 @@ class Metrics:
             ["model"],
             registry=r,
         )
+
+    def count_key_run(self, key: str, tokens_in: int, tokens_out: int) -> None:
+        """One finished run of the key named ``key``, and its tokens.
+
+        >>> m = Metrics(CollectorRegistry())
+        >>> m.count_key_run("alice", 10, 3)
+        >>> m.key_tokens.labels(key="alice", direction="out")._value.get()
+        3.0
+        """
+        self.key_runs.labels(key=key).inc()
+        self.key_tokens.labels(key=key, direction="in").inc(tokens_in)
+        self.key_tokens.labels(key=key, direction="out").inc(tokens_out)
 
     def render(self) -> bytes:
         """The text exposition format (every worker's values summed in multiprocess mode)."""

@@ -93,13 +93,18 @@ class Plan:
     def logprobs(self, pieces: list[str]) -> dict[str, Any]:
         """Logprobs in the chat or completions shape (``token_id:N`` tokens if asked),
         with ``top_k()`` synthetic alternatives per position whose negative mean is the
-        piece's ``token_confidence``."""
+        piece's ``token_confidence``, the sampled token's logprob the first of them (vLLM's
+        list holds the sampled token)."""
         as_ids = self.body.get("return_tokens_as_token_ids")
         tokens = [f"token_id:{token_id(p)}" if as_ids else p for p in pieces]
-        values = [-(token_id(p) % 997) / 997 for p in pieces]
         k = self.top_k()
         tops = [
             synthetic_top_logprobs(self.token_confidence(p.strip()), k) if k else () for p in pieces
+        ]
+        # The sampled token is the most likely one, as vLLM's list holds it (its first).
+        values = [
+            top[0] if top else -(token_id(p) % 997) / 997
+            for p, top in zip(pieces, tops, strict=True)
         ]
         names = [[f"{t}|alt{j}" for j in range(k)] for t in tokens]
         if not self.chat:

@@ -98,6 +98,8 @@ def test_calibrate_end_to_end_writes_a_policy_that_ponder_serve_loads(tmp_path: 
         settings = Settings(config=out / "ponder.yaml")
         [served] = settings.served_models()
         assert served.name == MODEL and served.engines == (engine.base_url,)
+        assert served.effort_policy is not None
+        assert served.effort_policy.level("minimal").spec == policy["minimal"]["spec"]
         with serving_in_thread(create_app(settings)) as ponder:
             client = openai.OpenAI(base_url=f"{ponder}/v1", api_key="x", max_retries=0)
             ids = [m.id for m in client.models.list()]
@@ -110,6 +112,18 @@ def test_calibrate_end_to_end_writes_a_policy_that_ponder_serve_loads(tmp_path: 
             assert reply.model_extra is not None
             ran = reply.model_extra["ponder"]["scaffold"]
             assert ran == policy["high"]["spec"]
+            # reasoning_effort selects the written policy's levels
+            for level in ("minimal", "high"):
+                chosen = client.chat.completions.create(
+                    model=MODEL,
+                    messages=[{"role": "user", "content": "What is 123+456="}],
+                    reasoning_effort=level,  # type: ignore[arg-type]
+                )
+                assert chosen.model_extra is not None
+                effort = chosen.model_extra["ponder"]["effort"]
+                assert (effort["level"], effort["source"]) == (level, "policy")
+                assert effort["spec"] == policy[level]["spec"]
+                assert effort["budget"] == policy[level]["budget"]
 
 
 def test_ponder_lists_calibrate() -> None:

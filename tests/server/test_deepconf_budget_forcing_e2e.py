@@ -163,3 +163,67 @@ def test_budget_forcing_stops_at_the_configured_end_of_thinking(fake: FakeEngine
     assert out.choices[0].message.content == thought + marker + " \\boxed{42}"
     reported = fake_reported_usage(fake)
     assert out.usage is not None and out.usage.completion_tokens == reported["completion_tokens"]
+
+
+def test_budget_forcing_sends_s1s_stop_token_id_and_opens_the_thinking_in_the_prompt(
+    fake: FakeEngineHandle,
+) -> None:
+    """s1's options on the wire (simplescaling/s1 eval/lm-evaluation-harness/lm_eval/
+    models/vllm_causallms.py at 77272c6): the thinking calls stop at the token id with
+    min_tokens 1 (lines 273-280), the thinking start is in the prompt (line 283), a
+    thinking cut at its cap closes with the marker and "\\nFinal Answer:" (254, 401-409)."""
+    start, end = "<|im_start|>think", "<|im_start|>answer"
+
+    def respond(body: dict[str, Any]) -> list[str]:
+        if "stop_token_ids" not in body:
+            return [" 42"]  # after the closed thinking: the answer
+        return ["six sevens are"] if len(body["messages"][-1]["content"]) < 20 else [" so"]
+
+    fake.config.respond = respond
+    settings = settings_for(fake, thinking=True, thinking_start=start, thinking_end=end)
+    spec = (
+        'budget_forcing(mode="ignore", waits=1, cue=" Wait", max_thinking_tokens=4, '
+        'stop_token_id=151644, open_thinking=true, cap_marker="\\nFinal Answer:")'
+    )
+    with running_ponder(settings) as url:
+        out = sdk(url).chat.completions.create(
+            model=MODEL, messages=messages(), extra_body={"scaffold": spec}
+        )
+    first, wait, answer = (r.body for r in fake.state.requests)
+    for body in (first, wait):
+        assert body["stop_token_ids"] == [151644] and body["min_tokens"] == 1
+        assert end not in (body.get("stop") or [])
+        assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+    assert first["messages"] == [*messages(), {"role": "assistant", "content": start}]
+    # 3 + 1 tokens reach the cap of 4: closed with a newline, the marker and the cap text.
+    assert wait["messages"][-1]["content"] == start + "six sevens are Wait"
+    closed = start + "six sevens are Wait so\n" + end + "\nFinal Answer:"
+    assert answer["messages"][-1]["content"] == closed
+    assert "stop_token_ids" not in answer and "min_tokens" not in answer
+    assert out.choices[0].message.content is not None
+    assert out.choices[0].message.content.endswith(" 42")
+
+
+def test_self_refine_sends_each_steps_own_temperature(fake: FakeEngineHandle, ponder: str) -> None:
+    """madaan/self-refine src/gsm/run.py (9a206d4): the first solution at 0.0 (lines 21,
+    104), the feedback and its fix at 0.7 (line 27); with answer="refined" the fix written
+    after the "correct" feedback is the answer (lines 44, 65)."""
+
+    def respond(body: dict[str, Any]) -> list[str]:
+        asked = str(body["messages"][-1]["content"])
+        if "### Feedback on it" in asked:
+            return ["fixed: \\boxed{4}"]
+        if "### Proposed solution" in asked:
+            return ["All steps hold.\nVERDICT: CORRECT"]
+        return ["2+2 is \\boxed{4}"]
+
+    fake.config.respond = respond
+    spec = (
+        "self_refine(solve_temperature=0, feedback_temperature=0.7, refine_temperature=0.7, "
+        'answer="refined")'
+    )
+    out = sdk(ponder).chat.completions.create(
+        model=MODEL, messages=messages(), temperature=1.0, extra_body={"scaffold": spec}
+    )
+    assert [r.body["temperature"] for r in fake.state.requests] == [0.0, 0.7, 0.7]
+    assert out.choices[0].message.content == "fixed: \\boxed{4}"

@@ -96,6 +96,9 @@ def test_a_spec_that_needs_a_template_the_file_lacks_is_a_400(ponder: str) -> No
     ({}, "so \\boxed{4}"),  # the model's default: boxed
     ({"answer_format": "boxed"}, "so \\boxed{4}"),
     ({"answer_format": "lenient"}, "The answer is 3"),
+    ({"answer_format": "answer_is"}, "The answer is 3"),  # 3, 4, 3 (the last number)
+    ({"answer_format": "boxed_anywhere"}, "so \\boxed{4}"),
+    ({"answer_format": "after_answer_marker"}, "so \\boxed{4}"),
 ])  # fmt: skip
 def test_answer_format_decides_the_vote(
     fake: FakeEngineHandle, ponder: str, fields: dict[str, str], content: str

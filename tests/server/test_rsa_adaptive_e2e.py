@@ -95,6 +95,32 @@ def test_adaptive_stream_trace_carries_the_stopping_probability(
     assert fake.state.calls == 1  # unanimous first wave: no second one
 
 
+@pytest.mark.parametrize(("answer_format", "calls", "content"), [
+    ("boxed", 3, "2 + 2 = 4. The answer is 4."),  # no window reads an answer: all three
+    ("answer_is", 1, "2 + 2 = 4. The answer is 4."),  # the first window agrees on 4
+])  # fmt: skip
+def test_esc_on_few_shot_samples_stops_only_on_a_window_with_an_answer(
+    fake: FakeEngineHandle, ponder: str, answer_format: str, calls: int, content: str
+) -> None:
+    """Issue 51, finding 3: five few-shot "The answer is 4." samples, read ``boxed``, have
+    no answer; that window used to count as unanimous and stop the run."""
+    fake.config.respond = lambda body: ["2 + 2 = 4. The answer is 4."] * int(body.get("n") or 1)
+    out = sdk(ponder).chat.completions.create(
+        model=MODEL,
+        messages=MESSAGES,
+        extra_body={
+            "scaffold": 'adaptive(rule="esc", window=5, max_k=15)',
+            "answer_format": answer_format,
+            "return_trace": True,
+        },
+    )
+    assert fake.state.calls == calls and out.choices[0].message.content == content
+    trace = (out.model_extra or {})["trace"]
+    notes = [e for e in trace if e.get("type") == "step_note" and e["kind"] == "stopping"]
+    expected = [False] * 3 if calls == 3 else [True]
+    assert [n["values"]["unanimous"] for n in notes] == expected
+
+
 def test_closing_an_rsa_stream_mid_round_cancels_every_aggregation(
     fake: FakeEngineHandle, ponder: str
 ) -> None:

@@ -26,7 +26,7 @@ from pydantic import Field, ValidationError
 
 from scaffolds.errors import InvalidRequestError
 from server.errors import validation_error
-from server.runs.request import ChatCompletionRequest, PonderFields, _Open
+from server.runs.request import ChatCompletionRequest, EffortAsk, PonderFields, _Open
 
 __all__ = ["STOP_REASONS", "MessagesRequest", "chat_from_messages", "chat_messages"]
 
@@ -71,8 +71,34 @@ class _MessagesFields(_Open):
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     tools: list[dict[str, Any]] | None = None
     tool_choice: dict[str, Any] | None = None
-    thinking: dict[str, Any] | None = None
+    thinking: dict[str, Any] | None = Field(
+        default=None,
+        description='Anthropic: extended thinking, {"type": "enabled", "budget_tokens": N}. '
+        "On a model with an effort policy the budget selects the cheapest level whose budget "
+        "covers it, whose scaffold runs with N as its budget of generated tokens (the "
+        "answer's ponder.effort says which ran and why); a scaffold named in the request "
+        "(its scaffold field, or a spec or alias in its model) wins over it. Otherwise it is "
+        "not sent on (chat completions have no such field).",
+    )
     metadata: dict[str, Any] | None = None
+
+    def effort_ask(self) -> EffortAsk | None:
+        """The effort an enabled ``thinking`` asks for: its budget (None: none asked).
+
+        >>> MessagesRequest(model="m", max_tokens=9, messages=[{"role": "user", "content": "x"}],
+        ...     thinking={"type": "enabled", "budget_tokens": 2048}).effort_ask().budget_tokens
+        2048
+        """
+        thinking = self.thinking or {}
+        if thinking.get("type") != "enabled":
+            return None
+        budget = thinking.get("budget_tokens")
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise InvalidRequestError(
+                "thinking.budget_tokens: must be a positive integer when thinking is enabled",
+                param="thinking.budget_tokens",
+            )
+        return EffortAsk("thinking.budget_tokens", budget_tokens=budget)
 
 
 class MessagesRequest(PonderFields, _MessagesFields):
@@ -193,7 +219,8 @@ def chat_from_messages(req: MessagesRequest) -> ChatCompletionRequest:
             "n: the Messages API answers with one output; send one request per answer", param="n"
         )
     try:
-        return ChatCompletionRequest.model_validate(fields)
+        chat = ChatCompletionRequest.model_validate(fields)
     except ValidationError as exc:
         error = validation_error(exc.errors())
         raise InvalidRequestError(error.message, param=error.param) from exc
+    return chat.with_effort(req.effort_ask())

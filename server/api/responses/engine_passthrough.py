@@ -113,11 +113,13 @@ class EngineResponse:
         self.id = response_id
         self._budget_binds = False
         self.request_body = self._engine_body(plan)
-        self.ponder = {
+        self.ponder: dict[str, Any] = {
             "scaffold": spec_string(plan.strategy),
             "cut_reason": None,
             "engine_api": "responses",
         }
+        if plan.effort is not None:
+            self.ponder["effort"] = plan.effort.to_json()
         self.timeout_s = plan.budget.timeout_s
         self._finished: Callable[[Usage, str | None], None] | None = None
         self._deadline: float | None = None
@@ -132,6 +134,10 @@ class EngineResponse:
             req.input if isinstance(req.input, list) else [{"role": "user", "content": req.input}]
         )
         body["input"] = history_items(self.history) + given
+        effort = plan.effort
+        if effort is not None and effort.source != "passthrough" and "reasoning" in body:
+            reasoning = {k: v for k, v in body.pop("reasoning").items() if k != "effort"}
+            body |= {"reasoning": reasoning} if reasoning else {}  # the policy answered it
         body["store"] = False
         params = plan.params
         defaults = {

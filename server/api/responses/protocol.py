@@ -24,7 +24,7 @@ from pydantic import Field, ValidationError
 
 from scaffolds.errors import InvalidRequestError
 from server.errors import validation_error
-from server.runs.request import ChatCompletionRequest, PonderFields, _Open
+from server.runs.request import ChatCompletionRequest, EffortAsk, PonderFields, _Open
 
 __all__ = [
     "ResponsesRequest",
@@ -80,7 +80,30 @@ class _ResponsesFields(_Open):
     parallel_tool_calls: bool | None = None
     text: dict[str, Any] | None = None
     metadata: dict[str, str] | None = None
-    reasoning: dict[str, Any] | None = None
+    reasoning: dict[str, Any] | None = Field(
+        default=None,
+        description="OpenAI: reasoning options; its effort (minimal, low, medium, high; Ponder "
+        "also takes auto), on a model with an effort policy, selects the scaffold and budget "
+        "the policy names for the level (the answer's ponder.effort says which ran and why); "
+        "a scaffold named in the request (its scaffold field, or a spec or alias in its "
+        "model) wins over it. Otherwise the effort goes to the engine as the chat field "
+        "reasoning_effort.",
+    )
+
+    def effort_ask(self) -> EffortAsk | None:
+        """The effort ``reasoning.effort`` asks for (None: it asks for none).
+
+        >>> ResponsesRequest(model="m", input="x", reasoning={"effort": "low"}).effort_ask().level
+        'low'
+        """
+        effort = (self.reasoning or {}).get("effort")
+        if effort is None:
+            return None
+        if not isinstance(effort, str):
+            raise InvalidRequestError(
+                "reasoning.effort: must be a string", param="reasoning.effort"
+            )
+        return EffortAsk("reasoning.effort", level=effort, forward={"reasoning_effort": effort})
 
 
 class ResponsesRequest(PonderFields, _ResponsesFields):
@@ -224,10 +247,11 @@ def chat_from_responses(
             "n: the Responses API answers with one output; send one request per answer", param="n"
         )
     try:
-        return ChatCompletionRequest.model_validate(fields)
+        chat = ChatCompletionRequest.model_validate(fields)
     except ValidationError as exc:
         error = validation_error(exc.errors())
         raise InvalidRequestError(error.message, param=error.param) from exc
+    return chat.with_effort(req.effort_ask())
 
 
 def responses_usage_json(

@@ -269,3 +269,51 @@ async def test_the_confidence_note_survives_a_saved_trace() -> None:
     result = await run_scaffold(DeepConf(n=2), PROBLEM, engine)
     [note] = [e for e in result.events if isinstance(e, StepNote)]
     assert event_from_dict(event_to_dict(note)) == note
+
+
+# -- the token confidence as the reference computes it -------------------------------------
+def test_the_sampled_token_joins_the_top_logprobs_as_in_vllms_dict() -> None:
+    """facebookresearch/deepconf deepconf/utils.py:41-50 (commit 675529d) averages every
+    value of vLLM's per-position dict, rounded to 3 decimals; vLLM builds that dict from
+    the sampled token first, then the top k (vllm/logprobs.py
+    ``append_logprobs_for_next_position``: "inserting duplicated data into a dictionary
+    twice is the same as doing it once"), so it holds k + 1 values when the sampled token
+    is outside the top k, k when it is one of them.
+
+    By hand, top 3 = (-0.1, -1.0, -2.5):
+    - sampled -4.0 (outside): -(-0.1 - 1.0 - 2.5 - 4.0) / 4 = 7.6 / 4 = 1.9
+    - sampled -1.0 (the second): -(-0.1 - 1.0 - 2.5) / 3 = 3.6 / 3 = 1.2
+    - no sampled value (an engine that gave none): 1.2 as well
+    - top (-0.1, -0.2, -0.4), sampled -0.7: (0.1 + 0.2 + 0.4 + 0.7) / 4 = 1.4 / 4 = 0.35
+    """
+    top = (-0.1, -1.0, -2.5)
+    assert token_confidence(top, sampled=-4.0) == 1.9
+    assert token_confidence(top, sampled=-1.0) == 1.2
+    assert token_confidence(top) == 1.2
+    assert token_confidence((-0.1, -0.2, -0.4), sampled=-0.7) == 0.35
+    # A trace: position 1 samples outside its top 2, position 2 samples its best.
+    # Token confidences: (0.5 + 1.5 + 4.0) / 3 = 2.0 and (0.2 + 0.6) / 2 = 0.4;
+    # one window of 2: (2.0 + 0.4) / 2 = 1.2 (without the sampled token: (1.0 + 0.4) / 2 = 0.7).
+    tops = [(-0.5, -1.5), (-0.2, -0.6)]
+    assert trace_confidence(tops, window=2, sampled=(-4.0, -0.2)) == pytest.approx(1.2)
+    assert trace_confidence(tops, window=2) == pytest.approx(0.7)
+
+
+async def test_deepconf_averages_the_sampled_tokens_logprob_that_the_engine_returns() -> None:
+    """The same rule in a run (deepconf/utils.py:48): the engine's ``logprobs`` (the
+    sampled tokens') join the top logprobs. Trace A answers 1: top (-0.1, -0.1) and
+    sampled -0.1 at both positions: confidence 0.1. Trace B answers 2: top (-0.1, -0.1),
+    sampled -2.9 (outside its top 2): (0.1 + 0.1 + 2.9) / 3 = 1.033 at both positions.
+    Averaging the top logprobs alone both are 0.1 and tie; with the sampled token B is
+    the more confident, and keep=0.5 keeps only it."""
+    top = ((-0.1, -0.1), (-0.1, -0.1))
+    a = Completion("\\boxed{1}", "stop", None, 2, logprobs=(-0.1, -0.1), top_logprobs=top)
+    b = Completion("\\boxed{2}", "stop", None, 2, logprobs=(-2.9, -2.9), top_logprobs=top)
+    result = await run_scaffold(
+        DeepConf(n=2, keep=0.5, window=2, top_k=2), PROBLEM, scripted(a, b), RunSettings()
+    )
+    recorded = [e for e in result.events if isinstance(e, StepNote)]
+    [note] = recorded
+    assert note.values["confidence"] == [pytest.approx(0.1), pytest.approx(1.033)]
+    assert note.values["kept"] == [False, True]
+    assert result.solutions[0].answer == "2"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -295,12 +295,14 @@ def one_by_one(*answers: str | None) -> Callable[[GenerateRequest], list[str]]:
     return handler
 
 
-async def test_wave_one_is_adaptive_consistency_sample_by_sample() -> None:
-    # The reference reads Beta(a+1, b+1) after every sample, counting "no answer" as an
-    # answer: (a, b) = (1,0) (1,1) (2,1) (3,1) (4,1) (5,1) (6,1); P(p > 1/2) by hand:
+async def test_wave_one_counting_the_unanswered_is_adaptive_consistencys_library() -> None:
+    # With unanswered="count", Beta(a+1, b+1) is read after every sample counting "no
+    # answer" as an answer, as the reference library's counter does on TextInterface's
+    # empty answers (adaptive_consistency/stopping_criterias.py:28-32, Counter over
+    # every answer; scripts/pal/core/interface.py:91-92 answers "" when there is none):
+    # (a, b) = (1,0) (1,1) (2,1) (3,1) (4,1) (5,1) (6,1); P(p > 1/2) by hand:
     # 3/4, 1/2, 11/16, 26/32, 57/64, 120/128, 247/256 >= 0.95: it stops at sample 7.
-    # (Leaving the unanswered sample out would have stopped at sample 5: 4-0 is 31/32.)
-    strategy = build_strategy("adaptive(wave=1, max_k=40)")
+    strategy = build_strategy('adaptive(wave=1, max_k=40, unanswered="count")')
     engine, result = await run(strategy, one_by_one("7", None, "7", "7", "7", "7", "7"))
     assert [r.params.n for r in engine.requests] == [1] * 7
     readings = [(n.values["votes"], n.values["probability"]) for n in notes(result)]
@@ -311,6 +313,58 @@ async def test_wave_one_is_adaptive_consistency_sample_by_sample() -> None:
     assert [p for _, p in readings] == pytest.approx(expected)
     assert [n.values["stop"] for n in notes(result)] == [False] * 6 + [True]
     assert result.solutions[0].answer == "7" and not result.cut_short
+
+
+async def test_wave_one_drops_the_unanswered_as_adaptive_consistencys_evaluation_does() -> None:
+    # The default (unanswered unset, rule beta) is the reference's evaluation script,
+    # which produced the paper's numbers: scripts/eval_outputs.py:16-24 keeps only the
+    # answers that read (an empty string or a non-number is skipped), 29 reads the rule
+    # on those. Votes (a, b) after each sample: (1,0) (1,0) (2,0) (3,0) (4,0); by hand
+    # P = 3/4, 3/4, 7/8, 15/16, 31/32 >= 0.95: it stops at sample 5, not 7.
+    strategy = build_strategy("adaptive(wave=1, max_k=40)")
+    assert isinstance(strategy, Adaptive) and strategy.unanswered_rule() == "drop"
+    engine, result = await run(strategy, one_by_one("7", None, "7", "7", "7"))
+    assert [r.params.n for r in engine.requests] == [1] * 5
+    readings = [(n.values["votes"], n.values["probability"]) for n in notes(result)]
+    assert [votes for votes, _ in readings] == [[1, 0], [1, 0], [2, 0], [3, 0], [4, 0]]
+    assert [p for _, p in readings] == pytest.approx([3 / 4, 3 / 4, 7 / 8, 15 / 16, 31 / 32])
+    assert result.solutions[0].answer == "7" and not result.cut_short
+
+
+def answering(*waves: list[str | None]) -> Callable[[GenerateRequest], list[str]]:
+    """Wave i answers ``waves[i]`` (boxed; None: a text with no answer)."""
+    pending = iter(waves)
+
+    def handler(request: GenerateRequest) -> list[str]:
+        wave = next(pending)
+        return ["I cannot tell." if a is None else f"\\boxed{{{a}}}" for a in wave]
+
+    return handler
+
+
+@pytest.mark.parametrize("unanswered", ["drop", "count"])
+async def test_four_unanswered_samples_never_stop_the_run(
+    unanswered: Literal["drop", "count"],
+) -> None:
+    # Before: four unanswered samples were 4-0 for "no answer" (31/32 >= 0.95), and the
+    # run stopped after one wave with no answer. With none answered there is nothing to
+    # stop on (the reference's evaluation script draws on: eval_outputs.py:25-28); the
+    # 5s that follow settle it: at once when dropped (4-0), later when counted (4-4, 8-4,
+    # 12-4: the unanswered four stay the runner-up).
+    strategy = Adaptive(max_k=16, wave=4, unanswered=unanswered)
+    waves = ([None] * 4, ["5"] * 4, ["5"] * 4, ["5"] * 4)
+    engine, result = await run(strategy, answering(*waves))
+    assert len(engine.requests) == (2 if unanswered == "drop" else 4)
+    first = notes(result)[0].values
+    assert not first["stop"] and first["answers"] == 0
+    assert result.solutions[0].answer == "5"
+    if unanswered == "drop":  # (4, 0): 31/32 after the second wave
+        assert [n.values["votes"] for n in notes(result)] == [[0, 0], [4, 0]]
+    else:  # by hand: P(Bin(9, 1/2) <= 4) = 1/2; P(Bin(13, 1/2) <= 8) = 7099/8192 = 0.867;
+        # P(Bin(17, 1/2) <= 12) = (131072 - 3214)/131072 = 0.9755 >= 0.95: stop.
+        assert [n.values["votes"] for n in notes(result)] == [[4, 0], [4, 4], [8, 4], [12, 4]]
+        probabilities = [n.values["probability"] for n in notes(result)][1:]
+        assert probabilities == pytest.approx([1 / 2, 7099 / 8192, 127858 / 131072])
 
 
 async def test_esc_stops_at_the_first_unanimous_window() -> None:
@@ -337,9 +391,61 @@ async def test_esc_with_no_unanimous_window_answers_with_the_majority_of_all() -
     assert strategy.max_calls() == 2
 
 
+async def test_esc_counts_an_unanswered_sample_as_esc_does() -> None:
+    """ESC's script reads each sample with ``extract_math_answer``, which gives "" when it
+    finds nothing (``early_stop_math.py:36-43``; "" too when it fails, 136-139), and a
+    window stops when its predictions make one value (142-145): a window of four 3s and
+    one unanswered sample holds two values and draws on. Unset, ``rule="esc"`` counts."""
+    strategy = build_strategy('adaptive(rule="esc", window=5, max_k=15)')
+    assert isinstance(strategy, Adaptive) and strategy.unanswered_rule() == "count"
+    windows = (["3", "3", None, "3", "3"], ["3"] * 5)
+    engine, result = await run(strategy, answering(*windows))
+    assert [n.values["unanimous"] for n in notes(result)] == [False, True]
+    assert len(engine.requests) == 2 and result.solutions[0].answer == "3"
+
+
+async def test_esc_dropping_the_unanswered_stops_on_the_answers_that_agree() -> None:
+    strategy = build_strategy('adaptive(rule="esc", window=5, max_k=15, unanswered="drop")')
+    engine, result = await run(strategy, answering([None, "3", "3", None, "3"]))
+    assert [n.values["unanimous"] for n in notes(result)] == [True]
+    assert len(engine.requests) == 1
+    # The window's answer: its first answered sample, the second of the first request.
+    assert result.solutions[0].answer == "3"
+
+
+@pytest.mark.parametrize("unanswered", [None, "drop", "count"])
+async def test_esc_never_stops_on_a_window_with_no_answer(
+    unanswered: Literal["drop", "count"] | None,
+) -> None:
+    """Issue 51, finding 3: under ``boxed``, five few-shot "The answer is X" samples read
+    as five unanswered ones; the window counted as unanimous and the run stopped with no
+    answer. (ESC's script would stop on five empty predictions, as one value: 142-143;
+    Ponder draws on instead, since a stop there could only answer with nothing.)"""
+    strategy = Adaptive(rule="esc", window=5, max_k=15, unanswered=unanswered)
+    windows = ([None] * 5, ["4", "4", "4", "4", "4"])
+    engine, result = await run(strategy, answering(*windows))
+    assert [n.values["unanimous"] for n in notes(result)] == [False, True]
+    assert result.solutions[0].answer == "4" and len(engine.requests) == 2
+
+
+async def test_esc_few_shot_samples_under_boxed_run_every_window_and_answer_is_reads_them() -> None:
+    few_shot = [f"2 + 3 = 5. The answer is {a}." for a in ("5", "5", "5", "5", "5")]
+
+    def handler(request: GenerateRequest) -> list[str]:
+        return few_shot[: request.params.n]
+
+    strategy = Adaptive(rule="esc", window=5, max_k=15)
+    engine, result = await run(strategy, handler, answer_format="boxed")
+    assert len(engine.requests) == 3  # no window read an answer: none stopped the run
+    assert result.solutions[0].answer is None
+    engine, result = await run(strategy, handler, answer_format="answer_is")
+    assert len(engine.requests) == 1 and result.solutions[0].answer == "5"
+
+
 @pytest.mark.parametrize(
     ("spec", "param", "words"),
     [
+        ('adaptive(unanswered="skip")', "unanswered", "'drop' or 'count'"),
         ("adaptive(window=4)", "window", 'is for rule="esc"'),
         ('adaptive(rule="esc", wave=2)', "wave", 'is for rule="beta"'),
         ('adaptive(rule="esc", confidence=0.9)', "confidence", 'is for rule="beta"'),
@@ -354,6 +460,11 @@ def test_adaptive_rule_options_are_checked_by_field(spec: str, param: str, words
 
 
 def test_adaptive_rule_options_round_trip() -> None:
-    for spec in ('adaptive(rule="esc", window=5, max_k=40)', "adaptive(max_k=40, wave=1)"):
+    for spec in (
+        'adaptive(rule="esc", window=5, max_k=40)',
+        "adaptive(max_k=40, wave=1)",
+        'adaptive(unanswered="count")',
+        'adaptive(rule="esc", unanswered="drop")',
+    ):
         strategy = build_strategy(spec)
         assert build_strategy(str(strategy)) == strategy

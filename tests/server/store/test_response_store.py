@@ -78,3 +78,50 @@ def test_stored_responses_survive_a_restart(tmp_path: Path) -> None:
             assert [m["content"] for m in sent[::2]] == ["3+3?", "and 4+4?"]
         finally:
             stop_group(proc)
+
+
+async def test_each_owner_sees_only_its_own(tmp_path: Path) -> None:
+    store = ResponseStore(f"sqlite+aiosqlite:///{tmp_path}/r.db", max_age_s=100, max_count=9)
+    alice, bob = store.owned_by("team-a"), store.owned_by("team-b")
+    try:
+        await alice.put(stored("resp_a", time.time()))
+        assert await bob.get("resp_a") is None and not await bob.delete("resp_a")
+        assert await store.get("resp_a") is None  # anonymous is an owner like any other
+        assert (await store.owned_by("team-a").get("resp_a")) is not None
+        assert await alice.delete("resp_a") and await alice.get("resp_a") is None
+    finally:
+        await store.aclose()
+
+
+async def test_a_table_from_before_owners_gains_the_column(tmp_path: Path) -> None:
+    """A responses.db written by a server without owners: its rows are ``anonymous``'s
+    (what no-keys serving sees, as before), and new rows carry their owner."""
+    import sqlite3
+
+    path = tmp_path / "r.db"
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "CREATE TABLE ponder_responses (id VARCHAR(80) PRIMARY KEY,"
+            " created_at DOUBLE PRECISION NOT NULL, body TEXT NOT NULL,"
+            " conversation TEXT NOT NULL)"
+        )
+        db.execute(
+            "INSERT INTO ponder_responses VALUES ('resp_old', ?, '{\"id\": \"resp_old\"}', '[]')",
+            (time.time(),),
+        )
+    store = ResponseStore(f"sqlite+aiosqlite:///{path}", max_age_s=100, max_count=9)
+    try:
+        assert (await store.get("resp_old")).body == {"id": "resp_old"}  # type: ignore[union-attr]
+        assert await store.owned_by("team-a").get("resp_old") is None
+        await store.owned_by("team-a").put(stored("resp_new", time.time()))
+    finally:
+        await store.aclose()
+    again = ResponseStore(f"sqlite+aiosqlite:///{path}", max_age_s=100, max_count=9)
+    try:  # opening a migrated table migrates nothing
+        assert await again.owned_by("team-a").get("resp_new") is not None
+        assert await again.count() == 2
+    finally:
+        await again.aclose()
+    with sqlite3.connect(path) as db:
+        owners = dict(db.execute("SELECT id, owner FROM ponder_responses").fetchall())
+    assert owners == {"resp_old": "anonymous", "resp_new": "team-a"}

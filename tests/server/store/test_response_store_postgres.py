@@ -5,6 +5,7 @@ the test is skipped where there is no Postgres or no asyncpg."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import shutil
@@ -87,3 +88,49 @@ async def test_store_on_postgres(postgres_url: str, tmp_path: Path) -> None:
         assert await store.delete("r2") and not await store.delete("r2")
     finally:
         await store.aclose()
+
+
+async def test_owners_on_postgres(postgres_url: str) -> None:
+    store = ResponseStore(postgres_url, max_age_s=100, max_count=9)
+    alice, bob = store.owned_by("team-a"), store.owned_by("team-b")
+    try:
+        await alice.put(StoredResponse("resp_pa", time.time(), {"id": "resp_pa"}, []))
+        assert await bob.get("resp_pa") is None and not await bob.delete("resp_pa")
+        assert await store.get("resp_pa") is None
+        assert await alice.get("resp_pa") is not None and await alice.delete("resp_pa")
+    finally:
+        await store.aclose()
+
+
+async def test_a_postgres_table_from_before_owners_gains_the_column(postgres_url: str) -> None:
+    """A table without the owner column, opened by two servers at once: both migrate it
+    (one adds the column, the other finds it added), its rows ``anonymous``'s."""
+    import asyncpg
+
+    admin = await asyncpg.connect(postgres_url.replace("postgresql+asyncpg", "postgresql"))
+    try:
+        await admin.execute("CREATE DATABASE before_owners")
+    finally:
+        await admin.close()
+    url = postgres_url.rsplit("/", 1)[0] + "/before_owners"
+    old = await asyncpg.connect(url.replace("postgresql+asyncpg", "postgresql"))
+    try:
+        await old.execute(
+            "CREATE TABLE ponder_responses (id VARCHAR(80) PRIMARY KEY,"
+            " created_at DOUBLE PRECISION NOT NULL, body TEXT NOT NULL,"
+            " conversation TEXT NOT NULL)"
+        )
+        await old.execute(
+            "INSERT INTO ponder_responses VALUES ('resp_old', $1, '{\"id\": \"resp_old\"}', '[]')",
+            time.time(),
+        )
+    finally:
+        await old.close()
+    one, two = (ResponseStore(url, max_age_s=100, max_count=9) for _ in range(2))
+    try:
+        found = await asyncio.gather(one.get("resp_old"), two.owned_by("team-a").get("resp_old"))
+        assert found[0] is not None and found[0].body == {"id": "resp_old"}
+        assert found[1] is None
+    finally:
+        await one.aclose()
+        await two.aclose()

@@ -56,3 +56,33 @@ async def test_sampled_lines_account_for_every_request(
     lines = access_lines(caplog)
     assert len(lines) >= 2
     assert sum(r.sampled for r in lines) == 7
+
+
+async def test_lines_carry_the_keys_name_never_the_key(
+    make_client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The access line names the request's key (``key-2``: the second bare key); each JSON
+    line written while the request runs carries it as ``key``."""
+    import json
+
+    from server.telemetry.logs import JsonFormatter, key_name_var, request_id_var
+
+    caplog.set_level(logging.INFO, logger="ponder.access")
+    async with make_client(access_log_rate=0, api_keys=("sk-a", "sk-b")) as (client, _):
+        headers = {"Authorization": "Bearer sk-b"}
+        ok = await client.post("/v1/chat/completions", json=chat_body(), headers=headers)
+        assert ok.status_code == 200
+        refused = await client.post("/v1/chat/completions", json=chat_body())
+        assert refused.status_code == 401
+    lines = access_lines(caplog)
+    assert [(r.status, r.key) for r in lines] == [(200, "key-2"), (401, "anonymous")]
+    formatted = [JsonFormatter().format(r) for r in lines]
+    assert json.loads(formatted[0])["key"] == "key-2"
+    assert not any("sk-b" in line for line in formatted)
+    rid, name = request_id_var.set("r1"), key_name_var.set("alice")
+    try:
+        record = logging.LogRecord("ponder", logging.INFO, "f.py", 1, "a step", (), None)
+        assert json.loads(JsonFormatter().format(record))["key"] == "alice"
+    finally:
+        request_id_var.reset(rid)
+        key_name_var.reset(name)
