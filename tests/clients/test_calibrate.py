@@ -117,7 +117,7 @@ def test_calibrate_end_to_end_writes_a_policy_that_ponder_serve_loads(tmp_path: 
                 chosen = client.chat.completions.create(
                     model=MODEL,
                     messages=[{"role": "user", "content": "What is 123+456="}],
-                    reasoning_effort=level,  # type: ignore[arg-type]
+                    reasoning_effort=level,
                 )
                 assert chosen.model_extra is not None
                 effort = chosen.model_extra["ponder"]["effort"]

@@ -65,8 +65,10 @@ def test_auto_places_each_prompt_and_the_trace_says_so() -> None:
         body = client.chat.completions.create(
             model=MODEL,
             messages=MESSAGES,
-            reasoning_effort="auto",  # type: ignore[arg-type]
-            extra_body={"return_trace": True},
+            extra_body={
+                "reasoning_effort": "auto",
+                "return_trace": True,
+            },  # not in the SDK's Literal
         )
         assert body.model_extra is not None
         effort = body.model_extra["ponder"]["effort"]
