@@ -271,16 +271,23 @@ def measured(
 
 def policy_of(levels: Mapping[str, str], auto: str | None) -> dict[str, dict[str, Any]]:
     """The effort policy: each level's spec and its budget (:data:`BUDGET_PER_SAMPLE`
-    per sample of the spec's largest draw).
+    per sample of the spec's largest draw), raised where needed so that no level's budget
+    falls below a cheaper level's (the policy's rule).
 
     >>> policy_of({"minimal": "single"}, "auto(max_k=8)")["auto"]
     {'spec': 'auto(max_k=8)', 'budget': 65536}
+    >>> p = policy_of({"minimal": "adaptive(max_k=32)", "low": "majority(k=16)"}, None)
+    >>> p["minimal"]["budget"], p["low"]["budget"]
+    (262144, 262144)
     """
     chosen = {**levels, **({"auto": auto} if auto else {})}
-    return {
-        level: {"spec": spec, "budget": BUDGET_PER_SAMPLE * build_strategy(spec).max_samples()}
-        for level, spec in chosen.items()
-    }
+    policy, floor = {}, 0
+    for level, spec in chosen.items():
+        budget = BUDGET_PER_SAMPLE * build_strategy(spec).max_samples()
+        if level != "auto":
+            budget = floor = max(budget, floor)
+        policy[level] = {"spec": spec, "budget": budget}
+    return policy
 
 
 def _yaml(data: Any) -> str:

@@ -129,3 +129,23 @@ def test_calibrate_end_to_end_writes_a_policy_that_ponder_serve_loads(tmp_path: 
 def test_ponder_lists_calibrate() -> None:
     result = CliRunner().invoke(app, ["calibrate", "--help"])
     assert result.exit_code == 0 and "--problems" in result.output
+
+
+def test_the_written_policy_is_an_effort_policy_even_when_a_cheaper_spec_draws_more() -> None:
+    from clients.calibrate import policy_of
+    from server.model_settings import EffortPolicy
+
+    levels = {
+        "minimal": "single",
+        "low": "adaptive(max_k=32)",  # fewer tokens measured than the next, more samples allowed
+        "medium": "majority(k=16)",
+        "high": "majority(k=16)",
+    }
+    policy = EffortPolicy.model_validate(policy_of(levels, "auto(max_k=8)"))
+    assert [policy.level(lv).budget for lv in ("minimal", "low", "medium", "high", "auto")] == [
+        8192,
+        262144,
+        262144,
+        262144,
+        65536,
+    ]
