@@ -7,7 +7,7 @@ subcommands from :data:`SUBCOMMANDS` without loading them. A new subcommand is o
 there: its name, ``module:attribute`` of its typer app, and a one-line summary.
 
 >>> sorted(SUBCOMMANDS)
-['eval', 'keys', 'models', 'serve', 'train']
+['calibrate', 'eval', 'keys', 'models', 'serve', 'train']
 
 Example::
 
@@ -67,6 +67,10 @@ SUBCOMMANDS: Mapping[str, Subcommand] = MappingProxyType(
         "train": Subcommand(
             "training.cli:train_app",
             "Train models to use scaffolds: trace datasets, SFT, GRPO with scaffold rollouts.",
+        ),
+        "calibrate": Subcommand(
+            "clients.calibrate:calibrate_app",
+            "Measure specs on your problems; write the effort policy and auto's thresholds.",
         ),
         "models": Subcommand(
             "clients.models_cli:models_app",

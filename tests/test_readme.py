@@ -124,6 +124,7 @@ REPORTS = {
     "rc_listsum": "rc_experiments report",
     "smollm2_refine": "smollm2_refine report $R --problems",
     "smollm2_verifier": "smollm2_verifier report",
+    "effort_frontier": "python -m experiments.effort_frontier pools",
 }
 """experiments/README.md's blocks that rebuild reports from the committed rows."""
 

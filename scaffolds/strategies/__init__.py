@@ -12,12 +12,13 @@ list from the registry.
 >>> GSR(n=4, solver=RC(steps=3)).max_calls()
 18
 >>> sorted(cls.name for cls in BUILTINS)[:3]
-['abstraction', 'adaptive', 'beam']
+['abstraction', 'adaptive', 'auto']
 """
 
 from scaffolds.core.solution import Solution
 from scaffolds.strategies.abstraction import Abstraction
 from scaffolds.strategies.adaptive import Adaptive
+from scaffolds.strategies.auto import Auto
 from scaffolds.strategies.base import Strategy, register
 from scaffolds.strategies.beam import Beam
 from scaffolds.strategies.best_of_n import BestOfN
@@ -45,6 +46,7 @@ BUILTINS: tuple[type[Strategy], ...] = (
     BudgetForcing,
     Beam,
     ParticleFilter,
+    Auto,
 )
 """The built-in strategy classes, each served under its ``name``."""
 
@@ -55,6 +57,7 @@ __all__ = [
     "RSA",
     "Abstraction",
     "Adaptive",
+    "Auto",
     "Beam",
     "BestOfN",
     "BudgetForcing",
