@@ -149,7 +149,7 @@ def test_the_embedded_default_serves_the_measured_policy() -> None:
 def test_the_default_budgets_allow_8192_tokens_per_sample_of_each_level() -> None:
     """The README's claim: a level's budget is 8,192 tokens per sample of its largest draw
     (single: 1; majority(k): k; adaptive(max_k): max_k)."""
-    draws = {"minimal": 1, "low": 4, "medium": 8, "high": 16, "auto": 16}
+    draws = {"minimal": 1, "low": 4, "medium": 8, "high": 16, "auto": 16}  # auto: max_k=16
     for level, samples in draws.items():
         assert DEFAULT_EFFORT_POLICY.level(level).budget == 8192 * samples  # type: ignore[arg-type]
 
