@@ -5,6 +5,7 @@ local file (never the network), a placeholder prompt file; and what a recipe ref
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,9 +130,10 @@ def test_the_serve_command_serves_the_spec_as_an_alias_with_the_recipes_flags() 
         reward_url="http://r/pooling",
     )
     assert command[1:4] == ["-m", "clients.cli", "serve"]
-    assert command[command.index("--alias") + 1].startswith("its-hub-beam=beam(width=4")
+    assert command[command.index("--alias") + 1].startswith('its-hub-beam=beam(semantics="its_hub"')
     assert command[command.index("--reward-url") + 1] == "http://r/pooling"
-    assert command[command.index("--spec-max-calls") + 1] == "1024"
+    assert command[command.index("--spec-max-calls") + 1] == "1185"
+    assert command[command.index("--reward-step-tag") + 1] == "<extra_0>"
     assert "--max-budget-timeout" not in command
 
 
@@ -145,19 +147,47 @@ def test_recipes_lists_every_recipe_with_its_number_and_what_differs() -> None:
     assert "prompt file sets rsa_aggregate: HyperPotatoNeo/RSA eval_loop.py:145" in result.output
 
 
+def readme_row(recipe: Recipe) -> str:
+    """The recipe's row in README's "Reproducing the papers" table: ``|`` escaped, and
+    ``<`` outside code spans. Print the whole table with
+    ``python -c "from tests.clients.eval.recipes.test_recipes import readme_table as t;
+    print(t())"``.
+    """
+
+    def code(text: str) -> str:
+        return "`" + text.replace("|", "\\|") + "`"
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("<", "&lt;")
+
+    flags = recipe.served.serve_flags
+    served = f"<br>served with {code(shlex.join(flags))}" if flags else ""
+    differs = "; ".join(recipe.differs) or "nothing known"
+    return (
+        f"| `{recipe.name}`: {cell(recipe.title)} ([reference]({recipe.reference})) "
+        f"| {code(recipe.command())}<br>{code(recipe.served.spec)}{served} "
+        f"| {cell(recipe.reported.number)} ({cell(recipe.reported.citation)}) "
+        f"| {cell(differs)} |"
+    )
+
+
+def readme_table() -> str:
+    """README's recipe table, header and a row per recipe, in :data:`RECIPES`' order."""
+    head = (
+        "| recipe | command and spec | the paper's number | what still differs |\n|---|---|---|---|"
+    )
+    return "\n".join([head, *(readme_row(recipe) for recipe in RECIPES.values())])
+
+
 def test_the_readme_table_is_the_recipes() -> None:
-    """README's "Reproducing the papers" has a row per recipe: its command, its spec, the
-    paper's number and each thing that still differs, as the recipe says them."""
+    """README's "Reproducing the papers" has the recipes' table as :func:`readme_table`
+    writes it: a row per recipe with its command, its spec, the paper's number and each
+    thing that still differs, as the recipe says them."""
     readme = (Path(__file__).resolve().parents[4] / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Reproducing the papers", 1)[1].split("\n## ", 1)[0]
+    assert readme_table() in section
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     assert len(rows) == len(RECIPES)
-    for row, recipe in zip(rows, RECIPES.values(), strict=True):
-        text = row.replace("\\|", "|").replace("&lt;", "<")
-        assert text.startswith(f"| `{recipe.name}`: ")
-        assert recipe.command() in text and recipe.served.spec in text
-        assert recipe.reported.number in text
-        assert all(line in text for line in recipe.differs)
 
 
 def test_a_recipe_sent_to_a_running_ponder(tmp_path: Path) -> None:
@@ -174,3 +204,15 @@ def test_a_recipe_sent_to_a_running_ponder(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "o" / "report.json").read_text())
     assert [s["scaffold"] for s in report["scaffolds"]] == [recipe_named("esc").served.spec]
     assert not (tmp_path / "o" / "serve.log").exists()
+
+
+def test_qed_nano_rc_summarizes_with_the_solvers_own_model() -> None:
+    """QED-Nano's RC agent summarizes with the solver's model unless its config names a
+    ``summarizer_model`` (CMU-AIRe/QED-Nano ``eval/src/imobench/agents/reasoning_cache.py``
+    :23-26), and ``eval/configs/agents/reasoning_cache.yaml`` names none: the recipe's
+    ``rc`` has no summarizer of its own (an Instruct summarizer is QED-Nano's training
+    config, not its evaluation's)."""
+    from scaffolds.strategies.rc import RC
+
+    strategy = build_strategy(recipe_named("qed-nano-rc").served.spec)
+    assert isinstance(strategy, RC) and strategy.summarizer is None
