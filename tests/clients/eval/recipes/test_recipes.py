@@ -216,3 +216,61 @@ def test_qed_nano_rc_summarizes_with_the_solvers_own_model() -> None:
 
     strategy = build_strategy(recipe_named("qed-nano-rc").served.spec)
     assert isinstance(strategy, RC) and strategy.summarizer is None
+
+
+READERS = {
+    "rc": "boxed_anywhere",
+    "rsa": "boxed_anywhere",
+    "deepconf-low": "boxed_anywhere",
+    "deepconf-high": "boxed_anywhere",
+    "esc": "answer_is",
+    "adaptive-consistency": "answer_is",
+    "s1": "after_answer_marker",
+}
+
+
+@pytest.mark.parametrize(("name", "reader"), sorted(READERS.items()))
+def test_each_recipe_reads_as_its_reference(name: str, reader: str) -> None:
+    """README's reader paragraph: RC (IanYHWu/rc ``inference/utils/evaluators.py:13-25``),
+    RSA (``eval_loop.py:345-350``) and DeepConf (``deepconf/utils.py:282-292``) read the
+    last box of the whole output; ESC (``early_stop_math.py:11-68``) and
+    Adaptive-Consistency (``scripts/pal/core/interface.py:85-96``) "answer is"; s1
+    (``lm_eval/tasks/aime/utils.py:247-262``) after its answer marker. Each recipe's
+    ``sources`` cites the reader it follows."""
+    recipe = recipe_named(name)
+    assert recipe.served.answer_format == reader
+    assert any(f"answer_format {reader}" in source for source in recipe.sources)
+
+
+def test_adaptive_recipes_treat_unanswered_samples_as_their_references_do() -> None:
+    """Adaptive-Consistency's evaluation skips an empty answer before its stopping rule
+    (Pranjal2041/AdaptiveConsistency ``scripts/eval_outputs.py:16-28``); ESC's window
+    counts an empty prediction as one more value (Yiwei98/ESC ``early_stop_math.py``
+    :136-145). Both recipes ask the solve template, the prompt file's few-shot prompt."""
+    from scaffolds.strategies.adaptive import Adaptive
+    from scaffolds.strategies.single import Single
+
+    for name, rule in (("adaptive-consistency", "drop"), ("esc", "count")):
+        strategy = build_strategy(recipe_named(name).served.spec)
+        assert isinstance(strategy, Adaptive) and strategy.unanswered == rule
+        assert isinstance(strategy.solver, Single) and strategy.solver.prompt == "solve"
+
+
+def test_self_refine_and_s1_recipes_carry_their_references_step_settings() -> None:
+    """Self-Refine: the first program at 0.0, the feedback (which writes the fix) at 0.7,
+    the answer the last fixed program (madaan/self-refine ``src/gsm/run.py:21,27,65,104``),
+    the first program from the solve template (init.txt). s1: the thinking stops at
+    ``<|im_start|>`` (151644), opens in the prompt, a capped one closes with
+    ``"\\nFinal Answer:"`` (``vllm_causallms.py:246-283,401-409``)."""
+    from scaffolds.strategies.budget_forcing import BudgetForcing
+    from scaffolds.strategies.self_refine import SelfRefine
+    from scaffolds.strategies.single import Single
+
+    refine = build_strategy(recipe_named("self-refine").served.spec)
+    assert isinstance(refine, SelfRefine) and refine.answer == "refined"
+    temperatures = refine.solve_temperature, refine.feedback_temperature, refine.refine_temperature
+    assert temperatures == (0.0, 0.7, 0.7)
+    assert isinstance(refine.solver, Single) and refine.solver.prompt == "solve"
+    s1 = build_strategy(recipe_named("s1").served.spec)
+    assert isinstance(s1, BudgetForcing) and s1.stop_token_id == 151644 and s1.open_thinking
+    assert s1.cap_marker == "\nFinal Answer:"
