@@ -2,7 +2,7 @@
 (Pranjal2041/AdaptiveConsistency ``adaptive_consistency/``).
 
 >>> RECIPE.served.spec
-'adaptive(wave=1, max_k=40, confidence=0.95)'
+'adaptive(wave=1, max_k=40, confidence=0.95, unanswered="drop", solver=single(prompt="solve"))'
 """
 
 from __future__ import annotations
@@ -16,9 +16,12 @@ RECIPE = Recipe(
     title="Adaptive-Consistency: one sample at a time, Beta criterion at 0.95, at most 40",
     reference="https://github.com/Pranjal2041/AdaptiveConsistency",
     served=Served(
-        spec="adaptive(wave=1, max_k=40, confidence=0.95)",
+        spec=(
+            'adaptive(wave=1, max_k=40, confidence=0.95, unanswered="drop", '
+            'solver=single(prompt="solve"))'
+        ),
         sampling=Sampling(temperature=0.7),
-        answer_format="boxed",
+        answer_format="answer_is",
         prompt_keys=(
             PromptKey(
                 "solve",
@@ -36,13 +39,17 @@ RECIPE = Recipe(
         "adaptive_consistency/main.py:23 (max_gens=40, BetaStoppingCriteria)",
         "adaptive_consistency/stopping_criterias.py:19 (conf_thresh 0.95)",
         "adaptive_consistency/main.py (one generation at a time: wave=1)",
+        "scripts/eval_outputs.py:16-28 (an empty answer is skipped before the stopping rule, "
+        "and with none answered it draws on: unanswered=drop)",
+        "scripts/pal/core/interface.py:58 and :85-96 (reader: 'answer is' in the last line: "
+        "answer_format answer_is)",
     ),
     differs=(
-        "unanswered samples: the reference's evaluation drops them (scripts/eval_outputs.py:19); "
-        "Ponder counts them as an answer until adaptive(unanswered=...) lands (finding 6)",
+        "the reader: the reference reads 'answer is' in the last line only "
+        "(scripts/pal/core/interface.py:85-96); answer_is reads 'The answer is' on any line, "
+        "then the last \\boxed{}, then the last number, so a sample the reference leaves "
+        "unanswered may have an answer here",
         "the sampling temperature is not in the repository (its outputs were sampled by the "
         "paper's runs); 0.7 is the recipe's choice",
-        "reader: the paper's prompts end in 'The answer is'; the recipe reads boxed until "
-        '"answer_is" lands (finding 3)',
     ),
 )

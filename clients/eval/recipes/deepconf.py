@@ -21,13 +21,21 @@ _SOURCES = (
     "examples/example_offline.py:237 (logprobs=20)",
     "deepconf/utils.py:116 (bottom-window confidence: windows of 2048, the bottom 10%)",
     "deepconf/utils.py:150 (filter_top_confidence: keep the top_percent most confident)",
+    "deepconf/utils.py:41-50 (a token's confidence: the mean over vLLM's dict, the sampled "
+    "token included)",
+    "deepconf/utils.py:282-292 and :13-37 (reader: the last brace-balanced boxed of the "
+    "whole output, thinking included: answer_format boxed_anywhere)",
 )
 _DIFFERS = (
-    "the token confidence: the reference averages what vLLM returns (the sampled token "
-    "too); Ponder's over the top-k alternatives until that change lands (issue 51, finding 9)",
-    "reader: the reference reads the last \\boxed{} anywhere, thinking included; Ponder "
-    'reads "boxed" after the thinking until "boxed_anywhere" lands (finding 3)',
-    "offline only: the online mode (warm-up traces set a threshold) is not implemented",
+    "offline only: the online mode (warm-up traces set a threshold, later traces stop "
+    "early) is not implemented",
+    "the token confidence on vLLM's chat endpoint: the reference averages vLLM's whole "
+    "per-token dict (the sampled token besides the top 20, deepconf/utils.py:41-50); vLLM's "
+    "completions endpoint returns that dict, its chat endpoint the dict's first 20 entries, "
+    "the sampled token first, so where the sampled token is outside the top 20 the 20th is "
+    "missing from Ponder's mean",
+    "the reference rounds each token's confidence to 3 decimals (deepconf/utils.py:49); "
+    "Ponder does not",
 )
 
 
@@ -41,7 +49,7 @@ def _recipe(name: str, keep: float, reported: Reported) -> Recipe:
                 f'deepconf(n=512, keep={keep}, window=2048, top_k=20, measure="bottom", bottom=0.1)'
             ),
             sampling=_SAMPLING,
-            answer_format="boxed",
+            answer_format="boxed_anywhere",
         ),
         evaluation=Evaluation("aime25", samples=1, metrics=("accuracy", "tokens")),
         reported=reported,

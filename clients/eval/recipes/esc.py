@@ -2,7 +2,7 @@
 samples, stop at the first window that agrees, at most 40.
 
 >>> RECIPE.served.spec
-'adaptive(rule="esc", window=5, max_k=40)'
+'adaptive(rule="esc", window=5, max_k=40, unanswered="count", solver=single(prompt="solve"))'
 """
 
 from __future__ import annotations
@@ -16,9 +16,12 @@ RECIPE = Recipe(
     title="ESC on MATH: window 5, at most 40 samples, temperature 0.5",
     reference="https://github.com/Yiwei98/ESC",
     served=Served(
-        spec='adaptive(rule="esc", window=5, max_k=40)',
+        spec=(
+            'adaptive(rule="esc", window=5, max_k=40, unanswered="count", '
+            'solver=single(prompt="solve"))'
+        ),
         sampling=Sampling(temperature=0.5),
-        answer_format="boxed",
+        answer_format="answer_is",
         prompt_keys=(
             PromptKey(
                 "solve",
@@ -36,12 +39,14 @@ RECIPE = Recipe(
         "early_stop_math.py:101 (window sizes 5, or the whole budget)",
         "early_stop_math.py:102 (budgets 8 to 64; 40 among them)",
         "early_stop_math.py:96 (samples drawn at temperature 0.5: T0.5.jsonl)",
-        "early_stop_math.py:12-17 (reader: 'The answer is' first, then boxed)",
+        "early_stop_math.py:11-68 (reader: 'The answer is' first, then the last boxed, then "
+        "the last number: answer_format answer_is)",
+        "early_stop_math.py:136-145 (an empty prediction is one more value in its window, "
+        "which then is not unanimous: unanswered=count)",
     ),
     differs=(
-        'reader: ESC reads "The answer is" first; under "boxed" a window of few-shot answers '
-        'is all unanswered and stops the run (finding 3) until "answer_is" and ESC\'s window '
-        "fix land",
+        "a window with no answer at all draws on, where ESC's would stop on five empty "
+        "predictions (Ponder never stops on an empty window)",
         "dataset: the paper uses the whole MATH test set; the recipe uses math500",
     ),
 )

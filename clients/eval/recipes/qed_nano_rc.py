@@ -39,10 +39,10 @@ RECIPE = Recipe(
         f"{_CONFIG}:4 (n_iterations: 3)",
         "eval/configs/models/vllm/vllm-lm-provers-qed-nano.yaml:6 (max_tokens: 229376)",
         "eval/README.md:42 (lm-provers/ProofBench)",
+        f"{_AGENT}:23-26 (the summarizer is the solver's own model when the config names no "
+        "summarizer_model, as reasoning_cache.yaml names none)",
     ),
     differs=(
-        "the summarizer: QED-Nano's evaluation summarizes with the same model; its training "
-        "config names an Instruct summarizer (issue 51, finding 9); the recipe uses the same model",
         "the proof judge: QED-Nano grades with its own grader model and guidelines "
         "(eval/README.md:50-66); ponder eval's judge uses its rubric (--rubric)",
         "QED-Nano's agent framework (retries, logging) is not reproduced",

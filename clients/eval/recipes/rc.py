@@ -20,7 +20,7 @@ RECIPE = Recipe(
             "reasoning_tokens=16384, summary_tokens=2048)"
         ),
         sampling=Sampling(temperature=1.0, top_p=1.0),
-        answer_format="boxed",
+        answer_format="boxed_anywhere",
         prompt_keys=(
             PromptKey(
                 "rc_reasoning",
@@ -48,10 +48,14 @@ RECIPE = Recipe(
         "inference/commands.md:14 (--max_thinking_tokens 16384)",
         "inference/inference/generate_complete.py:499 (--max_summarization_tokens 2048)",
         "inference/commands.md:6 (HMMT November 2025, a file not in the repository)",
+        "inference/utils/evaluators.py:13-25 (reader: the last \\boxed{} of the whole output, "
+        "thinking included: answer_format boxed_anywhere)",
     ),
     differs=(
-        "reader: the reference reads the last \\boxed{} anywhere, thinking included; "
-        'Ponder reads "boxed" after the thinking until "boxed_anywhere" lands (issue 51)',
+        "reader: the recipe reads with boxed_anywhere (the last brace-balanced \\boxed{} of "
+        "the whole output, thinking included); RC's own regex (inference/utils/evaluators.py:23) "
+        "reads braces one level deep only, so it finds no answer in "
+        "\\boxed{\\frac{\\sqrt{3}}{2}}: the recipe keeps RC's where-to-read and not that loss",
         "dataset: the reference's run is HMMT November 2025 (commands.md:6, not published "
         "with the code); the recipe uses aime25",
         "each sample advances on its own, where the reference steps all samples together",

@@ -17,14 +17,23 @@ RECIPE = Recipe(
     served=Served(
         spec='rsa(n=16, k=4, rounds=9, candidates="full", draw="independent", select="majority")',
         sampling=Sampling(temperature=1.0, max_tokens=8192),
-        answer_format="boxed",
+        answer_format="boxed_anywhere",
         prompt_keys=(
             PromptKey("rsa_aggregate", "HyperPotatoNeo/RSA eval_loop.py:145 (aggregate_prompt)"),
             PromptKey(
-                "rsa_select",
-                "none: the reference has no selection prompt; Ponder requires the key today "
-                "even with select=majority, which never uses it (issue 51, finding 7): any text "
-                "with $problem and $candidates",
+                "rsa_initial",
+                "HyperPotatoNeo/RSA data/aime25/test.parquet (the prompt column: each problem "
+                "with the data's instruction, read at eval_loop.py:78-84 and :627-632, sent "
+                "alone on the first loop at :426-428)",
+            ),
+            PromptKey(
+                "candidate",
+                "HyperPotatoNeo/RSA eval_loop.py:186-188 (each member under its "
+                "'---- Solution i ----' heading)",
+            ),
+            PromptKey(
+                "candidate_separator",
+                "HyperPotatoNeo/RSA eval_loop.py:193 (the prompt's parts joined by a newline)",
             ),
         ),
     ),
@@ -43,15 +52,16 @@ RECIPE = Recipe(
         "eval_loop.py:700 (--max-new-tokens 8192)",
         "eval_loop.py:701 (--temperature 1.0)",
         "eval_loop.py:698 (--summarize-cot off: candidates are the full texts)",
-        "eval_loop.py:531 (mean_acc_k)",
+        "eval_loop.py:426-428 (the first loop has no candidates: the data's prompt alone, "
+        "the rsa_initial template)",
+        "eval_loop.py:345-350 (reader: last_boxed_only_string of the whole output, thinking "
+        "included: answer_format boxed_anywhere)",
+        "eval_loop.py:527-533 (per loop: mean_acc_k, mean_pass_at_k, mean_majority_acc, which "
+        "ponder eval's report gives per round)",
     ),
     differs=(
-        "the first population: the reference's data adds an instruction to each problem "
-        "(eval_loop.py:578, the parquet's prompt column); Ponder sends the problem through "
-        "its solve template until the rsa_initial template lands (issue 51, finding 4)",
-        "the metric: ponder eval scores the last population's majority; per-round mean_acc_k "
-        "and pass@k are in the saved traces until the report carries them (finding 2)",
-        "reader: the reference reads the last \\boxed{} anywhere, thinking included "
-        '(eval_loop.py:347); Ponder reads "boxed" after the thinking until "boxed_anywhere" lands',
+        "the wording is the prompt file's: the run reads as the reference's only where the "
+        "file copies rsa_initial, rsa_aggregate, candidate and candidate_separator from it "
+        "(Ponder ships none of the reference's text)",
     ),
 )

@@ -5,6 +5,7 @@ local file (never the network), a placeholder prompt file; and what a recipe ref
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,9 +130,10 @@ def test_the_serve_command_serves_the_spec_as_an_alias_with_the_recipes_flags() 
         reward_url="http://r/pooling",
     )
     assert command[1:4] == ["-m", "clients.cli", "serve"]
-    assert command[command.index("--alias") + 1].startswith("its-hub-beam=beam(width=4")
+    assert command[command.index("--alias") + 1].startswith('its-hub-beam=beam(semantics="its_hub"')
     assert command[command.index("--reward-url") + 1] == "http://r/pooling"
-    assert command[command.index("--spec-max-calls") + 1] == "1024"
+    assert command[command.index("--spec-max-calls") + 1] == "1185"
+    assert command[command.index("--reward-step-tag") + 1] == "<extra_0>"
     assert "--max-budget-timeout" not in command
 
 
@@ -145,19 +147,47 @@ def test_recipes_lists_every_recipe_with_its_number_and_what_differs() -> None:
     assert "prompt file sets rsa_aggregate: HyperPotatoNeo/RSA eval_loop.py:145" in result.output
 
 
+def readme_row(recipe: Recipe) -> str:
+    """The recipe's row in README's "Reproducing the papers" table: ``|`` escaped, and
+    ``<`` outside code spans. Print the whole table with
+    ``python -c "from tests.clients.eval.recipes.test_recipes import readme_table as t;
+    print(t())"``.
+    """
+
+    def code(text: str) -> str:
+        return "`" + text.replace("|", "\\|") + "`"
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("<", "&lt;")
+
+    flags = recipe.served.serve_flags
+    served = f"<br>served with {code(shlex.join(flags))}" if flags else ""
+    differs = "; ".join(recipe.differs) or "nothing known"
+    return (
+        f"| `{recipe.name}`: {cell(recipe.title)} ([reference]({recipe.reference})) "
+        f"| {code(recipe.command())}<br>{code(recipe.served.spec)}{served} "
+        f"| {cell(recipe.reported.number)} ({cell(recipe.reported.citation)}) "
+        f"| {cell(differs)} |"
+    )
+
+
+def readme_table() -> str:
+    """README's recipe table, header and a row per recipe, in :data:`RECIPES`' order."""
+    head = (
+        "| recipe | command and spec | the paper's number | what still differs |\n|---|---|---|---|"
+    )
+    return "\n".join([head, *(readme_row(recipe) for recipe in RECIPES.values())])
+
+
 def test_the_readme_table_is_the_recipes() -> None:
-    """README's "Reproducing the papers" has a row per recipe: its command, its spec, the
-    paper's number and each thing that still differs, as the recipe says them."""
+    """README's "Reproducing the papers" has the recipes' table as :func:`readme_table`
+    writes it: a row per recipe with its command, its spec, the paper's number and each
+    thing that still differs, as the recipe says them."""
     readme = (Path(__file__).resolve().parents[4] / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Reproducing the papers", 1)[1].split("\n## ", 1)[0]
+    assert readme_table() in section
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     assert len(rows) == len(RECIPES)
-    for row, recipe in zip(rows, RECIPES.values(), strict=True):
-        text = row.replace("\\|", "|").replace("&lt;", "<")
-        assert text.startswith(f"| `{recipe.name}`: ")
-        assert recipe.command() in text and recipe.served.spec in text
-        assert recipe.reported.number in text
-        assert all(line in text for line in recipe.differs)
 
 
 def test_a_recipe_sent_to_a_running_ponder(tmp_path: Path) -> None:
@@ -174,3 +204,73 @@ def test_a_recipe_sent_to_a_running_ponder(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "o" / "report.json").read_text())
     assert [s["scaffold"] for s in report["scaffolds"]] == [recipe_named("esc").served.spec]
     assert not (tmp_path / "o" / "serve.log").exists()
+
+
+def test_qed_nano_rc_summarizes_with_the_solvers_own_model() -> None:
+    """QED-Nano's RC agent summarizes with the solver's model unless its config names a
+    ``summarizer_model`` (CMU-AIRe/QED-Nano ``eval/src/imobench/agents/reasoning_cache.py``
+    :23-26), and ``eval/configs/agents/reasoning_cache.yaml`` names none: the recipe's
+    ``rc`` has no summarizer of its own (an Instruct summarizer is QED-Nano's training
+    config, not its evaluation's)."""
+    from scaffolds.strategies.rc import RC
+
+    strategy = build_strategy(recipe_named("qed-nano-rc").served.spec)
+    assert isinstance(strategy, RC) and strategy.summarizer is None
+
+
+READERS = {
+    "rc": "boxed_anywhere",
+    "rsa": "boxed_anywhere",
+    "deepconf-low": "boxed_anywhere",
+    "deepconf-high": "boxed_anywhere",
+    "esc": "answer_is",
+    "adaptive-consistency": "answer_is",
+    "s1": "after_answer_marker",
+}
+
+
+@pytest.mark.parametrize(("name", "reader"), sorted(READERS.items()))
+def test_each_recipe_reads_as_its_reference(name: str, reader: str) -> None:
+    """README's reader paragraph: RC (IanYHWu/rc ``inference/utils/evaluators.py:13-25``),
+    RSA (``eval_loop.py:345-350``) and DeepConf (``deepconf/utils.py:282-292``) read the
+    last box of the whole output; ESC (``early_stop_math.py:11-68``) and
+    Adaptive-Consistency (``scripts/pal/core/interface.py:85-96``) "answer is"; s1
+    (``lm_eval/tasks/aime/utils.py:247-262``) after its answer marker. Each recipe's
+    ``sources`` cites the reader it follows."""
+    recipe = recipe_named(name)
+    assert recipe.served.answer_format == reader
+    assert any(f"answer_format {reader}" in source for source in recipe.sources)
+
+
+def test_adaptive_recipes_treat_unanswered_samples_as_their_references_do() -> None:
+    """Adaptive-Consistency's evaluation skips an empty answer before its stopping rule
+    (Pranjal2041/AdaptiveConsistency ``scripts/eval_outputs.py:16-28``); ESC's window
+    counts an empty prediction as one more value (Yiwei98/ESC ``early_stop_math.py``
+    :136-145). Both recipes ask the solve template, the prompt file's few-shot prompt."""
+    from scaffolds.strategies.adaptive import Adaptive
+    from scaffolds.strategies.single import Single
+
+    for name, rule in (("adaptive-consistency", "drop"), ("esc", "count")):
+        strategy = build_strategy(recipe_named(name).served.spec)
+        assert isinstance(strategy, Adaptive) and strategy.unanswered == rule
+        assert isinstance(strategy.solver, Single) and strategy.solver.prompt == "solve"
+
+
+def test_self_refine_and_s1_recipes_carry_their_references_step_settings() -> None:
+    """Self-Refine: the first program at 0.0, the feedback (which writes the fix) at 0.7,
+    the answer the last fixed program (madaan/self-refine ``src/gsm/run.py:21,27,65,104``),
+    the first program from the solve template (init.txt). s1: the thinking stops at
+    ``<|im_start|>`` (151644), opens in the prompt, a capped one closes with
+    ``"\\nFinal Answer:"`` (``vllm_causallms.py:246-283,401-409``)."""
+    from scaffolds.strategies.budget_forcing import BudgetForcing
+    from scaffolds.strategies.self_refine import SelfRefine
+    from scaffolds.strategies.single import Single
+
+    refine = build_strategy(recipe_named("self-refine").served.spec)
+    assert isinstance(refine, SelfRefine) and refine.answer == "refined"
+    temperatures = refine.solve_temperature, refine.feedback_temperature, refine.refine_temperature
+    assert temperatures == (0.0, 0.7, 0.7)
+    assert isinstance(refine.solver, Single) and refine.solver.prompt == "solve"
+    s1 = build_strategy(recipe_named("s1").served.spec)
+    assert isinstance(s1, BudgetForcing) and s1.stop_token_id == 151644 and s1.open_thinking
+    assert s1.cap_marker == "\nFinal Answer:"
