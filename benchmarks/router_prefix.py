@@ -44,7 +44,11 @@ COUNTERS = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")
 
 
 def totals(workers: list[VLLMServer]) -> dict[str, float]:
-    return {name: sum(w.metric(name) for w in workers) for name in COUNTERS}
+    """Both counters summed over the workers, and each worker's finished requests."""
+    counts = {name: sum(w.metric(name) for w in workers) for name in COUNTERS}
+    for i, worker in enumerate(workers):
+        counts[f"requests {i}"] = worker.metric("vllm:request_success_total")
+    return counts
 
 
 def settings(engines: tuple[str, ...]) -> Settings:
@@ -93,7 +97,8 @@ def fronts(workers: list[VLLMServer]) -> Iterator[dict[str, str]]:
 def measure(
     workers: list[VLLMServer], count: int, rounds: int
 ) -> dict[tuple[str, str], list[float]]:
-    """Hit tokens per run, per (scaffold, way), one value per round; also the hit ratio."""
+    """Hit tokens per run, per (scaffold, way), one value per round; also the hit ratio
+    (hits over queries) and the busiest worker's share of the requests."""
     table: dict[tuple[str, str], list[float]] = {}
     with fronts(workers) as urls:
         for round_ in range(rounds):
@@ -108,6 +113,10 @@ def measure(
                     queries = after[COUNTERS[1]] - before[COUNTERS[1]]
                     table.setdefault((spec, way), []).append(hits / count)
                     table.setdefault((spec, way + " ratio"), []).append(hits / max(queries, 1))
+                    served = [after[f"requests {i}"] - before[f"requests {i}"] for i in (0, 1)]
+                    table.setdefault((spec, way + " busiest"), []).append(
+                        max(served) / max(sum(served), 1)
+                    )
     return table
 
 
@@ -130,15 +139,20 @@ def main() -> None:
         f"{args.problems} concurrent runs x {args.rounds} rounds per scaffold and way, "
         f"2 vLLM-CPU workers; {time.monotonic() - started:.0f} s"
     )
-    print(f"{'scaffold':<52} {'way':<16} {'hit tokens/run':>15} {'hit ratio':>10}  rounds")
+    print(
+        f"{'scaffold':<52} {'way':<16} {'hit tokens/run':>15} {'hit ratio':>10} "
+        f"{'busiest':>8}  rounds"
+    )
     for spec in SCAFFOLDS:
         ours = statistics.mean(table[(spec, "ponder")])
         for way in WAYS:
             per_run = table[(spec, way)]
             ratio = statistics.mean(table[(spec, way + " ratio")])
+            busiest = statistics.mean(table[(spec, way + " busiest")])
             rounds = " ".join(f"{v:.0f}" for v in per_run)
             print(
-                f"{spec:<52} {way:<16} {statistics.mean(per_run):15.0f} {ratio:10.2f}  {rounds}"
+                f"{spec:<52} {way:<16} {statistics.mean(per_run):15.0f} {ratio:10.2f} "
+                f"{busiest:8.2f}  {rounds}"
                 f"  ({statistics.mean(per_run) / max(ours, 1):.2f}x ponder)"
             )
 

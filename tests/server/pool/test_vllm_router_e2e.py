@@ -24,7 +24,7 @@ from scaffolds.engines.vllm_server import VLLMServer
 from scaffolds.models import model_path
 from server.settings import Settings
 from testing.ponder import running_ponder
-from testing.vllm import CACHE, vllm_python_or_skip
+from testing.vllm import ABORT_TEST_BOUND_S, ABORT_TEST_TIMEOUT_S, CACHE, vllm_python_or_skip
 from testing.vllm_router import (
     RouterServer,
     router_binary_or_skip,
@@ -36,8 +36,9 @@ from testing.vllm_router import (
 pytestmark = pytest.mark.vllm
 
 MODEL = "addition"
-BOUND_S = 540
-"""Each test's bound on its own waits (tiny model; a starved 2-core box runs it in seconds)."""
+BOUND_S = ABORT_TEST_BOUND_S
+"""The bound on a leaving or killing test's own waits, below its pytest timeout (each took
+1 to 4 s on a busy 2-core box)."""
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +106,7 @@ SAMPLES = 16
 FULL = SAMPLES * 1800
 
 
+@pytest.mark.timeout(ABORT_TEST_TIMEOUT_S)
 def test_a_client_that_leaves_mid_stream_cancels_the_workers_calls(
     router: RouterServer, ponder: str
 ) -> None:
@@ -144,6 +146,7 @@ def _running(workers: tuple[VLLMServer, ...]) -> float:
     return sum(w.metric("vllm:num_requests_running") for w in workers)
 
 
+@pytest.mark.timeout(ABORT_TEST_TIMEOUT_S)
 def test_a_worker_killed_under_load_loses_no_run(router: RouterServer, ponder: str) -> None:
     """Runs spread over both workers; one worker is SIGKILLed (its whole process group)
     while they run. Each call it held fails, the router marks it down (its circuit
