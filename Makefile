@@ -15,6 +15,11 @@ STAMP := $(VENV)/.installed-dev
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed-vllm
 VLLM_VERSION ?= 0.32.0
+# vllm-router (a Rust binary in a PyPI wheel, about 130 MB) in its own venv: the router tests
+# put it between Ponder and two vLLM-CPU workers (deploy/README.md says why this router).
+ROUTER_VENV ?= .venv-router
+ROUTER_STAMP := $(ROUTER_VENV)/.installed-router
+ROUTER_VERSION ?= 0.1.17
 # The eval harnesses the tests drive against `ponder serve`, each in a venv of its own.
 LMEVAL_VENV ?= .venv-lmeval
 LMEVAL_STAMP := $(LMEVAL_VENV)/.installed-lmeval
@@ -33,7 +38,7 @@ MODEL ?=
 HOST ?=
 PORT ?=
 
-.PHONY: setup setup-serve vllm harnesses browser envs lint typecheck unit test serve image clean \
+.PHONY: setup setup-serve vllm router harnesses browser envs lint typecheck unit test serve image clean \
 	lock optillm bench-saturation
 
 $(SERVE_STAMP): pyproject.toml
@@ -63,6 +68,15 @@ $(VLLM_STAMP):
 	# What scaffolds/ needs beyond vLLM's own dependencies, for the in-process vLLM engine.
 	$(VLLM_VENV)/bin/pip install --quiet "tenacity>=8.2" "math-verify>=0.7" $(QUIET_PIP)
 	touch $(VLLM_STAMP)
+
+$(ROUTER_STAMP):
+	$(PYTHON) -m venv $(ROUTER_VENV)
+	$(ROUTER_VENV)/bin/pip install --quiet --upgrade pip
+	$(ROUTER_VENV)/bin/pip install --quiet vllm-router==$(ROUTER_VERSION) $(QUIET_PIP)
+	touch $(ROUTER_STAMP)
+
+## vllm-router, for the tests that route through it (testing/vllm_router.py).
+router: $(ROUTER_STAMP)
 
 # lm-evaluation-harness pulls torch: the CPU build from local disk goes in first, or pip
 # would fetch a multi-GB CUDA one.
@@ -124,14 +138,14 @@ typecheck: setup
 	$(BIN)/mypy
 
 ## The slowest tests are listed, so CI's own log says where its time goes.
-unit: setup vllm harnesses browser
+unit: setup vllm router harnesses browser
 	PONDER_REQUIRE_VLLM=1 PONDER_REQUIRE_DEPLOY_TOOLS=1 PONDER_REQUIRE_BROWSER=1 \
 		PONDER_REQUIRE_HARNESSES=1 $(BIN)/pytest --durations=25
 
 ## Every environment the tests need, installed side by side: pip spends much of its time
 ## on downloads and disk, so four installs at once take well under the sum of their times.
 envs:
-	$(MAKE) -j4 --output-sync=target setup vllm harnesses browser
+	$(MAKE) -j4 --output-sync=target setup vllm router harnesses browser
 
 ## The README's test command: lint, type-check (strict) and the whole test suite.
 test: envs lint typecheck unit

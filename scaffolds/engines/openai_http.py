@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Sequence
-from types import TracebackType
+from collections.abc import AsyncIterator, Mapping, Sequence
+from types import MappingProxyType, TracebackType
 from typing import Any, Self
 
 import httpx
@@ -60,7 +60,26 @@ from scaffolds.engines.protocol import (
 from scaffolds.errors import EngineTimeoutError, EngineUnavailableError
 from scaffolds.fanout import gather
 
-__all__ = ["OpenAIEngine"]
+__all__ = ["AFFINITY_HEADER", "OpenAIEngine", "affinity_headers"]
+
+AFFINITY_HEADER = "x-session-id"
+"""The header each engine call carries its run's affinity key in (every call of one
+scaffold run on one problem has the same key, ``scaffolds.core.run.problem_key``), so a
+router in front of the engines can keep a run on one replica: vllm-router's
+``consistent_hash`` policy reads it first (``SESSION_HEADER_NAMES`` in its
+``src/policies/hash_key.rs``). Engines themselves ignore it."""
+
+
+def affinity_headers(request: GenerateRequest) -> dict[str, str]:
+    """The headers that name ``request``'s affinity key (none without one).
+
+    >>> from scaffolds.engines.protocol import GenerateRequest
+    >>> affinity_headers(GenerateRequest("hi", affinity_key="3f2a")), affinity_headers(
+    ...     GenerateRequest("hi"))
+    ({'x-session-id': '3f2a'}, {})
+    """
+    key = request.affinity_key
+    return {AFFINITY_HEADER: key} if key else {}
 
 
 class OpenAIEngine:
@@ -178,7 +197,7 @@ class OpenAIEngine:
         if fitted is None:
             return no_room(request.params.n)
         path, body = self._build_body(fitted, stream=False)
-        data = await self._post_json(path, body)
+        data = await self._post_json(path, body, affinity_headers(request))
         accs: dict[int, Choice] = {}
         self.parser.absorb(data, accs, "message" if request.is_chat else None)
         usage = self.parser.usage(data.get("usage"))
@@ -208,7 +227,7 @@ class OpenAIEngine:
         one = dataclasses.replace(first, params=first.params.replace(n=n // repeat))
         path, body = self._build_body(one, stream=False)
         body["prompt"] = [r.prompt for r in requests for _ in range(repeat)]
-        data = await self._post_json(path, body)
+        data = await self._post_json(path, body, affinity_headers(first))
         accs: dict[int, Choice] = {}
         self.parser.absorb(data, accs, None)
         usage = self.parser.usage(data.get("usage"))
@@ -217,11 +236,11 @@ class OpenAIEngine:
         sizes = [len(i) if i else len(str(r.prompt)) for i, r in zip(ids, requests, strict=True)]
         return split_result(whole, n=n, sizes=sizes, prompt_ids=ids)
 
-    async def _post_json(self, path: str, body: dict[str, Any]) -> Any:
-        """POST a generation and read its JSON; cancelled or timed out, the server may
-        still be generating it, so it is aborted."""
+    async def _post_json(self, path: str, body: dict[str, Any], headers: Mapping[str, str]) -> Any:
+        """POST a generation (with ``headers`` beside the auth header) and read its JSON;
+        cancelled or timed out, the server may still be generating it, so it is aborted."""
         try:
-            return await self._request_json("POST", path, body)
+            return await self._request_json("POST", path, body, headers)
         except (asyncio.CancelledError, EngineTimeoutError):
             self._abort_later(body)
             raise
@@ -249,7 +268,7 @@ class OpenAIEngine:
         path, body = self._build_body(fitted, stream=True)
         part_key = "delta" if request.is_chat else None
         try:
-            response = await self._open("POST", path, body)
+            response = await self._open("POST", path, body, affinity_headers(request))
         except (asyncio.CancelledError, EngineTimeoutError):
             self._abort_later(body)
             raise
@@ -385,8 +404,14 @@ class OpenAIEngine:
         body.update(params.extra)
         return path, body
 
-    async def _request_json(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
-        response = await self._open(method, path, body)
+    async def _request_json(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None,
+        headers: Mapping[str, str] = MappingProxyType({}),
+    ) -> Any:
+        response = await self._open(method, path, body, headers)
         try:
             raw = await response.aread()
         except httpx.HTTPError as exc:
@@ -395,15 +420,23 @@ class OpenAIEngine:
             await response.aclose()
         return self.parser.decode(raw)
 
-    async def _open(self, method: str, path: str, body: dict[str, Any] | None) -> TransportResponse:
-        """Send a request, retrying as configured; return the (unread) 2xx response."""
+    async def _open(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None,
+        headers: Mapping[str, str] = MappingProxyType({}),
+    ) -> TransportResponse:
+        """Send a request (``headers`` beside the auth header), retrying as configured;
+        return the (unread) 2xx response."""
         url = self.base_url + path
-        return await self._retry.run(lambda: self._attempt(method, url, body))
+        sent = {**headers, **self.auth_headers()}
+        return await self._retry.run(lambda: self._attempt(method, url, body, sent))
 
     async def _attempt(
-        self, method: str, url: str, body: dict[str, Any] | None
+        self, method: str, url: str, body: dict[str, Any] | None, headers: Mapping[str, str]
     ) -> TransportResponse:
-        response = await self._transport.send(method, url, body, self.auth_headers())
+        response = await self._transport.send(method, url, body, headers)
         if response.is_success:
             return response
         try:

@@ -428,6 +428,22 @@ async def test_sends_only_the_engines_own_key(fake: FakeEngineHandle) -> None:
     assert "authorization" not in fake.state.requests[-1].headers
 
 
+async def test_a_runs_affinity_key_travels_as_the_session_header(
+    engine: OpenAIEngine, fake: FakeEngineHandle
+) -> None:
+    """Each call that carries an affinity key names it in ``x-session-id``, the header
+    vllm-router's consistent hash reads first (``SESSION_HEADER_NAMES`` in
+    vllm-project/router ``src/policies/hash_key.rs``); a call without one sends none."""
+    await engine.generate(GenerateRequest("p", affinity_key="k1"))
+    await collect(engine, GenerateRequest(chat("p"), affinity_key="k2"))
+    await engine.generate_batch(
+        [GenerateRequest("a", affinity_key="k3"), GenerateRequest("b", affinity_key="k4")]
+    )
+    await engine.generate(GenerateRequest("p"))
+    sent = [r.headers.get(openai_http.AFFINITY_HEADER) for r in fake.state.requests]
+    assert sent == ["k1", "k2", "k3", None]
+
+
 async def test_health_and_list_models(engine: OpenAIEngine) -> None:
     assert isinstance(engine, Engine)
     assert await engine.health() is True
