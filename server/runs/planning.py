@@ -13,7 +13,7 @@ and fixes the sampling params, and refuses OpenAI fields Ponder cannot honour.
 >>> req = ChatCompletionRequest(model="m+gsr(n=2)", messages=[{"role": "user", "content": "hi"}])
 >>> plan = plan_run(models, settings, "chat", req)
 >>> plan.scaffold, plan.n, plan.budget.timeout_s
-('gsr', 1, 900.0)
+('gsr', 1, None)
 
 A client key's limits are the request's too: its allow-lists of models and scaffolds
 (403) and the largest fan-out it may ask (400, as the server's own cap):
