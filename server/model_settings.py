@@ -263,9 +263,9 @@ vote helps too: ``single`` 0.135 at 43.9 tokens, four samples' vote 0.170 at 173
 ``auto`` runs the ``auto`` scaffold with its provisional thresholds (a pilot of 4, up to
 16 samples): in the effort-frontier study (experiments/RESULTS.md, resampled from the
 committed SmolLM2 samples, held-out half) it beats ``majority(k=8)`` on the base model by
-+0.022 [+0.008, +0.035] (``max_k=12``, that pool's size) and matches ``majority(k=16)`` on ``smollm2-135m-gsr`` at 0.70 of
-its tokens. Budgets allow 8,192
-generated tokens per sample of the level's largest draw (a GPU model's long answers; they
++0.022 [+0.008, +0.035] (``max_k=12``, that pool's size) and matches ``majority(k=16)``
+on ``smollm2-135m-gsr`` at 0.70 of its tokens. Budgets allow 8,192 generated tokens per
+sample of the level's largest draw (a GPU model's long answers; they
 cap no measured run). The calibration command's output replaces these numbers with a
 model's own."""
 
