@@ -52,7 +52,6 @@ from server.runs.sse_bodies import chat_sse, start_live, wire_sse
 from server.runs.streaming import SSEResponse
 from server.runs.wire import DirectCall, LiveRun, WireFormat
 from server.settings import Settings
-from server.telemetry.logs import key_name_var
 from server.telemetry.metrics import Metrics
 
 log = logging.getLogger("ponder.server")
@@ -351,7 +350,7 @@ class Serving:
         m.run_tokens.labels(**labels, kind="prompt").inc(usage.prompt_tokens)
         m.run_tokens.labels(**labels, kind="completion").inc(usage.completion_tokens)
         m.run_engine_calls.labels(**labels).inc(usage.calls)
-        m.count_key_run(key_name_var.get(), usage.prompt_tokens, usage.completion_tokens)
+        m.count_key_run(plan.key.name, usage.prompt_tokens, usage.completion_tokens)
 
 
 def _status_of(exc: BaseException) -> int:
