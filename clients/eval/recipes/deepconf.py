@@ -39,7 +39,7 @@ _DIFFERS = (
 )
 
 
-def _recipe(name: str, keep: float, reported: Reported) -> Recipe:
+def _recipe(name: str, keep: float, reported: Reported, differs: tuple[str, ...]) -> Recipe:
     return Recipe(
         name=name,
         title=f"DeepConf offline, 512 traces, keep the most confident {keep:.0%} (bottom window)",
@@ -54,7 +54,7 @@ def _recipe(name: str, keep: float, reported: Reported) -> Recipe:
         evaluation=Evaluation("aime25", samples=1, metrics=("accuracy", "tokens")),
         reported=reported,
         sources=_SOURCES,
-        differs=_DIFFERS,
+        differs=(*differs, *_DIFFERS),
     )
 
 
@@ -66,12 +66,22 @@ LOW = _recipe(
         "generated tokens than full parallel thinking",
         "Fu et al., Deep Think with Confidence, arXiv 2508.15260, abstract",
     ),
+    (
+        "the number: the abstract's 99.9% is its best setting ('up to'; which confidence "
+        "measure and share kept is in the paper's tables, not reachable from here), and its "
+        "84.7% fewer tokens can only come from the online mode's early stopping "
+        "(README.md:105-106), which this offline recipe does not run: offline generates all "
+        "512 traces",
+    ),
 )
 HIGH = _recipe(
     "deepconf-high",
     0.9,
     Reported(
-        "not transcribed yet: the paper's DeepConf-high rows",
+        "not transcribed: the paper's keep-90% offline rows are in its tables, which no source "
+        "reachable from here gives (facebookresearch/deepconf's README and examples publish no "
+        "paper numbers; the abstract gives only its best setting)",
         "Fu et al., Deep Think with Confidence, arXiv 2508.15260",
     ),
+    (),
 )

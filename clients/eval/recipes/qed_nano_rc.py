@@ -46,5 +46,7 @@ RECIPE = Recipe(
         "the proof judge: QED-Nano grades with its own grader model and guidelines "
         "(eval/README.md:50-66); ponder eval's judge uses its rubric (--rubric)",
         "QED-Nano's agent framework (retries, logging) is not reproduced",
+        "the number: eval/README.md:17 says it of IMOProofBench and names no agent; the "
+        "recipe runs lm-provers/ProofBench (eval/README.md:42)",
     ),
 )

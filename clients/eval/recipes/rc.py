@@ -37,9 +37,9 @@ RECIPE = Recipe(
     ),
     evaluation=Evaluation("aime25", samples=16, metrics=("accuracy", "pass@k", "maj@k")),
     reported=Reported(
-        "not transcribed yet: the paper's main table",
-        '"Reasoning Cache: Continual Improvement Over Long Horizons via Short-Horizon RL" '
-        "(2026), IanYHWu/rc README.md:3",
+        "RCT-4B on HMMT 2025: from 40% to nearly 70% with 0.5M tokens at test time (in words)",
+        "Wu et al., Reasoning Cache: Continual Improvement Over Long Horizons via Short-Horizon "
+        "RL, arXiv 2602.03773, abstract (IanYHWu/rc README.md:3)",
     ),
     sources=(
         "inference/commands.md:10 (--n 16)",
@@ -47,7 +47,8 @@ RECIPE = Recipe(
         "inference/commands.md:12-13 (--temperature 1.0, --top_p 1.0)",
         "inference/commands.md:14 (--max_thinking_tokens 16384)",
         "inference/inference/generate_complete.py:499 (--max_summarization_tokens 2048)",
-        "inference/commands.md:6 (HMMT November 2025, a file not in the repository)",
+        "inference/commands.md:6 (HMMT November 2025: inference/datasets/hmmt_2025_nov.json, "
+        "30 problems)",
         "inference/utils/evaluators.py:13-25 (reader: the last \\boxed{} of the whole output, "
         "thinking included: answer_format boxed_anywhere)",
     ),
@@ -56,8 +57,13 @@ RECIPE = Recipe(
         "the whole output, thinking included); RC's own regex (inference/utils/evaluators.py:23) "
         "reads braces one level deep only, so it finds no answer in "
         "\\boxed{\\frac{\\sqrt{3}}{2}}: the recipe keeps RC's where-to-read and not that loss",
-        "dataset: the reference's run is HMMT November 2025 (commands.md:6, not published "
-        "with the code); the recipe uses aime25",
+        "dataset: the reference's run is HMMT November 2025 (commands.md:6; the repository "
+        "ships it as inference/datasets/hmmt_2025_nov.json); the recipe uses aime25",
+        "the paper's number is at 0.5M test-time tokens per problem; the recipe's 12 steps of "
+        "at most 16,384 reasoning and 2,048 summary tokens spend at most about 0.22M "
+        "(commands.md:11 and :14, generate_complete.py:499): a longer horizon than the recipe "
+        "runs, and the paper's per-step numbers were not reachable from here (the repository "
+        "publishes no results table)",
         "each sample advances on its own, where the reference steps all samples together",
         "the reference opens <think> in the prompt itself; Ponder leaves it to the chat template",
     ),
