@@ -64,6 +64,20 @@ class KeyLimits:
     scaffolds: tuple[str, ...] | None = None
     max_fanout: int | None = None
 
+    def allows_model(self, model_id: str, base: str) -> bool:
+        """Whether ``models`` lets the key use the id ``model_id`` of the served model
+        ``base``: the one rule for running it (a 403 otherwise) and for seeing it in
+        ``/v1/models``. A base model's name covers every id on it (its aliases and
+        ``base+<spec>``); an alias's id, only itself.
+
+        >>> limits = KeyLimits(models=("m", "n+g2"))
+        >>> limits.allows_model("m+g2", "m"), limits.allows_model("n+g2", "n")
+        (True, True)
+        >>> limits.allows_model("n", "n"), KeyLimits().allows_model("n", "n")
+        (False, True)
+        """
+        return self.models is None or model_id in self.models or base in self.models
+
 
 @dataclass(frozen=True)
 class ClientKey:

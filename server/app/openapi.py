@@ -83,6 +83,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "model": {"type": "string"},
             "choices": {"type": "array", "items": _OBJECT},
             "usage": _OBJECT,
+            "ponder": _OBJECT,
+            "trace": {"type": "array"},
         },
     },
     "Model": {
@@ -93,6 +95,39 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "object": {"const": "model"},
             "created": {"type": "integer"},
             "owned_by": {"type": "string"},
+            "ponder": {
+                "type": "object",
+                "description": "Ponder: the served model the id runs on, the scaffold it "
+                "runs, how its answers are read, the runs served at once, and what a "
+                "request's reasoning effort does on it (effort.source, as the answer's "
+                "ponder.effort.source will say; under a policy, each level's spec and "
+                "budget of generated tokens).",
+                "properties": {
+                    "base_model": {"type": "string"},
+                    "scaffold": {"type": "string"},
+                    "answer_format": {"type": "string"},
+                    "thinking_markers": _OBJECT,
+                    "max_concurrent_runs": {"type": "integer"},
+                    "effort": {
+                        "type": "object",
+                        "required": ["source"],
+                        "properties": {
+                            "source": {"enum": ["policy", "passthrough", "scaffold"]},
+                            "levels": {
+                                "type": "object",
+                                "additionalProperties": {
+                                    "type": "object",
+                                    "required": ["spec", "budget"],
+                                    "properties": {
+                                        "spec": {"type": "string"},
+                                        "budget": {"type": ["integer", "null"]},
+                                    },
+                                },
+                            },
+                        },
+                    },
+                },
+            },
         },
     },
     "ModelList": {

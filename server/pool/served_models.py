@@ -33,6 +33,7 @@ from scaffolds.spec_grammar import format_spec, parse_spec
 from scaffolds.strategies.base import Strategy
 from scaffolds.verifiers import GenerativeVerifier, LocalVerifier, PoolingVerifier
 from scaffolds.verifiers.local import MAX_BATCH
+from server.keys import KeyLimits
 from server.model_settings import EFFORT_LEVELS, ModelConfig
 from server.pool.engine_responses import EngineResponses, engine_responses
 from server.pool.metered import (
@@ -46,7 +47,7 @@ from server.pool.replica_engine import engine_health
 from server.settings import Settings
 from server.telemetry.metrics import Metrics
 
-__all__ = ["ServedModel", "ServedModels", "model_card", "spec_error"]
+__all__ = ["ServedModel", "ServedModels", "effort_card", "model_card", "spec_error"]
 
 
 def model_card(model_id: str, *, owned_by: str = "ponder", **extra: Any) -> dict[str, Any]:
@@ -58,6 +59,35 @@ def model_card(model_id: str, *, owned_by: str = "ponder", **extra: Any) -> dict
         "owned_by": owned_by,
         **extra,
     }
+
+
+def effort_card(config: ModelConfig, *, alias: bool = False) -> dict[str, Any]:
+    """A model card's ``effort``: what a request's reasoning effort does on the model (or
+    on one of its aliases), by the ``source`` its answer's ``ponder.effort`` will give.
+    ``policy``: each level's spec (as configured, normalised) and budget of generated
+    tokens (``auto`` without its own entry runs ``high``'s); ``passthrough``: the effort
+    goes to the engine; ``scaffold``: an alias runs its own scaffold whatever the effort.
+
+    >>> policy = {"minimal": {"spec": "single", "budget": 100}, "low": {"spec": "majority(k=4)"},
+    ...           "medium": {"spec": "majority(k=8)"}, "high": {"spec": "majority(k=16)"}}
+    >>> config = ModelConfig(name="m", engines="http://e/v1", effort_policy=policy)
+    >>> card = effort_card(config)
+    >>> card["source"], card["levels"]["medium"], card["levels"]["auto"]["spec"]
+    ('policy', {'spec': 'majority(k=8)', 'budget': None}, 'majority(k=16)')
+    >>> effort_card(config, alias=True), effort_card(ModelConfig(name="t", engines="http://e/v1"))
+    ({'source': 'scaffold'}, {'source': 'passthrough'})
+    """
+    policy = config.effort_policy
+    if policy is None or config.effort_mode() == "passthrough":
+        return {"source": "passthrough"}
+    if alias:
+        return {"source": "scaffold"}
+    levels = {
+        name: {"spec": format_spec(parse_spec(level.spec)), "budget": level.budget}
+        for name in EFFORT_LEVELS
+        for level in (policy.level(name),)
+    }
+    return {"source": "policy", "levels": levels}
 
 
 @dataclass(frozen=True)
@@ -259,9 +289,10 @@ class ServedModels:
 
     def model_cards(self) -> list[dict[str, Any]]:
         """``/v1/models`` entries: each base model, then its aliases, with the scaffold
-        each runs and how the model's answers are read when a request does not say
+        each runs, how the model's answers are read when a request does not say
         (``answer_format``, after the thinking its ``thinking_markers`` mark: what
-        ``ponder eval`` grades with by default)."""
+        ``ponder eval`` grades with by default) and what a request's reasoning effort
+        does on it (``effort``: :func:`effort_card`)."""
         cards = []
         for name, served in self.models.items():
             about: dict[str, Any] = {
@@ -270,16 +301,21 @@ class ServedModels:
                 "thinking_markers": served.config.thinking_config().markers.as_dict(),
             }
             default = spec_string(served.default)
-            cards.append(model_card(name, ponder={**about, "scaffold": default}))
+            effort = effort_card(served.config)
+            cards.append(model_card(name, ponder={**about, "scaffold": default, "effort": effort}))
             written = served.config.alias_specs()
+            effort = effort_card(served.config, alias=True)
             for alias in served.aliases:
                 # as configured, normalised: majority(k=8) keeps its k, though 8 is the default
                 scaffold = format_spec(parse_spec(written[alias]))
-                cards.append(model_card(alias, ponder={**about, "scaffold": scaffold}))
+                ponder = {**about, "scaffold": scaffold, "effort": effort}
+                cards.append(model_card(alias, ponder=ponder))
         return cards
 
-    def resolve(self, model: str) -> tuple[ServedModel, Strategy]:
-        """A model id (base, alias, or ``base+<spec>``) to its model and scaffold."""
+    def resolve(self, model: str, limits: KeyLimits | None = None) -> tuple[ServedModel, Strategy]:
+        """A model id (base, alias, or ``base+<spec>``) to its model and scaffold; an
+        unknown id is a 404 naming the known ones (those ``limits``, a client key's,
+        let it use)."""
         if model in self.models:
             served = self.models[model]
             return served, served.default
@@ -293,7 +329,12 @@ class ServedModels:
             except SpecError as exc:
                 if "(" in suffix:
                     raise spec_error(exc, "model") from None
-        known = ", ".join(card["id"] for card in self.model_cards())
+        visible = limits or KeyLimits()
+        known = ", ".join(
+            card["id"]
+            for card in self.model_cards()
+            if visible.allows_model(card["id"], card["ponder"]["base_model"])
+        )
         raise NotFoundError(f"the model {model!r} does not exist (known: {known})", param="model")
 
     async def start(self) -> None:

@@ -13,6 +13,10 @@ completion object or its SSE chunks). Routers only call :meth:`Serving.handle`.
 >>> serving = Serving.build(settings, engines={"m": MockEngine(lambda r: "\\\\boxed{4}")})
 >>> [card["id"] for card in serving.model_cards()]
 ['m', 'm+g2']
+>>> from server.keys import KeyLimits
+>>> only = ClientKey("ci", "ci", KeyLimits(models=("m+g2",)))
+>>> [card["id"] for card in serving.model_cards(only)]
+['m+g2']
 """
 
 from __future__ import annotations
@@ -125,12 +129,19 @@ class Serving:
         await self.served.aclose()
         self.voter.close()
 
-    def model_cards(self) -> list[dict[str, Any]]:
-        """``/v1/models`` entries: each base model, then its aliases, each with the runs
-        this server executes at once (``ponder.max_concurrent_runs``, over all workers:
-        the concurrency a client such as ``ponder eval`` needs to keep it full)."""
+    def model_cards(self, key: ClientKey = ANONYMOUS) -> list[dict[str, Any]]:
+        """``/v1/models`` entries ``key`` may use (its ``models`` allow-list, the rule
+        that admits its runs: :meth:`~server.keys.KeyLimits.allows_model`): each base
+        model, then its aliases, each with the runs this server executes at once
+        (``ponder.max_concurrent_runs``, over all workers: the concurrency a client such
+        as ``ponder eval`` needs to keep it full)."""
         runs = self.settings.max_concurrent_runs * self.settings.workers
-        cards = self.served.model_cards()
+        limits = key.limits
+        cards = [
+            card
+            for card in self.served.model_cards()
+            if limits.allows_model(card["id"], card["ponder"]["base_model"])
+        ]
         for card in cards:
             card["ponder"]["max_concurrent_runs"] = runs
         return cards

@@ -149,13 +149,13 @@ def plan_run(
     unknown = req.unknown_fields()
     if unknown:
         log.info("passing on request fields Ponder does not read: %s", ", ".join(unknown))
-    served, strategy = models.resolve(req.model)
+    served, strategy = models.resolve(req.model, key.limits)
     if req.scaffold is not None:
         strategy = models.strategy(req.scaffold, "scaffold")
         models.check_named_models(strategy, "scaffold")
     elif "(" in req.model:  # a spec in the model id (aliases were checked at start)
         models.check_named_models(strategy, "model")
-    ask = req.effort_ask() if isinstance(req, ChatCompletionRequest) else None
+    ask = req.effort_ask()  # chat and text completions alike (Responses, Messages: as chat)
     effort = None
     if ask is not None:
         named = req.scaffold is not None or req.model != served.config.name
@@ -314,7 +314,7 @@ def check_key(
     a 400 ``fan_out_exceeded``, as the server's own cap (:func:`check_runs`).
     """
     limits = key.limits
-    if limits.models is not None and not {req.model, served.config.name} & set(limits.models):
+    if not limits.allows_model(req.model, served.config.name):
         raise ForbiddenError(
             f"key {key.name!r} does not have access to model {served.config.name!r}",
             param="model",

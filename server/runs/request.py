@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
@@ -122,44 +122,6 @@ PONDER_FIELDS = tuple(PonderFields.model_fields)
 """The names of Ponder's own request fields (:class:`PonderFields`); never sent to an engine."""
 
 
-class _OpenAIFields(_Open):
-    """The OpenAI fields chat and text completions share."""
-
-    model: str
-    n: int = Field(default=1, ge=1, le=MAX_N)
-    max_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    stop: str | list[str] | None = None
-    seed: int | None = None
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    user: str | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-
-
-class _CommonRequest(PonderFields, _OpenAIFields):
-    """A chat or text completion request: OpenAI's fields, then Ponder's (in that order in
-    the OpenAPI document: pydantic lists a base's fields before its subclass's)."""
-
-    def requested_max_tokens(self) -> int | None:
-        return self.max_tokens
-
-    def stop_list(self) -> tuple[str, ...]:
-        if self.stop is None:
-            return ()
-        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
-
-    def include_usage(self) -> bool:
-        return self.stream_options is not None and self.stream_options.include_usage
-
-    def passthrough(self) -> dict[str, Any]:
-        """Every field the caller set beyond :data:`MODELED_FIELDS` and Ponder's own, as
-        given (OpenAI's ``logprobs``, ``tools``, ``response_format``..., vLLM's extras)."""
-        return self.model_dump(exclude_unset=True, exclude=set(MODELED_FIELDS) | set(PONDER_FIELDS))
-
-
 @dataclass(frozen=True)
 class EffortAsk:
     """The reasoning effort a request asked for, in its API's own field: a level
@@ -189,16 +151,31 @@ EFFORT_DESCRIPTION = (
 )
 
 
-class ChatCompletionRequest(_CommonRequest):
-    messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+class _OpenAIFields(_Open):
+    """The OpenAI fields chat and text completions share."""
+
+    model: str
+    n: int = Field(default=1, ge=1, le=MAX_N)
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
     reasoning_effort: str | None = Field(default=None, description=EFFORT_DESCRIPTION)
+
+
+class _CommonRequest(PonderFields, _OpenAIFields):
+    """A chat or text completion request: OpenAI's fields, then Ponder's (in that order in
+    the OpenAPI document: pydantic lists a base's fields before its subclass's)."""
+
     _effort: EffortAsk | None = PrivateAttr(default=None)
 
-    def requested_max_tokens(self) -> int | None:
-        return self.max_completion_tokens or self.max_tokens
-
-    def with_effort(self, ask: EffortAsk | None) -> ChatCompletionRequest:
+    def with_effort(self, ask: EffortAsk | None) -> Self:
         """This request, carrying ``ask`` (what a Responses or Messages request asked in
         its own field); returns itself."""
         self._effort = ask
@@ -206,10 +183,9 @@ class ChatCompletionRequest(_CommonRequest):
 
     def effort_ask(self) -> EffortAsk | None:
         """The effort this request asked for: what :meth:`with_effort` set, else its
-        ``reasoning_effort``.
+        ``reasoning_effort`` (chat and text completions alike).
 
-        >>> req = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}],
-        ...                             reasoning_effort="low")
+        >>> req = CompletionRequest(model="m", prompt="x", reasoning_effort="low")
         >>> req.effort_ask().param, req.effort_ask().forward
         ('reasoning_effort', {'reasoning_effort': 'low'})
         """
@@ -219,6 +195,30 @@ class ChatCompletionRequest(_CommonRequest):
             return None
         forward = {"reasoning_effort": self.reasoning_effort}
         return EffortAsk("reasoning_effort", level=self.reasoning_effort, forward=forward)
+
+    def requested_max_tokens(self) -> int | None:
+        return self.max_tokens
+
+    def stop_list(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+    def passthrough(self) -> dict[str, Any]:
+        """Every field the caller set beyond :data:`MODELED_FIELDS` and Ponder's own, as
+        given (OpenAI's ``logprobs``, ``tools``, ``response_format``..., vLLM's extras)."""
+        return self.model_dump(exclude_unset=True, exclude=set(MODELED_FIELDS) | set(PONDER_FIELDS))
+
+
+class ChatCompletionRequest(_CommonRequest):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+
+    def requested_max_tokens(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
 
 
 class CompletionRequest(_CommonRequest):

@@ -39,7 +39,12 @@ def fake() -> Iterator[FakeEngineHandle]:
 @pytest.fixture(scope="module")
 def ponder(fake: FakeEngineHandle) -> Iterator[str]:
     models = [
-        {"name": MODEL, "engines": [fake.base_url], "effort_policy": POLICY},
+        {
+            "name": MODEL,
+            "engines": [fake.base_url],
+            "effort_policy": POLICY,
+            "aliases": {"two": "majority(k=2)"},
+        },
         {"name": OTHER, "engines": [fake.base_url], "engine_model": MODEL, "effort": "passthrough"},
     ]
     settings = Settings(
@@ -246,3 +251,71 @@ def test_on_the_engines_own_responses_api_the_policy_keeps_the_effort_from_it() 
     assert effort_of(out)["spec"] == "single" and effort_of(out)["source"] == "policy"
     assert (second.path, second.body["reasoning"]) == ("/v1/responses", reasoning)
     assert effort_of(passed)["source"] == "passthrough"
+
+
+def test_text_completions_reasoning_effort_selects_the_spec_as_chat_does(
+    ponder: str, fake: FakeEngineHandle
+) -> None:
+    before = len(fake.state.requests)
+    high = oai(ponder).completions.create(
+        model=MODEL, prompt="2+2=", extra_body={"reasoning_effort": "high", "return_trace": True}
+    )
+    sent = new_requests(fake, before)
+    assert samples(sent) == [16] and "reasoning_effort" not in sent[0].body
+    assert effort_of(high) == {
+        "field": "reasoning_effort",
+        "level": "high",
+        "spec": "majority(k=16)",
+        "source": "policy",
+        "budget": 32000,
+    }
+    assert high.model_extra is not None and high.model_extra["trace"][0]["values"] == (
+        effort_of(high)
+    )
+    before = len(fake.state.requests)
+    chunks = list(
+        oai(ponder).completions.create(
+            model=MODEL,
+            prompt="2+2=",
+            stream=True,
+            stream_options={"include_usage": True},  # the usage chunk carries ponder
+            extra_body={"reasoning_effort": "minimal"},
+        )
+    )
+    assert samples(new_requests(fake, before)) == [1]
+    assert effort_of(chunks[-1])["spec"] == "single"
+    before = len(fake.state.requests)
+    passed = oai(ponder).completions.create(
+        model=OTHER, prompt="2+2=", extra_body={"reasoning_effort": "low"}
+    )
+    (sent_one,) = new_requests(fake, before)
+    assert sent_one.body["reasoning_effort"] == "low" and effort_of(passed)["source"] == (
+        "passthrough"
+    )
+    with pytest.raises(openai.BadRequestError) as err:
+        oai(ponder).completions.create(
+            model=MODEL, prompt="2+2=", extra_body={"reasoning_effort": "extreme"}
+        )
+    assert err.value.param == "reasoning_effort" and err.value.code == "invalid_value"
+
+
+def test_the_model_card_shows_the_effort_policy(ponder: str) -> None:
+    card = oai(ponder).models.retrieve(MODEL)
+    assert card.model_extra is not None
+    levels = {name: {"spec": lv["spec"], "budget": lv["budget"]} for name, lv in POLICY.items()}
+    assert card.model_extra["ponder"]["effort"] == {
+        "source": "policy",
+        "levels": levels | {"auto": levels["high"]},  # no auto entry: high's
+    }
+    cards = {m.id: (m.model_extra or {})["ponder"]["effort"] for m in oai(ponder).models.list()}
+    assert cards[f"{MODEL}+two"] == {"source": "scaffold"}
+    assert cards[OTHER] == {"source": "passthrough"}
+
+
+@pytest.mark.parametrize("model", [MODEL, f"{MODEL}+two", OTHER])
+def test_a_cards_effort_source_is_what_an_answer_says(ponder: str, model: str) -> None:
+    source = (oai(ponder).models.retrieve(model).model_extra or {})["ponder"]["effort"]["source"]
+    out = oai(ponder).chat.completions.create(
+        model=model, messages=MESSAGES, reasoning_effort="low"
+    )
+    assert effort_of(out)["source"] == source

@@ -3,6 +3,9 @@ aliases) and ``GET /v1/models/{id}`` (one of them), from the cards
 :meth:`Serving.model_cards <server.runs.handler.Serving.model_cards>` gives, and their
 routes (:data:`ROUTES`, which :mod:`server.app.routes` mounts).
 
+A client key whose ``models`` allow-list leaves a model out does not see it: the list
+omits it, and its card is the same 404 as a model that does not exist.
+
 ``/v1/*`` is behind Bearer auth (see :mod:`server.app.auth`). Example::
 
     curl -s localhost:8000/v1/models -H 'Authorization: Bearer sk-...'
@@ -15,17 +18,17 @@ from typing import Any
 from fastapi import Request
 
 from scaffolds.errors import NotFoundError
-from server.routing import Route, serving_of
+from server.routing import Route, client_key_of, serving_of
 
 __all__ = ["ROUTES", "get_model", "list_models"]
 
 
 async def list_models(request: Request) -> dict[str, Any]:
-    return {"object": "list", "data": serving_of(request).model_cards()}
+    return {"object": "list", "data": serving_of(request).model_cards(client_key_of(request))}
 
 
 async def get_model(model_id: str, request: Request) -> dict[str, Any]:
-    for card in serving_of(request).model_cards():
+    for card in serving_of(request).model_cards(client_key_of(request)):
         if card["id"] == model_id:
             return card
     raise NotFoundError(f"the model {model_id!r} does not exist", param="model")

@@ -105,6 +105,7 @@ async def test_alias_as_model_and_in_model_list(make_client: Any) -> None:
         "answer_format": "boxed",
         "thinking_markers": {"start": "<think>", "end": "</think>"},
         "scaffold": "gsr(n=2)",
+        "effort": {"source": "passthrough"},  # no effort policy
         "max_concurrent_runs": 1024,
     }
     assert r.status_code == 200 and r.json()["model"] == "m+gsr2"
