@@ -18,8 +18,11 @@ the frontier (no cheaper spec is as accurate), and the levels
 frontier spec within ``--tolerance`` of the most accurate, ``low`` and ``medium`` the
 frontier specs a third and two thirds of the way between. ``auto`` is the cheapest grid
 setting whose resampled accuracy is within ``--tolerance`` of the resampled
-``majority(k=max_k)``. Each level's budget is 8,192 generated tokens per sample of its
-largest draw (the effort policy's default rule; no cap below an hour-long run).
+``majority(k=max_k)``. Resampling cannot simulate ``auto(hard="refine")`` (a refine
+writes a new answer, not one of the pool's samples): ``--auto-refine`` measures it as
+one more candidate spec instead (:func:`candidate_specs`). Each level's budget is 8,192
+generated tokens per sample of its largest draw (the effort policy's default rule; no cap
+below an hour-long run).
 
 Written into ``OUT``: ``calibration.json`` and ``calibration.md`` (every number),
 ``frontier.png`` (accuracy against generated tokens, the frontier starred),
@@ -121,6 +124,11 @@ def run_on(spec: str | Strategy, order: Sequence[Sample]) -> tuple[bool, int]:
     ((True, 30), (True, 20))
     """
     strategy = build_strategy(spec) if isinstance(spec, str) else spec
+    if isinstance(strategy, Auto) and (strategy.hard, strategy.probe) != ("vote", "agreement"):
+        raise ValueError(
+            f"cannot resample {strategy}: a refine or a verifier's scores are not in a "
+            "pool of single samples (measure it as a candidate spec)"
+        )
     need = strategy.max_samples()
     if need > len(order):
         raise ValueError(f"{strategy} draws up to {need} samples; the pool has {len(order)}")
@@ -212,6 +220,23 @@ def choose_levels(
     top = next(i for i, s in enumerate(front) if paired_to_best[s] >= -tolerance)
     pick = [front[round(top * share)] for share in (0.0, 1 / 3, 2 / 3, 1.0)]
     return dict(zip(LEVELS, pick, strict=True))
+
+
+DEFAULT_SPECS = ("single", "majority(k=4)", "majority(k=8)", "majority(k=16)")
+"""The candidate specs measured when none is given."""
+
+
+def candidate_specs(given: Sequence[str] | None, *, auto_refine: bool = False) -> list[str]:
+    """The specs measured: ``given`` (default :data:`DEFAULT_SPECS`), and with
+    ``auto_refine`` ``auto(hard="refine")`` too. Resampling cannot simulate a refine (its
+    answer is a new generation, not one of the pool's samples), so the grid of ``auto``
+    settings stays voting and the refining one is measured like any candidate spec.
+
+    >>> candidate_specs(["single"], auto_refine=True)
+    ['single', 'auto(hard="refine")']
+    """
+    specs = list(given or DEFAULT_SPECS)
+    return [*specs, str(Auto(hard="refine"))] if auto_refine else specs
 
 
 def auto_grid(pool_size: int) -> list[str]:
@@ -319,6 +344,13 @@ def calibrate(
     grader: Annotated[str, typer.Option(help="math | exact")] = "math",
     answer_format: Annotated[str, typer.Option(help="boxed | lenient")] = "boxed",
     progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
+    auto_refine: Annotated[
+        bool,
+        typer.Option(
+            help='also measure auto(hard="refine") as a candidate spec (not resampled: '
+            "a refine cannot be simulated from single samples)"
+        ),
+    ] = False,
 ) -> None:
     """Run the candidate specs (and a pool of single samples) over PROBLEMS through the
     served MODEL; write the frontier, the effort policy and ponder.yaml into OUT."""
@@ -334,7 +366,7 @@ def calibrate(
     if answer_format not in ("boxed", "lenient"):
         raise typer.BadParameter("must be boxed or lenient", param_hint="--answer-format")
     fmt = cast("AnswerFormat", answer_format)
-    specs = check_specs(spec or ["single", "majority(k=4)", "majority(k=8)", "majority(k=16)"])
+    specs = check_specs(candidate_specs(spec, auto_refine=auto_refine))
     rows = load_problems(problems, limit=limit).problems
     if not rows:
         raise typer.BadParameter(f"no usable problems in {problems}", param_hint="--problems")

@@ -13,7 +13,7 @@ call, the candidates' majority answer is returned, marked cut short.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -121,6 +121,28 @@ REFINE = StepBuilder(
 )
 
 
+async def refine_over(
+    ctx: Context, problem: Problem, candidates: Sequence[Solution], *, model: str | None = None
+) -> Solution:
+    """The refine step over ``candidates`` (the step gsr ends with; ``auto(hard="refine")``
+    takes it too): the model reads the problem and each candidate's shown text and writes
+    the answer (``model``: the served model that writes it, default the run's). Its parent
+    is the candidates' step when they share one. Raises
+    :class:`~scaffolds.errors.BudgetExhaustedError` when the budget has no room for it."""
+    sources = {c.step_id for c in candidates}
+    parent = (sources.pop(), None) if len(sources) == 1 else (None, None)
+    shown = [ctx.shown(c.text) for c in candidates]
+    step = await REFINE.generate(
+        ctx,
+        problem,
+        {"candidates": shown},
+        parent,
+        label="refine",
+        role=StepRole(final=True, force_answer=True, model=model),
+    )
+    return Solution.from_step(step)
+
+
 class GSR(Strategy):
     name: ClassVar[str] = "gsr"
     summary: ClassVar[str] = "Generative self-refinement: n candidates, then one refine over all."
@@ -138,21 +160,10 @@ class GSR(Strategy):
         candidates = await self.solver.solve_many(
             problem, ctx.child("candidates"), self.n, label="candidate"
         )
-        sources = {c.step_id for c in candidates}
-        parent = (sources.pop(), None) if len(sources) == 1 else (None, None)
-        shown = [ctx.shown(c.text) for c in candidates]
         try:
-            step = await REFINE.generate(
-                ctx,
-                problem,
-                {"candidates": shown},
-                parent,
-                label="refine",
-                role=StepRole(final=True, force_answer=True, model=self.refiner),
-            )
+            refined = await refine_over(ctx, problem, candidates, model=self.refiner)
         except BudgetExhaustedError:
             return await pick_by_vote(candidates, ctx, expected=self.n + 1)
-        refined = Solution.from_step(step)
         return refined.marked_cut_short() if len(candidates) < self.n else refined
 
     def max_calls(self) -> int:
