@@ -47,9 +47,15 @@ class Calls:
             self._ends[name].set()
         await settle()
 
-    async def cancel(self, name: str) -> None:
-        self._tasks[name].cancel()
+    async def cancel(self, *names: str) -> None:
+        """Cancel the calls ``names`` at once (none runs its cleanup before all are)."""
+        for name in names:
+            self._tasks[name].cancel()
         await settle()
+
+    def end_soon(self, name: str) -> None:
+        """Let call ``name`` end on a later turn of the loop, without waiting for it."""
+        self._ends[name].set()
 
     async def end_all(self) -> None:
         """End every call, those still waiting as they are granted."""
@@ -192,7 +198,7 @@ async def test_a_call_granted_as_it_is_cancelled_gives_its_keys_sequences_back()
     await calls.start("a-held", 1, "a")
     waiter = asyncio.create_task(_hold(gate, "b"))
     await settle()
-    calls._ends["a-held"].set()
+    calls.end_soon("a-held")
     await asyncio.sleep(0)  # a's call ends and grants b's, which has not resumed yet
     assert gate.held_by("b") == 1 and not waiter.done()
     waiter.cancel()
@@ -252,9 +258,7 @@ async def test_waiters_that_leave_at_the_same_moment_leave_the_gate_consistent()
     await calls.start("a-held", 2, "a")
     for name, key in [("a-1", "a"), ("b-1", "b"), ("b-2", "b"), ("c-1", "c")]:
         await calls.start(name, 1, key)
-    for name in ("b-1", "a-1", "c-1"):  # all cancelled before any of them runs its cleanup
-        calls._tasks[name].cancel()
-    await settle()
+    await calls.cancel("b-1", "a-1", "c-1")  # before any of them runs its cleanup
     assert gate.waiting_by_key() == {"b": 1} and gate.waiting == 1
     await calls.end("a-held")
     assert calls.granted == ["a-held", "b-2"]
