@@ -25,10 +25,12 @@ other failures. ``make bench-saturation`` runs all of it; smaller runs:
 request is timed alone on the idle server, then again and again while key A floods
 ``--flood`` (1,000) ``gsr(n=4)`` runs at once; the report is B's time under the flood
 over its idle time (issue 52 asks for at most 2x). ``--max-concurrent-runs`` makes the
-flood queue in Ponder (where admission serves the keys in turn); ``--ponder-root`` runs
-the server from another checkout (e.g. one with a single FIFO queue), same client:
+flood queue in Ponder's admission, ``--max-sequences`` at its sequence gate (both serve
+the keys in turn); ``--ponder-root`` runs the server from another checkout (e.g. one with
+a single FIFO queue), same client:
 
     python -m benchmarks.saturation --fair-share --max-concurrent-runs 64
+    python -m benchmarks.saturation --fair-share --max-sequences 256
 """
 
 from __future__ import annotations
@@ -273,9 +275,10 @@ from server.app.app import create_app
 from server.keys import ANONYMOUS, ClientKey
 from server.settings import Settings
 port, engine, model, running = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+sequences = int(sys.argv[5]) if sys.argv[5:] else None
 keys = {b"Bearer sk-a": ClientKey("a", "team-a"), b"Bearer sk-b": ClientKey("b", "team-b")}
 app = create_app(Settings(model="m", engines=(engine,), engine_model=model,
-                          max_concurrent_runs=running))
+                          max_concurrent_runs=running, max_sequences=sequences))
 async def keyed(scope, receive, send):  # as auth does from a keys file
     if scope["type"] == "http":
         key = keys.get(dict(scope["headers"]).get(b"authorization"), ANONYMOUS)
@@ -291,6 +294,7 @@ sets the request's key as the auth middleware does)."""
 @dataclass
 class FairShare:
     max_running: int
+    max_sequences: int | None  # the gate's bound where set (else the default)
     flood: int
     idle: float  # B's single alone (median of 5)
     under_flood: list[float]  # B's single, one after another while A's flood runs
@@ -317,7 +321,9 @@ async def flood_client(url: str, runs: int) -> list[int]:
     )
 
 
-async def fair_share_row(url: str, flood: int, max_running: int) -> FairShare:
+async def fair_share_row(
+    url: str, flood: int, max_running: int, max_sequences: int | None
+) -> FairShare:
     b = Target("b", url, headers={"Authorization": "Bearer sk-b"})
     single = {**chat_body("m", -1), "scaffold": "single"}
     for _ in range(2):  # warm-up
@@ -336,7 +342,8 @@ async def fair_share_row(url: str, flood: int, max_running: int) -> FairShare:
             wall = time.perf_counter() - started
             statuses = json.loads(await asyncio.to_thread(out.read_text))
     ok = statuses.count(200)
-    return FairShare(max_running, flood, sorted(idles)[2], probes, wall, ok, flood - ok)
+    idle = sorted(idles)[2]
+    return FairShare(max_running, max_sequences, flood, idle, probes, wall, ok, flood - ok)
 
 
 async def all_in(url: str, runs: int, within: float = 60.0) -> None:
@@ -355,32 +362,38 @@ async def all_in(url: str, runs: int, within: float = 60.0) -> None:
             await asyncio.sleep(0.05)
 
 
-def fair_share(engine: Target, flood: int, max_running: int, root: Path) -> FairShare:
+def fair_share(
+    engine: Target, flood: int, max_running: int, root: Path, max_sequences: int | None = None
+) -> FairShare:
     port = free_port()
     cmd = [sys.executable, "-c", KEYED_SERVER_CODE, str(port), engine.url, MODEL,
            str(max_running)]  # fmt: skip
+    if max_sequences is not None:
+        cmd.append(str(max_sequences))
     env = {"PYTHONPATH": str(root)}
     with process(cmd, env, cwd=root) as proc:
         wait_http(f"http://127.0.0.1:{port}/ready", proc, 300)
         url = f"http://127.0.0.1:{port}/v1"
-        return asyncio.run(fair_share_row(url, flood, max_running))
+        return asyncio.run(fair_share_row(url, flood, max_running, max_sequences))
 
 
 def describe_fair(row: FairShare) -> str:
     probes = sorted(row.under_flood)
     median = probes[len(probes) // 2] if probes else float("nan")
     worst = probes[-1] if probes else float("nan")
+    gate = row.max_sequences or "default"
     return (
-        f"| {row.max_running} | {row.flood} x `gsr(n=4)` | {row.idle:.2f} s | {len(probes)} "
-        f"| {median:.2f} s ({median / row.idle:.2f}x) | {worst:.2f} s ({worst / row.idle:.2f}x) "
+        f"| {row.max_running} | {gate} | {row.flood} x `gsr(n=4)` | {row.idle:.2f} s "
+        f"| {len(probes)} | {median:.2f} s ({median / row.idle:.2f}x) "
+        f"| {worst:.2f} s ({worst / row.idle:.2f}x) "
         f"| {row.flood_wall:.1f} s | {row.flood_ok} / {row.flood_other} |"
     )
 
 
 FAIR_HEADER = (
-    "| runs at once | key A's flood | key B's `single` idle | B's requests under the flood "
-    "| B median | B worst | flood wall | A's 200 / other |\n"
-    "|---:|---|---:|---:|---:|---:|---:|---|"
+    "| runs at once | sequences at once | key A's flood | key B's `single` idle "
+    "| B's requests under the flood | B median | B worst | flood wall | A's 200 / other |\n"
+    "|---:|---:|---|---:|---:|---:|---:|---:|---|"
 )
 
 
@@ -452,6 +465,9 @@ def main() -> None:
         "--max-concurrent-runs", type=int, default=1024, help="Ponder's (fair share)"
     )
     parser.add_argument(
+        "--max-sequences", type=int, default=None, help="Ponder's sequence gate (fair share)"
+    )
+    parser.add_argument(
         "--ponder-root", type=Path, default=Path(__file__).resolve().parents[1],
         help="the checkout the fair-share server runs from",
     )  # fmt: skip
@@ -476,7 +492,9 @@ def main() -> None:
     if args.fair_share:
         with process(cmd) as proc:
             wait_http(f"http://127.0.0.1:{port}/health", proc, 120)
-            row = fair_share(engine, args.flood, args.max_concurrent_runs, args.ponder_root)
+            row = fair_share(
+                engine, args.flood, args.max_concurrent_runs, args.ponder_root, args.max_sequences
+            )
         print(f"fair share, server from {args.ponder_root}")
         print(FAIR_HEADER)
         print(describe_fair(row))

@@ -356,9 +356,9 @@ class ModelOptions(BaseModel):
     """The model's end-of-thinking marker (a forced answer closes the thinking with it)."""
     max_sequences: Annotated[int | None, Field(ge=1), Flag(metavar="N")] = None
     """Sequences (samples) in flight to this model's engines at once, over all its
-    replicas; more wait in Ponder, first come first served (default: twice what the
-    engines say they run at once, SGLang's max_running_requests or vLLM's max_num_seqs
-    where published, else 4096 per replica)."""
+    replicas; more wait in Ponder, first come first served within a client key, in turn
+    across keys (default: twice what the engines say they run at once, SGLang's
+    max_running_requests or vLLM's max_num_seqs where published, else 4096 per replica)."""
     helper_model: Annotated[str | None, Flag(metavar="NAME")] = None
     """The served model that runs helper steps by default, e.g. an instruct model beside
     a thinking one (a spec's summarizer=, critic=, abstractor=, judge_model= win)."""

@@ -38,7 +38,7 @@ from scaffolds.engines.protocol import (
 )
 from scaffolds.fanout import gather
 from server.pool.replica_engine import ReplicaEngine, engine_health
-from server.pool.sequences import SequenceGate, engine_capacity, sequence_bound
+from server.pool.sequences import SequenceGate, engine_capacity, run_key, sequence_bound
 
 if TYPE_CHECKING:
     from server.model_settings import ModelConfig
@@ -91,7 +91,8 @@ def model_engine(config: ModelConfig, settings: Settings) -> Engine:
 
 class MeteredEngine:
     """Counts calls, latency, tokens and outcomes of ``inner`` under the ``model`` label,
-    and holds each call at ``gate`` until its sequences fit (:mod:`server.pool.sequences`).
+    and holds each call at ``gate`` until its sequences fit (:mod:`server.pool.sequences`),
+    in the turn of the run's client key (:data:`~server.pool.sequences.run_key`).
 
     With ``max_sequences`` None the gate's bound is taken from the engine at
     :meth:`start` where it says its capacity (else it stays the default). ``close_s``
@@ -172,7 +173,7 @@ class MeteredEngine:
         """Make one engine call once its ``sequences`` fit the gate, recording its
         outcome, latency (from when it left the gate) and tokens; a call cancelled while
         it waited never reached the engine and is not counted."""
-        async with self.gate.hold(sequences):
+        async with self.gate.hold(sequences, key=run_key.get()):
             started = time.perf_counter()
             try:
                 result = await call()
@@ -211,7 +212,7 @@ class MeteredEngine:
         without waiting on the engine.)"""
         result: GenerateResult | None = None
         outcome = "cancelled"
-        async with self.gate.hold(sequences) as held:
+        async with self.gate.hold(sequences, key=run_key.get()) as held:
             started = time.perf_counter()
             iterator = open_stream()
             try:

@@ -43,6 +43,7 @@ from scaffolds.spec.registry import Registry
 from scaffolds.strategies.base import Strategy
 from server.errors import ClientDisconnectedError, KeyLimitError, api_error
 from server.keys import ANONYMOUS, ClientKey
+from server.pool.sequences import run_key
 from server.pool.served_models import ServedModel, ServedModels
 from server.runs.admission import RunLimiter
 from server.runs.completion import (
@@ -179,7 +180,22 @@ class Serving:
         ASGI receive (its disconnect cancels the run). ``wire`` shapes the answer for
         another API (Responses, Anthropic Messages) than ``endpoint``'s own. ``key`` is
         the client key it came with: its limits are the request's, and it waits for a
-        run slot in its key's turn (:class:`~server.runs.admission.RunLimiter`)."""
+        run slot, and its engine calls for sequences, in its key's turn
+        (:class:`~server.runs.admission.RunLimiter`, :data:`~server.pool.sequences.run_key`)."""
+        turn = run_key.set(key.name)  # the run's tasks, made below, inherit it
+        try:
+            return await self._handle(endpoint, req, receive, wire, key)
+        finally:
+            run_key.reset(turn)
+
+    async def _handle(
+        self,
+        endpoint: Endpoint,
+        req: AnyRequest,
+        receive: Receive,
+        wire: WireFormat | None,
+        key: ClientKey,
+    ) -> Response:
         started = time.perf_counter()
         base = req.model.partition("+")[0]  # labels stay bounded whatever the client sends
         label = wire.label if wire is not None else endpoint
