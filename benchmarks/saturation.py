@@ -24,10 +24,15 @@ other failures. ``make bench-saturation`` runs all of it; smaller runs:
 **Fair share** (``--fair-share``): Ponder with two client keys. Key B's ``single``
 request is timed alone on the idle server, then again and again while key A floods
 ``--flood`` (1,000) ``gsr(n=4)`` runs at once; the report is B's time under the flood
-over its idle time (issue 52 asks for at most 2x). ``--max-concurrent-runs`` makes the
-flood queue in Ponder's admission, ``--max-sequences`` at its sequence gate (both serve
-the keys in turn); ``--ponder-root`` runs the server from another checkout (e.g. one with
-a single FIFO queue), same client:
+over its idle time (issue 52 asks for at most 2x). Side by side, on the same engine and
+with the same two client processes, **the floor** sends the same flood straight to the
+engine (per run the two calls Ponder makes for ``gsr(n=4)``, through :class:`Floor`, from
+A's own process) and B's single call straight to it too, idle and under the flood; the
+report divides Ponder's ratios by the floor's, which is what Ponder in the path adds
+(``--no-floor`` leaves it out). ``--max-concurrent-runs`` makes the flood queue in
+Ponder's admission, ``--max-sequences`` at its sequence gate (both serve the keys in
+turn); ``--ponder-root`` runs the server from another checkout (e.g. one with a single
+FIFO queue), same client:
 
     python -m benchmarks.saturation --fair-share --max-concurrent-runs 64
     python -m benchmarks.saturation --fair-share --max-sequences 256
@@ -39,6 +44,7 @@ import argparse
 import asyncio
 import functools
 import json
+import math
 import sys
 import tempfile
 import time
@@ -70,6 +76,9 @@ config = FakeEngineConfig(model=sys.argv[2], respond=reply, cached_tokens=0,
                           latency_per_token=float(sys.argv[3]))
 state = FakeEngineState()
 app = create_app(config, state)
+@app.get("/calls")
+async def calls():
+    return JSONResponse({"calls": state.calls})  # counted as each call arrives
 @app.post("/peak")
 async def peak():
     out = {"calls": state.max_open_calls, "sequences": state.max_open_sequences}
@@ -85,6 +94,10 @@ SCAFFOLDS = {  # spec: (depth in generations, optillm's nearest approach, its de
     "rsa(n=8, k=4, rounds=2)": (3, None, 0),
 }
 QUESTION = "What is 6*7?"
+REFINE_CHARS = 571
+"""The size of the refine prompt Ponder sends the engine for ``gsr(n=4)`` over this
+question and four ``\\boxed{42}`` candidates; the floor pads its refine call's prompt to
+it (tests/benchmarks/test_saturation.py checks that the two send the same calls)."""
 
 
 @dataclass
@@ -173,7 +186,9 @@ class Floor:
         try:
             if spec.startswith("gsr"):
                 candidates = await self.call(question, 4)
-                await self.call(question + "\n" + "\n".join(candidates), 1)
+                refine = question + "\n" + "\n".join(candidates) + "\n"
+                filler = " candidate" * (REFINE_CHARS // 10)
+                await self.call((refine + filler)[:REFINE_CHARS], 1)
             elif spec.startswith("majority"):
                 answers = await self.call(question, 8)
                 max(set(answers), key=answers.count)
@@ -293,7 +308,8 @@ sets the request's key as the auth middleware does)."""
 
 @dataclass
 class FairShare:
-    max_running: int
+    server: str  # "ponder", or "floor": the same two clients straight to the engine
+    max_running: int | None  # Ponder's bounds (None on the floor)
     max_sequences: int | None  # the gate's bound where set (else the default)
     flood: int
     idle: float  # B's single alone (median of 5)
@@ -301,6 +317,17 @@ class FairShare:
     flood_wall: float
     flood_ok: int
     flood_other: int
+
+    def over_idle(self) -> tuple[float, float]:
+        """B's median and worst time under the flood over its idle time (NaN without any).
+
+        >>> FairShare("floor", None, None, 2, 2.0, [3.0, 2.0, 5.0], 4.0, 2, 0).over_idle()
+        (1.5, 2.5)
+        """
+        probes = sorted(self.under_flood)
+        if not probes:
+            return math.nan, math.nan
+        return probes[len(probes) // 2] / self.idle, probes[-1] / self.idle
 
 
 async def timed(target: Target, body: dict[str, Any]) -> float:
@@ -321,29 +348,74 @@ async def flood_client(url: str, runs: int) -> list[int]:
     )
 
 
+async def floor_flood_client(url: str, runs: int) -> list[int]:
+    """Key A's flood on the floor (its own process too): ``runs`` gsr(n=4) call graphs at
+    once straight to the engine at ``url``, the calls Ponder makes for each (one of 4,
+    then the refine), on one aiohttp session as Ponder's engine client; their statuses."""
+    floor = Floor(Target("engine", url))
+    try:
+        return list(await asyncio.gather(*(floor.run("gsr(n=4)", i) for i in range(runs))))
+    finally:
+        await floor.close()
+
+
+async def idle_time(b: Target, single: dict[str, Any], warm_up: dict[str, Any]) -> float:
+    """Key B's ``single`` alone: the median of 5, after two ``warm_up`` requests."""
+    for _ in range(2):
+        await timed(b, warm_up)
+    return sorted([await timed(b, single) for _ in range(5)])[2]
+
+
+async def flood_and_probe(
+    b: Target, single: dict[str, Any], flood: list[str], flood_in: Callable[[], Awaitable[None]]
+) -> tuple[list[float], float, list[int]]:
+    """Key A's flood from a process of its own (``flood``: its ``--flood-client``
+    arguments); once ``flood_in`` returns, B's ``single`` one after another until the flood
+    is done (at least one). (B's times, the flood's wall time, A's statuses.)"""
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "statuses.json"
+        cmd = python_cmd("benchmarks.saturation", *flood, "--flood-out", str(out))
+        started = time.perf_counter()
+        with process(cmd) as proc:
+            await flood_in()
+            probes = [await timed(b, single)]
+            while proc.poll() is None:
+                probes.append(await timed(b, single))
+            wall = time.perf_counter() - started
+            if proc.returncode != 0:
+                raise RuntimeError(f"key A's flood client exited with {proc.returncode}")
+            statuses: list[int] = json.loads(await asyncio.to_thread(out.read_text))
+    return probes, wall, statuses
+
+
 async def fair_share_row(
     url: str, flood: int, max_running: int, max_sequences: int | None
 ) -> FairShare:
     b = Target("b", url, headers={"Authorization": "Bearer sk-b"})
     single = {**chat_body("m", -1), "scaffold": "single"}
-    for _ in range(2):  # warm-up
-        await timed(b, {**single, "scaffold": "gsr(n=4)"})
-    idles = [await timed(b, single) for _ in range(5)]
-    with tempfile.TemporaryDirectory() as folder:
-        out = Path(folder) / "statuses.json"
-        cmd = python_cmd("benchmarks.saturation", "--flood-client", url, "--flood", str(flood),
-                         "--flood-out", str(out))  # fmt: skip
-        started = time.perf_counter()
-        with process(cmd) as proc:
-            await all_in(url, flood)  # A's runs are all in: running, and queued past the slots
-            probes = []
-            while proc.poll() is None:
-                probes.append(await timed(b, single))
-            wall = time.perf_counter() - started
-            statuses = json.loads(await asyncio.to_thread(out.read_text))
+    idle = await idle_time(b, single, {**single, "scaffold": "gsr(n=4)"})
+    args = ["--flood-client", url, "--flood", str(flood)]
+    # A's runs are all in: running, and queued past the slots
+    probes, wall, statuses = await flood_and_probe(b, single, args, lambda: all_in(url, flood))
     ok = statuses.count(200)
-    idle = sorted(idles)[2]
-    return FairShare(max_running, max_sequences, flood, idle, probes, wall, ok, flood - ok)
+    other = flood - ok
+    return FairShare("ponder", max_running, max_sequences, flood, idle, probes, wall, ok, other)
+
+
+async def floor_fair_share_row(engine: Target, flood: int) -> FairShare:
+    """The floor's row: A's flood and B's single (the engine call Ponder makes for it,
+    from the same client) straight to the engine."""
+    b = Target("b", engine.url)
+    single = {**chat_body(MODEL, -1), "n": 1}
+    idle = await idle_time(b, single, {**single, "n": 4})
+    before = await engine_calls(engine)
+    args = ["--flood-client", engine.url, "--flood", str(flood), "--flood-floor"]
+    # A's runs are all in: each one's first call has reached the engine
+    probes, wall, statuses = await flood_and_probe(
+        b, single, args, lambda: all_arrived(engine, before + flood)
+    )
+    ok = statuses.count(200)
+    return FairShare("floor", None, None, flood, idle, probes, wall, ok, flood - ok)
 
 
 async def all_in(url: str, runs: int, within: float = 60.0) -> None:
@@ -360,6 +432,22 @@ async def all_in(url: str, runs: int, within: float = 60.0) -> None:
             if held >= runs:
                 return
             await asyncio.sleep(0.05)
+
+
+async def engine_calls(engine: Target) -> int:
+    """The calls the fake engine has received so far."""
+    async with httpx.AsyncClient(timeout=30) as client:
+        reply = await client.get(engine.url.removesuffix("/v1") + "/calls")
+    return int(reply.json()["calls"])
+
+
+async def all_arrived(engine: Target, calls: int, within: float = 60.0) -> None:
+    """Wait until the fake engine has received ``calls`` calls in all."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if await engine_calls(engine) >= calls:
+            return
+        await asyncio.sleep(0.05)
 
 
 def fair_share(
@@ -379,22 +467,47 @@ def fair_share(
 
 def describe_fair(row: FairShare) -> str:
     probes = sorted(row.under_flood)
-    median = probes[len(probes) // 2] if probes else float("nan")
-    worst = probes[-1] if probes else float("nan")
-    gate = row.max_sequences or "default"
+    median = probes[len(probes) // 2] if probes else math.nan
+    worst = probes[-1] if probes else math.nan
+    over_median, over_worst = row.over_idle()
+    running = "" if row.max_running is None else str(row.max_running)
+    gate = "" if row.server == "floor" else row.max_sequences or "default"
     return (
-        f"| {row.max_running} | {gate} | {row.flood} x `gsr(n=4)` | {row.idle:.2f} s "
-        f"| {len(probes)} | {median:.2f} s ({median / row.idle:.2f}x) "
-        f"| {worst:.2f} s ({worst / row.idle:.2f}x) "
+        f"| {row.server} | {running} | {gate} | {row.flood} x `gsr(n=4)` | {row.idle:.2f} s "
+        f"| {len(probes)} | {median:.2f} s ({over_median:.2f}x) "
+        f"| {worst:.2f} s ({over_worst:.2f}x) "
         f"| {row.flood_wall:.1f} s | {row.flood_ok} / {row.flood_other} |"
     )
 
 
 FAIR_HEADER = (
-    "| runs at once | sequences at once | key A's flood | key B's `single` idle "
+    "| server | runs at once | sequences at once | key A's flood | key B's `single` idle "
     "| B's requests under the flood | B median | B worst | flood wall | A's 200 / other |\n"
-    "|---:|---:|---|---:|---:|---:|---:|---:|---|"
+    "|---|---:|---:|---|---:|---:|---:|---:|---:|---|"
 )
+
+
+def versus_floor(ponder: FairShare, floor: FairShare) -> str:
+    """B's median and worst over its idle time, Ponder's and the floor's, and Ponder's
+    over the floor's: what Ponder in the path adds to B's time under A's flood.
+
+    >>> ponder = FairShare("ponder", 1024, None, 9, 1.0, [1.2, 1.8, 2.4], 6.0, 9, 0)
+    >>> floor = FairShare("floor", None, None, 9, 1.0, [1.0, 1.2, 1.6], 5.0, 9, 0)
+    >>> print(versus_floor(ponder, floor).splitlines()[-1])
+    | Ponder / floor | 1.50 | 1.50 |
+    """
+    ponder_median, ponder_worst = ponder.over_idle()
+    floor_median, floor_worst = floor.over_idle()
+    return "\n".join(
+        [
+            "| B under the flood / B idle | median | worst |",
+            "|---|---:|---:|",
+            f"| Ponder | {ponder_median:.2f}x | {ponder_worst:.2f}x |",
+            f"| floor | {floor_median:.2f}x | {floor_worst:.2f}x |",
+            f"| Ponder / floor | {ponder_median / floor_median:.2f} "
+            f"| {ponder_worst / floor_worst:.2f} |",
+        ]
+    )
 
 
 def depth(spec: str) -> int:
@@ -462,6 +575,9 @@ def main() -> None:
     parser.add_argument("--fair-share", action="store_true", help="two keys: A floods, B asks")
     parser.add_argument("--flood", type=int, default=1000, help="key A's runs (fair share)")
     parser.add_argument(
+        "--no-floor", action="store_true", help="fair share: leave out the floor's row"
+    )
+    parser.add_argument(
         "--max-concurrent-runs", type=int, default=1024, help="Ponder's (fair share)"
     )
     parser.add_argument(
@@ -473,10 +589,12 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--flood-client", help=argparse.SUPPRESS)  # key A's flood, its URL
     parser.add_argument("--flood-out", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--flood-floor", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.flood_client:
         raise_open_file_limit()
-        statuses = asyncio.run(flood_client(args.flood_client, args.flood))
+        flood = floor_flood_client if args.flood_floor else flood_client
+        statuses = asyncio.run(flood(args.flood_client, args.flood))
         args.flood_out.write_text(json.dumps(statuses))
         return
     levels = [int(c) for c in args.concurrency.split(",")]
@@ -495,9 +613,14 @@ def main() -> None:
             row = fair_share(
                 engine, args.flood, args.max_concurrent_runs, args.ponder_root, args.max_sequences
             )
+            floor = None if args.no_floor else asyncio.run(floor_fair_share_row(engine, args.flood))
         print(f"fair share, server from {args.ponder_root}")
         print(FAIR_HEADER)
         print(describe_fair(row))
+        if floor is not None:
+            print(describe_fair(floor))
+            print()
+            print(versus_floor(row, floor))
         return
     print("server   scaffold                  runs    wall ideal  ratio  calls   seqs")
     with process(cmd) as proc:
