@@ -22,17 +22,34 @@ from tests.ponder_command import ROOT, run_ponder
 PROBLEMS = str(ROOT / "examples" / "problems.jsonl")
 ADDITION = str(ROOT / "scaffolds" / "models" / "ponder-addition")
 NOWHERE = "http://127.0.0.1:9/v1"  # nothing listens: the check comes before any call
+SFT = ("train", "sft", "--model", ADDITION, "--data", "{rows}", "--out", "{tmp}/sft")
+
+
+def eval_argv(dataset: str = PROBLEMS) -> list[str]:
+    """``ponder eval`` of ``dataset`` against a server that is not there."""
+    return [
+        "eval",
+        "--base-url",
+        NOWHERE,
+        "--model",
+        "m",
+        "--dataset",
+        dataset,
+        "--out",
+        "{tmp}/eval",
+    ]
+
 
 CASES = {
     "train sft without trl": (
         ("trl",),
         "train",
-        ["train", "sft", "--model", ADDITION, "--data", "{rows}", "--out", "{tmp}/sft"],
+        SFT,
     ),
     "train sft without torch": (
         ("torch",),
         "train",
-        ["train", "sft", "--model", ADDITION, "--data", "{rows}", "--out", "{tmp}/sft"],
+        SFT,
     ),
     "train grpo without trl": (
         ("trl",),
@@ -73,47 +90,17 @@ CASES = {
     "eval without openai": (
         ("openai",),
         "eval",
-        [
-            "eval",
-            "--base-url",
-            NOWHERE,
-            "--model",
-            "m",
-            "--dataset",
-            PROBLEMS,
-            "--out",
-            "{tmp}/eval",
-        ],
+        eval_argv(),
     ),
     "eval without matplotlib": (
         ("matplotlib",),
         "eval",
-        [
-            "eval",
-            "--base-url",
-            NOWHERE,
-            "--model",
-            "m",
-            "--dataset",
-            PROBLEMS,
-            "--out",
-            "{tmp}/eval",
-        ],
+        eval_argv(),
     ),
     "eval of a Hub dataset without datasets": (
         ("datasets",),
         "hub",
-        [
-            "eval",
-            "--base-url",
-            NOWHERE,
-            "--model",
-            "m",
-            "--dataset",
-            "someone/some-dataset",
-            "--out",
-            "{tmp}/eval",
-        ],
+        eval_argv("someone/some-dataset"),
     ),
     "serve without the server extra": (
         ("fastapi",),
