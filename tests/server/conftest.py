@@ -26,6 +26,12 @@ STORE_IN_MEMORY = {"responses_db": "sqlite+aiosqlite:///:memory:"}
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def store_in(folder: Path) -> dict[str, str]:
+    """The settings that keep stored responses in ``folder``'s ``responses.db`` (a
+    server in a process of its own, whose store a test reads across requests)."""
+    return {"responses_db": f"sqlite+aiosqlite:///{folder / 'responses.db'}"}
+
+
 def boxed(request: Any) -> str:
     return "I think it through and get \\boxed{4}"
 
