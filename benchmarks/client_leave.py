@@ -107,6 +107,19 @@ def progress(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
+def open_stream(client: Any, args: argparse.Namespace) -> Any:
+    """One long chat stream: ``args.samples`` samples of ``args.max_tokens`` tokens each,
+    the end of sequence ignored so that each writes them all."""
+    return client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "count"}],
+        stream=True,
+        max_tokens=args.max_tokens,
+        n=args.samples,
+        extra_body={"ignore_eos": True},
+    )
+
+
 def leave_once(
     client: Any, vllm: Any, engine: Any, watch: Watch, args: argparse.Namespace, index: int
 ) -> Leave:
@@ -116,14 +129,7 @@ def leave_once(
     counter = engine.metrics.engine_calls.labels(model=MODEL, outcome="cancelled")
     cancelled_before = counter._value.get()
     leave = Leave(opened=time.time())
-    stream = client.chat.completions.create(
-        model=MODEL,
-        messages=[{"role": "user", "content": "count"}],
-        stream=True,
-        max_tokens=args.max_tokens,
-        n=args.samples,
-        extra_body={"ignore_eos": True},
-    )
+    stream = open_stream(client, args)
     written = 0
     for chunk in stream:
         written += sum(bool(c.delta.content) for c in chunk.choices)
@@ -173,14 +179,7 @@ def read_all(client: Any, vllm: Any, args: argparse.Namespace) -> tuple[float, f
     """Seconds to read one long stream to its end, and the tokens vLLM wrote for it."""
     before = vllm.metric("vllm:generation_tokens_total")
     started = time.monotonic()
-    stream = client.chat.completions.create(
-        model=MODEL,
-        messages=[{"role": "user", "content": "count"}],
-        stream=True,
-        max_tokens=args.max_tokens,
-        n=args.samples,
-        extra_body={"ignore_eos": True},
-    )
+    stream = open_stream(client, args)
     for _ in stream:
         pass
     return time.monotonic() - started, vllm.metric("vllm:generation_tokens_total") - before

@@ -71,3 +71,11 @@ def run_ponder(
         ) as process:
             out, err = process.communicate(timeout=timeout_s)
     return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+def error_line(done: subprocess.CompletedProcess[str], code: int) -> str:
+    """The last line ``done`` wrote to stderr, after checking that it exited ``code`` and
+    printed no traceback (a command's error is one line, never a stack)."""
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == code, done.stderr
+    return done.stderr.splitlines()[-1]

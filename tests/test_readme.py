@@ -269,25 +269,15 @@ class Workdir:
 
     def bash(self, text: str, *, timeout_s: float = 600) -> str:
         """Run a block with bash; its stdout, after asserting it exited 0."""
-        done = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", text],
-            cwd=self.path,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
-        assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
-        return done.stdout
+        return self.run(["bash", "-euo", "pipefail", "-c", text], timeout_s)
 
     def python(self, text: str, *, timeout_s: float = 600) -> str:
+        return self.run([sys.executable, "-c", text], timeout_s)
+
+    def run(self, argv: list[str], timeout_s: float) -> str:
+        """Run ``argv`` here; its stdout, after asserting it exited 0."""
         done = subprocess.run(
-            [sys.executable, "-c", text],
-            cwd=self.path,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
+            argv, cwd=self.path, env=self.env, capture_output=True, text=True, timeout=timeout_s
         )
         assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
         return done.stdout

@@ -311,16 +311,30 @@ class OpenAIEngine:
 
         vLLM and SGLang: ``GET {root}/health``; OpenAI: ``GET {base_url}/models``.
         """
-        at_root, path = self.dialect.health_route()
         try:
-            response = await self.client.get(
-                (self.root_url if at_root else self.base_url) + path,
-                headers=self.auth_headers(),
-                timeout=httpx.Timeout(self._httpx.timeout.connect or 5.0),
-            )
+            response = await self.get_route(self.dialect.health_route())
         except httpx.HTTPError:
             return False
         return response.is_success
+
+    async def get_route(self, route: tuple[bool, str]) -> httpx.Response:
+        """``GET`` a dialect's ``(at_root, path)`` route (at the server's root, else under
+        ``base_url``) with this engine's key, within its connect timeout, no retries;
+        raises what httpx raises.
+
+        >>> import asyncio
+        >>> answer = httpx.MockTransport(lambda r: httpx.Response(200, text=str(r.url)))
+        >>> client = httpx.AsyncClient(transport=answer)
+        >>> engine = OpenAIEngine("http://engine/v1", "m", client=client)
+        >>> asyncio.run(engine.get_route((True, "/version"))).text
+        'http://engine/version'
+        """
+        at_root, path = route
+        return await self.client.get(
+            (self.root_url if at_root else self.base_url) + path,
+            headers=self.auth_headers(),
+            timeout=httpx.Timeout(self.connect_timeout),
+        )
 
     async def sequence_capacity(self) -> int | None:
         """How many sequences the server runs at once, where its dialect's capacity route
@@ -328,13 +342,8 @@ class OpenAIEngine:
         route = self.dialect.capacity_route()
         if route is None:
             return None
-        at_root, path = route
         try:
-            response = await self.client.get(
-                (self.root_url if at_root else self.base_url) + path,
-                headers=self.auth_headers(),
-                timeout=httpx.Timeout(self._httpx.timeout.connect or 5.0),
-            )
+            response = await self.get_route(route)
             data = response.json() if response.is_success else None
         except (httpx.HTTPError, ValueError):
             return None

@@ -57,9 +57,9 @@ budget runs out, the best path scored so far is the answer, marked cut short.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import Field, model_validator
 
@@ -80,10 +80,13 @@ __all__ = [
     "SEARCH_STEP",
     "Beam",
     "Path",
+    "SearchSettings",
     "Semantics",
     "best_so_far",
     "extend",
+    "extend_all",
     "finished",
+    "score_level",
     "score_paths",
 ]
 
@@ -165,6 +168,52 @@ async def extend(
     return children
 
 
+class SearchSettings(Protocol):
+    """What a step search (beam, particle_filter) sets for its steps and their scores."""
+
+    @property
+    def semantics(self) -> Semantics: ...
+    @property
+    def max_steps(self) -> int: ...
+    @property
+    def step(self) -> str: ...
+    @property
+    def step_tokens(self) -> int | None: ...
+    @property
+    def aggregate(self) -> Aggregate: ...
+    @property
+    def temperature(self) -> float | None: ...
+
+
+async def extend_all(
+    ctx: Context,
+    problem: Problem,
+    search: SearchSettings,
+    counts: Iterable[tuple[Path, int]],
+    *,
+    label: str,
+) -> list[list[Path] | BudgetExhaustedError]:
+    """Each ``(path, n)`` of ``counts`` :func:`extend` ed ``n`` ways at once, as
+    ``search`` sets; a branch the budget stopped yields its error (see :func:`settled`)."""
+    return await gather_within_budget(
+        *(
+            extend(
+                ctx,
+                problem,
+                path,
+                n,
+                sep=search.step,
+                max_steps=search.max_steps,
+                step_tokens=search.step_tokens,
+                label=label,
+                semantics=search.semantics,
+                temperature=search.temperature,
+            )
+            for path, n in counts
+        )
+    )
+
+
 def finished(
     step: str, ended_at_eos: bool, before: int, max_steps: int, semantics: Semantics
 ) -> bool:
@@ -215,6 +264,21 @@ async def score_paths(
         values={"paths": nodes},
     )
     return [replace(p, score=aggregate(verdicts.step_scores(i), how)) for i, p in enumerate(paths)]
+
+
+async def score_level(
+    ctx: Context,
+    verifier: Verifier,
+    problem: Problem,
+    search: SearchSettings,
+    paths: Sequence[Path],
+    *,
+    label: str,
+) -> list[Path]:
+    """:func:`score_paths` with ``search``'s separator and aggregation."""
+    return await score_paths(
+        ctx, verifier, problem, paths, sep=search.step, how=search.aggregate, label=label
+    )
 
 
 def by_score(path: Path) -> float:
@@ -379,37 +443,15 @@ class Beam(Strategy):
         kept: list[Path] = []
         frontier, n, cut = [Path()], self.first_level(), False
         for level in range(1, self.levels() + 1):
-            extended = await gather_within_budget(
-                *(
-                    extend(
-                        ctx,
-                        problem,
-                        path,
-                        n,
-                        sep=self.step,
-                        max_steps=self.max_steps,
-                        step_tokens=self.step_tokens,
-                        label=f"level {level}",
-                        semantics=self.semantics,
-                        temperature=self.temperature,
-                    )
-                    for path in frontier
-                )
-            )
+            counts = ((path, n) for path in frontier)
+            extended = await extend_all(ctx, problem, self, counts, label=f"level {level}")
             children, stopped = settled(extended)
             cut = cut or stopped is not None
             try:
                 if not children and stopped is not None:
                     raise stopped
-                scored = await score_paths(
-                    ctx,
-                    verifier,
-                    problem,
-                    children,
-                    sep=self.step,
-                    how=self.aggregate,
-                    label=f"verify level {level}",
-                )
+                label = f"verify level {level}"
+                scored = await score_level(ctx, verifier, problem, self, children, label=label)
             except BudgetExhaustedError as exc:
                 return await best_so_far(ctx, kept or children, self.step, exc)
             if its_hub and kept:

@@ -27,7 +27,7 @@ from scaffolds.prompts import PromptSet, Template
 from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.majority import pick_by_vote
 from scaffolds.strategies.single import Single
-from scaffolds.strategies.steps import Parent, StepBuilder
+from scaffolds.strategies.steps import Parent, StepBuilder, render_candidates
 from scaffolds.verifiers.scoring import score, verifier_for
 
 # This strategy's templates, one part per prompt set.
@@ -53,16 +53,7 @@ def judge_prompt(
     ctx: Context, problem: Problem, state: Mapping[str, Any], /, parent: Parent = (None, None)
 ) -> StepPrompt:
     """Problem + ``state["candidates"]`` (texts) -> the judge's prompt."""
-    templates = ctx.templates(BestOfN)
-    candidates = list(state["candidates"])
-    return ctx.render(
-        templates.template("best_of_n_judge"),
-        problem,
-        values={"candidates": candidates},
-        parent=parent,
-        candidates=templates.candidates(candidates),
-        count=str(len(candidates)),
-    )
+    return render_candidates(ctx, ctx.templates(BestOfN), "best_of_n_judge", problem, state, parent)
 
 
 JUDGE = StepBuilder("best_of_n_judge", "judge", ("best_of_n_judge",), build=judge_prompt, rows=None)

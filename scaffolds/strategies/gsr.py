@@ -27,7 +27,14 @@ from scaffolds.prompts import PromptSet, Template
 from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.majority import pick_by_vote
 from scaffolds.strategies.single import DIRECT, Single
-from scaffolds.strategies.steps import ContextLimits, Parent, RowInputs, StepBuilder, TracedStep
+from scaffolds.strategies.steps import (
+    ContextLimits,
+    Parent,
+    RowInputs,
+    StepBuilder,
+    TracedStep,
+    render_candidates,
+)
 
 # This strategy's templates, one part per prompt set.
 REFINE_TEMPLATE = Template(
@@ -54,16 +61,7 @@ def refine_prompt(
     ctx: Context, problem: Problem, state: Mapping[str, Any], /, parent: Parent = (None, None)
 ) -> StepPrompt:
     """Problem + ``state["candidates"]`` (texts) -> the refine step's prompt."""
-    templates = ctx.templates(GSR)
-    candidates = list(state["candidates"])
-    return ctx.render(
-        templates.template("gsr_refine"),
-        problem,
-        values={"candidates": candidates},
-        parent=parent,
-        candidates=templates.candidates(candidates),
-        count=str(len(candidates)),
-    )
+    return render_candidates(ctx, ctx.templates(GSR), "gsr_refine", problem, state, parent)
 
 
 async def _draw_candidates(

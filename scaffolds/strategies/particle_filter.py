@@ -48,7 +48,6 @@ from pydantic import Field
 from scaffolds.core.context import Context
 from scaffolds.core.solution import Solution
 from scaffolds.errors import BudgetExhaustedError
-from scaffolds.fanout import gather_within_budget
 from scaffolds.problem import Problem
 from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.beam import (
@@ -58,8 +57,8 @@ from scaffolds.strategies.beam import (
     answer_of,
     best_so_far,
     by_score,
-    extend,
-    score_paths,
+    extend_all,
+    score_level,
     settled,
 )
 from scaffolds.strategies.steps import StepBuilder
@@ -114,36 +113,14 @@ class ParticleFilter(Strategy):
             groups: dict[Path, int] = {}
             for p in alive:
                 groups[p] = groups.get(p, 0) + 1
-            extended = await gather_within_budget(
-                *(
-                    extend(
-                        ctx,
-                        problem,
-                        path,
-                        count,
-                        sep=self.step,
-                        max_steps=self.max_steps,
-                        step_tokens=self.step_tokens,
-                        label=f"round {round_}",
-                        semantics=self.semantics,
-                        temperature=self.temperature,
-                    )
-                    for path, count in groups.items()
-                )
-            )
+            label = f"round {round_}"
+            extended = await extend_all(ctx, problem, self, groups.items(), label=label)
             children, stopped = settled(extended)
             try:
                 if stopped is not None:  # resampling needs every particle's weight
                     raise stopped
-                scored = await score_paths(
-                    ctx,
-                    verifier,
-                    problem,
-                    children,
-                    sep=self.step,
-                    how=self.aggregate,
-                    label=f"verify round {round_}",
-                )
+                label = f"verify round {round_}"
+                scored = await score_level(ctx, verifier, problem, self, children, label=label)
             except BudgetExhaustedError as exc:
                 started = [p for p in particles if p.steps]
                 return await best_so_far(ctx, started or children, self.step, exc)

@@ -57,7 +57,7 @@ from scaffolds.strategies.base import FieldValueError, Strategy
 from scaffolds.strategies.best_of_n import parse_pick
 from scaffolds.strategies.gsr import REFINE
 from scaffolds.strategies.majority import pick_by_vote
-from scaffolds.strategies.steps import Parent, RowInputs, StepBuilder, TracedStep
+from scaffolds.strategies.steps import Parent, RowInputs, StepBuilder, TracedStep, render_candidates
 
 # This strategy's templates, one part per prompt set.
 INITIAL_TEMPLATE = Template(
@@ -167,15 +167,8 @@ def aggregate_prompt(
     """Problem + ``state["candidates"]`` (texts; ``members`` and ``round`` recorded) ->
     an aggregation step's prompt."""
     templates = ctx.templates(RSA)
-    candidates = list(state["candidates"])
-    extra = {key: state[key] for key in ("members", "round") if key in state}
-    step = ctx.render(
-        templates.template("rsa_aggregate"),
-        problem,
-        values={"candidates": candidates, **extra},
-        parent=parent,
-        candidates=templates.candidates(candidates),
-        count=str(len(candidates)),
+    step = render_candidates(
+        ctx, templates, "rsa_aggregate", problem, state, parent, recorded=("members", "round")
     )
     return with_system(templates, "rsa_aggregate", step)
 

@@ -39,6 +39,7 @@ __all__ = [
     "StepBuilder",
     "TraceView",
     "TracedStep",
+    "render_candidates",
     "render_step",
 ]
 
@@ -273,6 +274,41 @@ class StepBuilder:
         if step.template not in self.templates or step.started.fields is None:
             return False
         return self.accepts is None or self.accepts(step, inputs)
+
+
+def render_candidates(
+    ctx: Context,
+    templates: PromptSet,
+    template: str,
+    problem: Problem,
+    state: Mapping[str, Any],
+    parent: Parent,
+    /,
+    *,
+    recorded: tuple[str, ...] = (),
+) -> StepPrompt:
+    """Render ``templates``' ``template`` for ``problem`` and ``state["candidates"]``
+    (texts): ``$candidates`` is the set's candidate list, ``$count`` how many; the
+    candidates, and the keys of ``recorded`` that ``state`` has, are recorded as given.
+
+    >>> from scaffolds.engines.mock import MockEngine
+    >>> from scaffolds.strategies.gsr import GSR
+    >>> ctx = Context.root(MockEngine(lambda r: ""), RunSettings(prompts="compact", chat=False))
+    >>> problem, state = Problem.from_text("1+1="), {"candidates": ["2", "3"]}
+    >>> step = render_candidates(ctx, ctx.templates(GSR), "gsr_refine", problem, state, (None, 0))
+    >>> step.prompt, step.fields["candidates"], step.fields["count"], step.sample
+    ('1+1=[2,3]', ['2', '3'], '2', 0)
+    """
+    candidates = list(state["candidates"])
+    extra = {key: state[key] for key in recorded if key in state}
+    return ctx.render(
+        templates.template(template),
+        problem,
+        values={"candidates": candidates, **extra},
+        parent=parent,
+        candidates=templates.candidates(candidates),
+        count=str(len(candidates)),
+    )
 
 
 def render_step(

@@ -41,6 +41,29 @@ __all__ = ["SCHEMAS", "install_openapi", "statuses"]
 _NULLABLE_STRING = {"type": ["string", "null"]}
 _OBJECT = {"type": "object"}
 
+
+def _completion(kind: str) -> dict[str, Any]:
+    """A chat or text completion's schema, whose ``object`` is ``kind``.
+
+    >>> _completion("text_completion")["properties"]["object"]
+    {'const': 'text_completion'}
+    """
+    return {
+        "type": "object",
+        "required": ["id", "object", "created", "model", "choices", "usage"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": kind},
+            "created": {"type": "integer"},
+            "model": {"type": "string"},
+            "choices": {"type": "array", "items": _OBJECT},
+            "usage": _OBJECT,
+            "ponder": _OBJECT,
+            "trace": {"type": "array"},
+        },
+    }
+
+
 SCHEMAS: dict[str, dict[str, Any]] = {
     "Error": {
         "type": "object",
@@ -59,34 +82,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             }
         },
     },
-    "ChatCompletion": {
-        "type": "object",
-        "required": ["id", "object", "created", "model", "choices", "usage"],
-        "properties": {
-            "id": {"type": "string"},
-            "object": {"const": "chat.completion"},
-            "created": {"type": "integer"},
-            "model": {"type": "string"},
-            "choices": {"type": "array", "items": _OBJECT},
-            "usage": _OBJECT,
-            "ponder": _OBJECT,
-            "trace": {"type": "array"},
-        },
-    },
-    "TextCompletion": {
-        "type": "object",
-        "required": ["id", "object", "created", "model", "choices", "usage"],
-        "properties": {
-            "id": {"type": "string"},
-            "object": {"const": "text_completion"},
-            "created": {"type": "integer"},
-            "model": {"type": "string"},
-            "choices": {"type": "array", "items": _OBJECT},
-            "usage": _OBJECT,
-            "ponder": _OBJECT,
-            "trace": {"type": "array"},
-        },
-    },
+    "ChatCompletion": _completion("chat.completion"),
+    "TextCompletion": _completion("text_completion"),
     "Model": {
         "type": "object",
         "required": ["id", "object", "created", "owned_by"],
@@ -276,9 +273,8 @@ _RUN_400 = (
 
 
 def _error(status: int, run: bool = False) -> dict[str, Any]:
-    schema = {"$ref": "#/components/schemas/Error"}
     why = _RUN_400 if run and status == 400 else _WHY[status]
-    return {"description": why, "content": {"application/json": {"schema": schema}}}
+    return {"description": why, "content": {"application/json": {"schema": _ref("Error")}}}
 
 
 def _ref(schema: str) -> dict[str, str]:

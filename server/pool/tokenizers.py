@@ -136,13 +136,8 @@ class EngineTokenizer:
             route = leaf.dialect.version_route()
             if route is None:
                 return None
-            at_root, path = route
             try:
-                response = await leaf.client.get(
-                    (leaf.root_url if at_root else leaf.base_url) + path,
-                    headers=leaf.auth_headers(),
-                    timeout=httpx.Timeout(leaf.connect_timeout),
-                )
+                response = await leaf.get_route(route)
                 found = response.json().get("version") if response.is_success else None
             except (httpx.HTTPError, ValueError, AttributeError):
                 continue

@@ -17,13 +17,15 @@ spec string or JSON object, ``budget``, ``answer_format``, ``return_trace``,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
+from scaffolds.errors import InvalidRequestError
 from scaffolds.evaluation.answers import AnswerFormat
+from server.errors import validation_error
 
 MAX_N = 128
 """The most choices one request may ask for."""
@@ -219,6 +221,44 @@ class ChatCompletionRequest(_CommonRequest):
 
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
+
+
+def chat_request(
+    api: str,
+    request: BaseModel,
+    own: Container[str],
+    fields: Mapping[str, Any],
+    optional: Mapping[str, Any],
+) -> ChatCompletionRequest:
+    """The chat completion that answers ``api``'s ``request`` (Responses, Messages): its
+    unknown fields but those of ``own`` (its API's own, read or only echoed), then
+    ``fields``, then those of ``optional`` that are set. One output only (``n`` is 1);
+    invalid fields are an :class:`~scaffolds.errors.InvalidRequestError`.
+
+    >>> class Asked(BaseModel, extra="allow"):
+    ...     model: str
+    >>> asked = Asked(model="m", seed=3, echoed=True)
+    >>> messages = [{"role": "user", "content": "x"}]
+    >>> chat = chat_request("Test", asked, {"echoed"}, {"model": "m", "messages": messages},
+    ...     {"temperature": None})
+    >>> chat.seed, chat.temperature, chat.passthrough()
+    (3, None, {})
+    >>> chat_request("Test", Asked(model="m", n=2), (), {"messages": messages}, {})
+    Traceback (most recent call last):
+    scaffolds.errors.InvalidRequestError: n: the Test API answers with one output; ...
+    """
+    chat: dict[str, Any] = {k: v for k, v in (request.model_extra or {}).items() if k not in own}
+    chat |= fields
+    chat |= {k: v for k, v in optional.items() if v is not None}
+    if chat.get("n", 1) != 1:
+        raise InvalidRequestError(
+            f"n: the {api} API answers with one output; send one request per answer", param="n"
+        )
+    try:
+        return ChatCompletionRequest.model_validate(chat)
+    except ValidationError as exc:
+        error = validation_error(exc.errors())
+        raise InvalidRequestError(error.message, param=error.param) from exc
 
 
 class CompletionRequest(_CommonRequest):

@@ -26,6 +26,8 @@ KEY = "sk-playground-test"
 MODEL = "fake-model"
 KEY_STORAGE = "ponder.apiKey"
 """The sessionStorage entry the page keeps the key in (server/static/app.js)."""
+WAIT_MS = 30_000
+"""How long a test waits for a run on the page to end."""
 
 
 def chromium_path() -> str | None:
@@ -95,6 +97,22 @@ def open_page(browser: Any, url: str) -> Iterator[Any]:
     yield tab
     context.close()
     assert errors == [], f"JavaScript errors on the page: {errors}"
+
+
+def run_on_page(tab: Any, spec: str, problem: str) -> None:
+    """Run ``spec`` on ``problem`` from the page, and wait until the run is done."""
+    tab.fill("#problem", problem)
+    tab.fill("#spec", spec)
+    tab.click("#run-button")
+    tab.wait_for_selector('#final[data-state="done"]', timeout=WAIT_MS)
+
+
+@pytest.fixture
+def served_page(browser: Any, served: tuple[str, FakeEngineHandle]) -> Iterator[Any]:
+    """A fresh tab on the playground of the test module's own ``served`` fixture."""
+    url, _ = served
+    with open_page(browser, url) as tab:
+        yield tab
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle
-from tests.playground.conftest import open_page, running_playground
+from tests.playground.conftest import run_on_page, running_playground
 
 SURE = "\\boxed{2}"
 
@@ -27,21 +27,11 @@ def served() -> Iterator[tuple[str, FakeEngineHandle]]:
         yield served
 
 
-@pytest.fixture
-def page(browser: Any, served: tuple[str, FakeEngineHandle]) -> Iterator[Any]:
-    url, _ = served
-    with open_page(browser, url) as tab:
-        yield tab
-
-
-def test_deepconf_nodes_show_confidence_and_kept(page: Any) -> None:
-    page.fill("#problem", "What is 1+1?")
-    page.fill("#spec", "deepconf(n=3, keep=0.3, top_k=4)")
-    page.click("#run-button")
-    page.wait_for_selector('#final[data-state="done"]', timeout=30_000)
-    notes = page.eval_on_selector_all(".node .note-chip", "ns => ns.map(n => n.textContent)")
-    kept = page.eval_on_selector_all(".node", "ns => ns.map(n => n.dataset.kept)")
+def test_deepconf_nodes_show_confidence_and_kept(served_page: Any) -> None:
+    run_on_page(served_page, "deepconf(n=3, keep=0.3, top_k=4)", "What is 1+1?")
+    notes = served_page.eval_on_selector_all(".node .note-chip", "ns => ns.map(n => n.textContent)")
+    kept = served_page.eval_on_selector_all(".node", "ns => ns.map(n => n.dataset.kept)")
     assert kept == ["true", "false", "false"]
     assert notes[0].startswith("conf 2.00") and notes[0].endswith("kept")
     assert all(n.startswith("conf 1.00") and n.endswith("dropped") for n in notes[1:])
-    assert page.inner_text("#final-text").strip() == f"so it is {SURE}"
+    assert served_page.inner_text("#final-text").strip() == f"so it is {SURE}"

@@ -15,10 +15,9 @@ import httpx
 import pytest
 
 from testing.fake_engine import FakeEngineHandle
-from tests.playground.conftest import KEY, KEY_STORAGE, MODEL, open_page
+from tests.playground.conftest import KEY, KEY_STORAGE, MODEL, WAIT_MS, open_page, run_on_page
 
 PROBLEM = "What is 17 * 23?"
-WAIT_MS = 30_000
 SEE_STREAMING = """() => {
     window.sawStreamingText = false;
     new MutationObserver(() => {
@@ -50,13 +49,6 @@ def api_answer(url: str, scaffold: str, problem: str = PROBLEM) -> dict[str, Any
     reply.raise_for_status()
     data: dict[str, Any] = reply.json()
     return data
-
-
-def run_on_page(tab: Any, spec: str, problem: str = PROBLEM) -> None:
-    tab.fill("#problem", problem)
-    tab.fill("#spec", spec)
-    tab.click("#run-button")
-    tab.wait_for_selector('#final[data-state="done"]', timeout=WAIT_MS)
 
 
 def labels(tab: Any, selector: str) -> list[str]:
@@ -101,12 +93,14 @@ def test_gsr_run_streams_a_tree_of_candidates_and_a_refine(
 
 
 def test_rc_is_a_chain_and_gsr_over_rc_draws_columns(page: Any) -> None:
-    run_on_page(page, "rc(steps=2, reasoning_tokens=40, summary_tokens=20)")
+    run_on_page(page, "rc(steps=2, reasoning_tokens=40, summary_tokens=20)", PROBLEM)
     assert labels(page, ".node") == ["reasoning 1", "summary 1", "reasoning 2"]
     tops = [page.locator(".node").nth(i).bounding_box()["y"] for i in range(3)]
     assert tops == sorted(tops) and len(set(tops)) == 3
 
-    run_on_page(page, "gsr(n=2, solver=rc(steps=2, reasoning_tokens=40, summary_tokens=20))")
+    run_on_page(
+        page, "gsr(n=2, solver=rc(steps=2, reasoning_tokens=40, summary_tokens=20))", PROBLEM
+    )
     columns = page.locator(".column")
     assert columns.count() == 2
     assert labels(page, ".column >> nth=0 >> .node") == [
@@ -139,7 +133,7 @@ def test_spec_errors_are_shown_inline_with_their_field(page: Any) -> None:
 
 
 def test_saved_trace_opens_in_the_same_view(page: Any, tmp_path: Path) -> None:
-    run_on_page(page, "gsr(n=3)")
+    run_on_page(page, "gsr(n=3)", PROBLEM)
     live_answer = page.inner_text("#final-text")
     with page.expect_download() as download:
         page.click("#save-button")
@@ -236,7 +230,7 @@ def test_api_key_is_asked_once_kept_in_the_session_and_sent_as_a_header(
     assert tab.evaluate(f"localStorage.getItem({KEY_STORAGE!r})") is None
     assert tab.inner_text("#key-button") == "API key ✓"
 
-    run_on_page(tab, "gsr(n=2)")
+    run_on_page(tab, "gsr(n=2)", PROBLEM)
     tab.reload()  # same tab session: the key is still there, nothing is asked
     tab.wait_for_selector("#model option", state="attached")
     assert not tab.is_visible("#key-dialog")
@@ -280,7 +274,7 @@ def test_model_output_is_shown_as_text_never_as_html(
     markup = '<img id="injected" src="x"> <b>bold</b> \\boxed{4}'
     kept, fake.config.respond = fake.config.respond, lambda body: [markup] * (body.get("n") or 1)
     try:
-        run_on_page(page, "gsr(n=2)", problem="<script>alert(1)</script>")
+        run_on_page(page, "gsr(n=2)", "<script>alert(1)</script>")
     finally:
         fake.config.respond = kept
     assert page.locator("#injected").count() == 0 and page.locator(".node b").count() == 0
@@ -289,7 +283,7 @@ def test_model_output_is_shown_as_text_never_as_html(
 
 
 def test_rsa_is_a_grid_of_rounds_with_an_arrow_from_each_member_read(page: Any) -> None:
-    run_on_page(page, "rsa(n=3, k=2, rounds=2)")
+    run_on_page(page, "rsa(n=3, k=2, rounds=2)", PROBLEM)
     assert labels(page, ".node") == ["member 1", "member 2", "member 3"] + ["aggregate"] * 6
     tops = page.eval_on_selector_all(".node", "ns => ns.map(n => n.getBoundingClientRect().top)")
     assert tops[0] == tops[1] == tops[2] < tops[3] == tops[4] == tops[5] < tops[6] == tops[8]
@@ -323,7 +317,7 @@ def test_adaptive_shows_the_stopping_probability_after_each_wave(
     split = ["\\boxed{1}", "\\boxed{2}"]
     fake.config.respond = lambda body: [split[i % 2] for i in range(body.get("n") or 1)]
     try:
-        run_on_page(page, "adaptive(max_k=8, wave=4)")
+        run_on_page(page, "adaptive(max_k=8, wave=4)", PROBLEM)
     finally:
         fake.config.respond = kept
     notes = page.locator(".scope-note")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle
-from tests.playground.conftest import MODEL, open_page, running_playground
+from tests.playground.conftest import MODEL, run_on_page, running_playground
 from tests.playground.test_playground_population import READ_STDIN, run_node
 
 
@@ -31,20 +31,10 @@ def served() -> Iterator[tuple[str, FakeEngineHandle]]:
         yield served
 
 
-@pytest.fixture
-def page(browser: Any, served: tuple[str, FakeEngineHandle]) -> Iterator[Any]:
-    url, _ = served
-    with open_page(browser, url) as tab:
-        yield tab
-
-
-def test_a_beam_search_draws_as_a_tree_with_its_scores(page: Any) -> None:
-    page.fill("#problem", "What is 6*7?")
-    page.fill("#spec", "beam(width=1, expand=2, max_steps=2)")
-    page.click("#run-button")
-    page.wait_for_selector('#final[data-state="done"]', timeout=30_000)
-    assert page.inner_text("#final-text").strip() == "six sevens\n\nso \\boxed{42}"
-    nodes = page.eval_on_selector_all(
+def test_a_beam_search_draws_as_a_tree_with_its_scores(served_page: Any) -> None:
+    run_on_page(served_page, "beam(width=1, expand=2, max_steps=2)", "What is 6*7?")
+    assert served_page.inner_text("#final-text").strip() == "six sevens\n\nso \\boxed{42}"
+    nodes = served_page.eval_on_selector_all(
         ".node",
         "ns => ns.map(n => [n.dataset.kind, n.dataset.reads || '', "
         "n.querySelector('.note-chip').hidden ? '' : n.querySelector('.note-chip').textContent])",
@@ -54,10 +44,10 @@ def test_a_beam_search_draws_as_a_tree_with_its_scores(page: Any) -> None:
     # Level 1's paths carry their scores (the verifier said no to both: no 42 yet).
     assert [note for _, _, note in nodes[:2]] == ["score 0.00", "score 0.00"]
     # Level 2 continues the kept path: an arrow from it, and yes to the 42 path only.
-    first_step = page.eval_on_selector(".node", "n => n.dataset.stepId")
+    first_step = served_page.eval_on_selector(".node", "n => n.dataset.stepId")
     assert nodes[4][1] == f"{first_step}#0"
     assert [note for _, _, note in nodes[4:6]] == ["score 1.00", "score 0.00"]
-    assert page.locator("svg.links path").count() >= 1
+    assert served_page.locator("svg.links path").count() >= 1
 
 
 def test_population_js_reads_a_search_from_its_trace() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle
 from testing.fake_engine.tokens import prompt_text
-from tests.playground.conftest import open_page, running_playground
+from tests.playground.conftest import open_page, run_on_page, running_playground
 
 THOUGHT = "I add one and one."
 
@@ -31,10 +31,7 @@ def test_an_empty_summary_shows_the_thinking_it_passed_on(
     browser: Any, served: tuple[str, FakeEngineHandle]
 ) -> None:
     with open_page(browser, served[0]) as page:
-        page.fill("#problem", "What is 1+1?")
-        page.fill("#spec", "rc(steps=2, reasoning_tokens=60)")
-        page.click("#run-button")
-        page.wait_for_selector('#final[data-state="done"]', timeout=30_000)
+        run_on_page(page, "rc(steps=2, reasoning_tokens=60)", "What is 1+1?")
         summary = '.node[data-kind="summary"]'
         assert page.inner_text(f"{summary} .node-text").strip() == THOUGHT
         note = page.inner_text(f"{summary} .note-chip")

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
+from typing import Any
 
+import pytest
+
+from scaffolds.engines.mock import MockEngine
 from scaffolds.engines.protocol import GenerateRequest
 
 Reply = Callable[[GenerateRequest], str | list[str]]
@@ -51,3 +56,21 @@ class Script:
         if isinstance(reply, list) and len(reply) != request.params.n:
             return [reply[i % len(reply)] for i in range(request.params.n)]
         return reply
+
+
+async def wait_in_flight(engine: MockEngine, calls: int) -> None:
+    """Until ``calls`` of ``engine``'s calls are in flight (bounded: 60 s), and checks it."""
+    for _ in range(6000):
+        await asyncio.sleep(0.01)
+        if engine.in_flight == calls:
+            break
+    assert engine.in_flight == calls
+
+
+async def cancel_checking_calls(task: asyncio.Task[Any], engine: MockEngine, calls: int) -> None:
+    """Cancel the run ``task``, and check that it cancelled its ``calls`` engine calls in
+    flight and left none running."""
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert engine.cancelled == calls and engine.in_flight == 0

@@ -15,7 +15,7 @@ import pytest
 from fastapi import FastAPI
 
 from scaffolds.engines.mock import Handler, MockEngine
-from scaffolds.engines.vllm_server import free_port
+from scaffolds.engines.vllm_server import VLLMServer, free_port
 from scaffolds.processes.children import popen_owned
 from server.app.app import create_app
 from server.settings import Settings
@@ -24,6 +24,26 @@ UNUSED = "http://engine.invalid/v1"
 STORE_IN_MEMORY = {"responses_db": "sqlite+aiosqlite:///:memory:"}
 """Test apps keep stored responses (POST /v1/responses) in memory, not under PONDER_HOME."""
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def tiny_vllm_settings(engine: VLLMServer, **more: Any) -> Settings:
+    """Ponder over the tiny vLLM ``engine`` as the model ``tiny``: the alias ``gsr2``, 12
+    tokens a call unless asked, one retry; ``more`` adds or overrides settings."""
+    fields: dict[str, Any] = {
+        "model": "tiny",
+        "engines": (engine.base_url,),
+        "engine_model": engine.model,
+        "aliases": {"gsr2": "gsr(n=2)"},
+        "default_max_tokens": 12,
+        "engine_max_retries": 1,
+    }
+    return Settings(**(fields | more))
+
+
+def store_in(folder: Path) -> dict[str, str]:
+    """The settings that keep stored responses in ``folder``'s ``responses.db`` (a
+    server in a process of its own, whose store a test reads across requests)."""
+    return {"responses_db": f"sqlite+aiosqlite:///{folder / 'responses.db'}"}
 
 
 def boxed(request: Any) -> str:

@@ -78,6 +78,12 @@ def effort_of(body: Any) -> dict[str, Any]:
     return dict(body.model_extra["ponder"]["effort"])
 
 
+def from_policy(level: str, field: str = "reasoning_effort", **more: Any) -> dict[str, Any]:
+    """The ``ponder.effort`` of an answer whose ``field`` asked for ``level`` of
+    :data:`POLICY` (``more`` adds to it or overrides it)."""
+    return {"field": field, "level": level, **POLICY[level], "source": "policy", **more}
+
+
 def test_chat_reasoning_effort_high_and_minimal_run_different_specs(
     ponder: str, fake: FakeEngineHandle
 ) -> None:
@@ -87,13 +93,7 @@ def test_chat_reasoning_effort_high_and_minimal_run_different_specs(
     )
     sent = new_requests(fake, before)
     assert samples(sent) == [16] and "reasoning_effort" not in sent[0].body
-    assert effort_of(high) == {
-        "field": "reasoning_effort",
-        "level": "high",
-        "spec": "majority(k=16)",
-        "source": "policy",
-        "budget": 32000,
-    }
+    assert effort_of(high) == from_policy("high")
     assert high.model_extra is not None and high.model_extra["ponder"]["scaffold"] == (
         "majority(k=16)"
     )
@@ -167,14 +167,7 @@ def test_responses_reasoning_effort_selects_the_spec(ponder: str, fake: FakeEngi
     before = len(fake.state.requests)
     high = oai(ponder).responses.create(model=MODEL, input="2+2?", reasoning={"effort": "high"})
     assert samples(new_requests(fake, before)) == [16]
-    assert effort_of(high) | {"field": None} == {
-        "field": None,
-        "level": "high",
-        "spec": "majority(k=16)",
-        "source": "policy",
-        "budget": 32000,
-    }
-    assert effort_of(high)["field"] == "reasoning.effort"
+    assert effort_of(high) == from_policy("high", "reasoning.effort")
     before = len(fake.state.requests)
     minimal = oai(ponder).responses.create(
         model=MODEL, input="2+2?", reasoning={"effort": "minimal"}
@@ -200,14 +193,9 @@ def test_anthropic_thinking_budget_selects_the_spec(ponder: str, fake: FakeEngin
 
     sent, big = ask(20_000)  # above medium's 16,000: high, capped at 20,000
     assert sent == [16]
-    assert effort_of(big) == {
-        "field": "thinking.budget_tokens",
-        "level": "high",
-        "spec": "majority(k=16)",
-        "source": "policy",
-        "budget": 20_000,
-        "budget_tokens": 20_000,
-    }
+    assert effort_of(big) == from_policy(
+        "high", "thinking.budget_tokens", budget=20_000, budget_tokens=20_000
+    )
     sent, small = ask(1024)
     assert sent == [1] and effort_of(small)["spec"] == "single"
 
@@ -262,13 +250,7 @@ def test_text_completions_reasoning_effort_selects_the_spec_as_chat_does(
     )
     sent = new_requests(fake, before)
     assert samples(sent) == [16] and "reasoning_effort" not in sent[0].body
-    assert effort_of(high) == {
-        "field": "reasoning_effort",
-        "level": "high",
-        "spec": "majority(k=16)",
-        "source": "policy",
-        "budget": 32000,
-    }
+    assert effort_of(high) == from_policy("high")
     assert high.model_extra is not None and high.model_extra["trace"][0]["values"] == (
         effort_of(high)
     )

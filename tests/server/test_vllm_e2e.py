@@ -12,23 +12,16 @@ import openai
 import pytest
 
 from scaffolds.engines.vllm_server import VLLMServer, scraped_metric
-from server.settings import Settings
 from testing.ponder import running_ponder
 from testing.vllm import ABORT_TEST_BOUND_S, ABORT_TEST_TIMEOUT_S
+from tests.server.conftest import tiny_vllm_settings
 
 pytestmark = pytest.mark.vllm
 
 
 @pytest.fixture
 def ponder(vllm_server: VLLMServer) -> Iterator[str]:
-    settings = Settings(
-        model="tiny",
-        engines=(vllm_server.base_url,),
-        engine_model=vllm_server.model,
-        aliases={"gsr2": "gsr(n=2)"},
-        default_max_tokens=12,
-        engine_max_retries=1,
-    )
+    settings = tiny_vllm_settings(vllm_server)
     with running_ponder(settings) as url:
         yield url
 
@@ -181,15 +174,7 @@ def test_a_prompt_past_vllms_context_is_its_400(vllm_server: VLLMServer, told: i
     context it reads from vLLM) or vLLM refuses it (Ponder told a larger context)."""
     import httpx
 
-    settings = Settings(
-        model="tiny",
-        engines=(vllm_server.base_url,),
-        engine_model=vllm_server.model,
-        aliases={"gsr2": "gsr(n=2)"},
-        default_max_tokens=12,
-        engine_max_retries=0,
-        max_model_len=told,
-    )
+    settings = tiny_vllm_settings(vllm_server, engine_max_retries=0, max_model_len=told)
     long = "word " * 3000
     with running_ponder(settings) as url:
         for model in ("tiny", "tiny+gsr2"):

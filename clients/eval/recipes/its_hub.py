@@ -16,6 +16,7 @@ _SERVE_FLAGS = ("--spec-max-calls", "1185", "--reward-step-tag", "<extra_0>")
 """The beam's plan is 1185 engine calls (``Beam.max_calls``), past the server's default
 cap of 256; Qwen2.5-Math-PRM-7B, the documented reward model, reads ``<extra_0>`` after
 each step."""
+_EVALUATION = Evaluation("math500", samples=1, metrics=("accuracy",))
 _REPORTED = Reported(
     "no single number: its_hub benchmarks accuracy against budgets 1 to 64",
     "its_hub docs/benchmarking.md:21",
@@ -38,21 +39,32 @@ _DIFFERS = (
     "unseeded random; Ponder asks once with n and draws with the run's seed",
 )
 
-BEAM = Recipe(
-    name="its-hub-beam",
-    title="its_hub beam search: budget 32, beam width 4, 32 steps, prod aggregation",
-    reference="https://github.com/Red-Hat-AI-Innovation-Team/its_hub",
-    served=Served(
-        spec=(
-            'beam(semantics="its_hub", width=4, budget=32, max_steps=32, aggregate="prod", '
-            "temperature=0.8)"
-        ),
+
+def _served(spec: str) -> Served:
+    """Either search as served: ``spec``, the request's sampling, boxed answers, and the
+    reward model with :data:`_SERVE_FLAGS`.
+
+    >>> _served("beam()").serve_flags[:2]
+    ('--spec-max-calls', '1185')
+    """
+    return Served(
+        spec=spec,
         sampling=Sampling(),
         answer_format="boxed",
         serve_flags=_SERVE_FLAGS,
         reward_model=True,
+    )
+
+
+BEAM = Recipe(
+    name="its-hub-beam",
+    title="its_hub beam search: budget 32, beam width 4, 32 steps, prod aggregation",
+    reference="https://github.com/Red-Hat-AI-Innovation-Team/its_hub",
+    served=_served(
+        'beam(semantics="its_hub", width=4, budget=32, max_steps=32, aggregate="prod", '
+        "temperature=0.8)"
     ),
-    evaluation=Evaluation("math500", samples=1, metrics=("accuracy",)),
+    evaluation=_EVALUATION,
     reported=_REPORTED,
     sources=(
         "docs/algorithms.md:84-85 (beam_width=4, budget=32)",
@@ -67,17 +79,10 @@ PARTICLE_FILTER = Recipe(
     name="its-hub-particle-filter",
     title="its_hub particle filtering: 8 particles, 32 steps, prod aggregation",
     reference="https://github.com/Red-Hat-AI-Innovation-Team/its_hub",
-    served=Served(
-        spec=(
-            'particle_filter(semantics="its_hub", n=8, max_steps=32, aggregate="prod", '
-            "temperature=0.8)"
-        ),
-        sampling=Sampling(),
-        answer_format="boxed",
-        serve_flags=_SERVE_FLAGS,
-        reward_model=True,
+    served=_served(
+        'particle_filter(semantics="its_hub", n=8, max_steps=32, aggregate="prod", temperature=0.8)'
     ),
-    evaluation=Evaluation("math500", samples=1, metrics=("accuracy",)),
+    evaluation=_EVALUATION,
     reported=_REPORTED,
     sources=(
         "README.md:41 and docs/algorithms.md:16 (budget 8: the number of particles)",

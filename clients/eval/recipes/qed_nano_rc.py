@@ -6,7 +6,8 @@
 
 from __future__ import annotations
 
-from clients.eval.recipes.recipe import Evaluation, PromptKey, Recipe, Reported, Sampling, Served
+from clients.eval.recipes import qed_nano
+from clients.eval.recipes.recipe import PromptKey, Recipe, Sampling, Served
 
 __all__ = ["RECIPE"]
 
@@ -19,7 +20,7 @@ RECIPE = Recipe(
     reference="https://github.com/CMU-AIRe/QED-Nano",
     served=Served(
         spec='rc(steps=3, template="one", reasoning_tokens=null)',
-        sampling=Sampling(max_tokens=229376),
+        sampling=Sampling(max_tokens=qed_nano.MAX_TOKENS),
         answer_format="boxed",
         prompt_keys=(
             PromptKey("rc_reasoning", f"{_CONFIG}:27 (solve_prompt)"),
@@ -28,16 +29,11 @@ RECIPE = Recipe(
             PromptKey("rc_no_summary", f"{_AGENT}:58 (the same text, in the summary prompt)"),
         ),
     ),
-    evaluation=Evaluation(
-        "lm-provers/ProofBench", samples=1, metrics=("judge score",), grader="judge"
-    ),
-    reported=Reported(
-        "close to Gemini 3 Pro on IMOProofBench, ahead of GPT-OSS-120B (in words)",
-        "CMU-AIRe/QED-Nano eval/README.md:17",
-    ),
+    evaluation=qed_nano.EVALUATION,
+    reported=qed_nano.REPORTED,
     sources=(
         f"{_CONFIG}:4 (n_iterations: 3)",
-        "eval/configs/models/vllm/vllm-lm-provers-qed-nano.yaml:6 (max_tokens: 229376)",
+        qed_nano.MAX_TOKENS_SOURCE,
         "eval/README.md:42 (lm-provers/ProofBench)",
         f"{_AGENT}:23-26 (the summarizer is the solver's own model when the config names no "
         "summarizer_model, as reasoning_cache.yaml names none)",
@@ -45,8 +41,6 @@ RECIPE = Recipe(
     differs=(
         "the proof judge: QED-Nano grades with its own grader model and guidelines "
         "(eval/README.md:50-66); ponder eval's judge uses its rubric (--rubric)",
-        "QED-Nano's agent framework (retries, logging) is not reproduced",
-        "the number: eval/README.md:17 says it of IMOProofBench and names no agent; the "
-        "recipe runs lm-provers/ProofBench (eval/README.md:42)",
+        *qed_nano.DIFFERS,
     ),
 )

@@ -8,7 +8,8 @@ True
 
 from __future__ import annotations
 
-from clients.eval.recipes.recipe import Evaluation, PromptKey, Recipe, Reported, Sampling, Served
+from clients.eval.recipes import qed_nano
+from clients.eval.recipes.recipe import PromptKey, Recipe, Sampling, Served
 
 __all__ = ["RECIPE"]
 
@@ -23,7 +24,7 @@ RECIPE = Recipe(
             'rsa(n=8, k=3, rounds=3, draw="balanced", select="pairwise", verdict="letter", '
             'candidates="full")'
         ),
-        sampling=Sampling(max_tokens=229376),
+        sampling=Sampling(max_tokens=qed_nano.MAX_TOKENS),
         answer_format="boxed",
         prompt_keys=(
             PromptKey("rsa_initial", f"{_COMPONENTS}:61 (solver: prompt)"),
@@ -34,13 +35,8 @@ RECIPE = Recipe(
             PromptKey("rsa_select_system", f"{_COMPONENTS}:219 (selector: sysprompt)"),
         ),
     ),
-    evaluation=Evaluation(
-        "lm-provers/ProofBench", samples=1, metrics=("judge score",), grader="judge"
-    ),
-    reported=Reported(
-        "close to Gemini 3 Pro on IMOProofBench, ahead of GPT-OSS-120B (in words)",
-        "CMU-AIRe/QED-Nano eval/README.md:17",
-    ),
+    evaluation=qed_nano.EVALUATION,
+    reported=qed_nano.REPORTED,
     sources=(
         "eval/configs/agents/rsa_agent.yaml:5 (select_pairwise: true)",
         "eval/configs/agents/rsa_agent.yaml:6 (n_solutions: 8)",
@@ -53,15 +49,13 @@ RECIPE = Recipe(
         "last: verdict=letter)",
         "eval/src/imobench/agents/math_core.py:376-407 (each component's sysprompt and prompt "
         "from math_core_components.yaml: the rsa_*_system texts and rsa_* templates)",
-        "eval/configs/models/vllm/vllm-lm-provers-qed-nano.yaml:6 (max_tokens: 229376)",
+        qed_nano.MAX_TOKENS_SOURCE,
     ),
     differs=(
         "the aggregation heads its candidates 1, 2, 3 (the shared candidate template's $index) "
         "where QED-Nano's merger letters them A, B, C (math_core.py:345-350)",
         "the proof judge: QED-Nano grades with its own grader model and guidelines; "
         "ponder eval's judge uses its rubric (--rubric)",
-        "QED-Nano's agent framework (retries, logging) is not reproduced",
-        "the number: eval/README.md:17 says it of IMOProofBench and names no agent; the "
-        "recipe runs lm-provers/ProofBench (eval/README.md:42)",
+        *qed_nano.DIFFERS,
     ),
 )

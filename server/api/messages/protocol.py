@@ -22,11 +22,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from scaffolds.errors import InvalidRequestError
-from server.errors import validation_error
-from server.runs.request import ChatCompletionRequest, EffortAsk, PonderFields, _Open
+from server.runs.request import ChatCompletionRequest, EffortAsk, PonderFields, _Open, chat_request
 
 __all__ = ["STOP_REASONS", "MessagesRequest", "chat_from_messages", "chat_messages"]
 
@@ -198,10 +197,7 @@ def _tool_choice(choice: dict[str, Any] | None) -> Any:
 
 def chat_from_messages(req: MessagesRequest) -> ChatCompletionRequest:
     """The chat completion that answers the Messages request ``req``."""
-    fields: dict[str, Any] = {
-        k: v for k, v in (req.model_extra or {}).items() if k not in MESSAGES_ONLY
-    }
-    fields |= {
+    fields = {
         "model": req.model,
         "messages": chat_messages(req),
         "max_tokens": req.max_tokens,
@@ -213,14 +209,5 @@ def chat_from_messages(req: MessagesRequest) -> ChatCompletionRequest:
         **req.ponder_fields(),
     }
     optional = {"tools": _tools(req.tools), "tool_choice": _tool_choice(req.tool_choice)}
-    fields |= {k: v for k, v in optional.items() if v is not None}
-    if fields.get("n", 1) != 1:
-        raise InvalidRequestError(
-            "n: the Messages API answers with one output; send one request per answer", param="n"
-        )
-    try:
-        chat = ChatCompletionRequest.model_validate(fields)
-    except ValidationError as exc:
-        error = validation_error(exc.errors())
-        raise InvalidRequestError(error.message, param=error.param) from exc
+    chat = chat_request("Messages", req, MESSAGES_ONLY, fields, optional)
     return chat.with_effort(req.effort_ask())

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from scaffolds.errors import InvalidRequestError
-from server.errors import validation_error
-from server.runs.request import ChatCompletionRequest, EffortAsk, PonderFields, _Open
+from server.runs.request import ChatCompletionRequest, EffortAsk, PonderFields, _Open, chat_request
 
 __all__ = [
     "ResponsesRequest",
@@ -222,10 +221,7 @@ def chat_from_responses(
     messages = list(history) + input_messages(req.input)
     if req.instructions:
         messages.insert(0, {"role": "system", "content": req.instructions})
-    fields: dict[str, Any] = {
-        k: v for k, v in (req.model_extra or {}).items() if k not in RESPONSES_ONLY
-    }
-    fields |= {
+    fields = {
         "model": req.model,
         "messages": messages,
         "stream": req.stream,
@@ -241,16 +237,7 @@ def chat_from_responses(
         "parallel_tool_calls": req.parallel_tool_calls,
         "response_format": _response_format(req.text),
     }
-    fields |= {k: v for k, v in optional.items() if v is not None}
-    if fields.get("n", 1) != 1:
-        raise InvalidRequestError(
-            "n: the Responses API answers with one output; send one request per answer", param="n"
-        )
-    try:
-        chat = ChatCompletionRequest.model_validate(fields)
-    except ValidationError as exc:
-        error = validation_error(exc.errors())
-        raise InvalidRequestError(error.message, param=error.param) from exc
+    chat = chat_request("Responses", req, RESPONSES_ONLY, fields, optional)
     return chat.with_effort(req.effort_ask())
 
 

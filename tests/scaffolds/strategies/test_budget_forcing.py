@@ -17,6 +17,7 @@ from scaffolds.spec.build import build_strategy, spec_string
 from scaffolds.strategies import BudgetForcing, Majority
 from scaffolds.strategies.budget_forcing import CONTINUE
 from scaffolds.strategies.steps import render_step
+from tests.scaffolds.scripted import cancel_checking_calls
 
 PROBLEM = Problem.from_messages((Message("user", "What is 6*7?"),))
 WAIT = "\n\nWait"
@@ -190,10 +191,7 @@ async def test_cancelling_the_run_cancels_a_continuation() -> None:
     engine = MockEngine(handler)
     task = asyncio.create_task(run_scaffold(BudgetForcing(min_tokens=50), PROBLEM, engine))
     await asyncio.wait_for(started.wait(), 10)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert engine.cancelled == 1 and engine.in_flight == 0
+    await cancel_checking_calls(task, engine, 1)
 
 
 def test_the_continue_step_renders_outside_a_run() -> None:

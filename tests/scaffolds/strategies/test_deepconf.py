@@ -16,6 +16,7 @@ from scaffolds.problem import Budget, Problem
 from scaffolds.spec.build import SpecLimits, build_strategy, spec_string
 from scaffolds.strategies import DeepConf, Majority
 from scaffolds.strategies.deepconf import kept_indices, token_confidence, trace_confidence
+from tests.scaffolds.scripted import cancel_checking_calls
 
 PROBLEM = Problem.from_messages((Message("user", "What is 6*7?"),))
 
@@ -241,10 +242,7 @@ async def test_cancelling_the_run_cancels_the_engine_call() -> None:
     engine = MockEngine(handler)
     task = asyncio.create_task(run_scaffold(DeepConf(n=4), PROBLEM, engine))
     await asyncio.wait_for(started.wait(), 10)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert engine.cancelled == 1 and engine.in_flight == 0
+    await cancel_checking_calls(task, engine, 1)
 
 
 async def test_composes_as_a_solver_of_majority() -> None:

@@ -18,7 +18,7 @@ from scaffolds.problem import Budget, Problem
 from scaffolds.spec.build import build_strategy
 from scaffolds.strategies import GSR, RC, RSA, Adaptive, Strategy
 from scaffolds.strategies.adaptive import leader_probability
-from tests.scaffolds.scripted import Script
+from tests.scaffolds.scripted import Script, cancel_checking_calls, wait_in_flight
 
 PROBLEM = Problem.from_messages((Message("user", "What is 6*7?"),))
 
@@ -163,15 +163,8 @@ async def test_rsa_cancelled_mid_round_cancels_every_call() -> None:
 
     engine = MockEngine(slow)
     task = asyncio.create_task(run_scaffold(RSA(n=3, k=2, rounds=1), PROBLEM, engine))
-    for _ in range(500):
-        await asyncio.sleep(0.01)
-        if engine.in_flight == 3:
-            break
-    assert engine.in_flight == 3
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert engine.cancelled == 3 and engine.in_flight == 0
+    await wait_in_flight(engine, 3)
+    await cancel_checking_calls(task, engine, 3)
 
 
 def test_rsa_spec_bounds() -> None:

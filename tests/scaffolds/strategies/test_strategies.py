@@ -24,7 +24,7 @@ from scaffolds.strategies import (
     Single,
     Strategy,
 )
-from tests.scaffolds.scripted import Script
+from tests.scaffolds.scripted import Script, cancel_checking_calls, wait_in_flight
 
 PROBLEM = Problem.from_messages((Message("user", "What is 6*7?"),))
 
@@ -319,15 +319,8 @@ async def test_deadline_after_candidates_returns_them_cut_short() -> None:
 async def test_cancelling_a_run_cancels_every_engine_call_under_it() -> None:
     engine = MockEngine(Script(), delay=30)
     task = asyncio.create_task(run_scaffold(Majority(k=3, solver=GSR(n=2)), PROBLEM, engine))
-    for _ in range(6000):  # until the calls are in flight (bounded: 60 s)
-        await asyncio.sleep(0.01)
-        if engine.in_flight == 3:
-            break
-    assert engine.in_flight == 3
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert engine.cancelled == 3 and engine.in_flight == 0
+    await wait_in_flight(engine, 3)
+    await cancel_checking_calls(task, engine, 3)
 
 
 async def test_seeded_runs_are_deterministic_and_calls_get_distinct_seeds() -> None:

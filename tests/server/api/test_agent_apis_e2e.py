@@ -5,7 +5,6 @@ the fake engine server, driven by the openai and anthropic SDKs with their own p
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -17,7 +16,7 @@ from server.settings import Settings
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from testing.fake_engine.config import Failure
 from testing.ponder import running_ponder
-from tests.server.conftest import wait_until
+from tests.server.conftest import store_in, wait_until
 
 KEY = "sk-agents"
 MODEL = "fake-model"
@@ -31,7 +30,6 @@ def fake() -> Iterator[FakeEngineHandle]:
 
 @pytest.fixture(scope="module")
 def ponder(fake: FakeEngineHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    db = Path(tmp_path_factory.mktemp("responses")) / "responses.db"
     settings = Settings(
         model=MODEL,
         engines=(fake.base_url,),
@@ -39,7 +37,7 @@ def ponder(fake: FakeEngineHandle, tmp_path_factory: pytest.TempPathFactory) -> 
         aliases={"gsr2": "gsr(n=2)"},
         engine_max_retries=0,
         engine_breaker_threshold=100,  # the injected engine errors must not open it
-        responses_db=f"sqlite+aiosqlite:///{db}",
+        **store_in(tmp_path_factory.mktemp("responses")),
     )
     with running_ponder(settings) as url:
         yield url

@@ -22,7 +22,7 @@ from scaffolds.engines.vllm_server import VLLMServer, scraped_metric
 from server.settings import Settings
 from testing.ponder import running_ponder
 from testing.vllm import ABORT_TEST_BOUND_S, ABORT_TEST_TIMEOUT_S
-from tests.server.conftest import STORE_IN_MEMORY
+from tests.server.conftest import STORE_IN_MEMORY, tiny_vllm_settings
 
 pytestmark = pytest.mark.vllm
 
@@ -31,13 +31,8 @@ T = TypeVar("T")
 
 @pytest.fixture
 def ponder(vllm_server: VLLMServer) -> Iterator[str]:
-    settings = Settings(
-        model="tiny",
-        engines=(vllm_server.base_url,),
-        engine_model=vllm_server.model,
-        aliases={"gsr2": "gsr(n=2)"},
-        default_max_tokens=12,
-        engine_max_retries=1,
+    settings = tiny_vllm_settings(
+        vllm_server,
         responses_api="on",  # single must go through vLLM's own /v1/responses
         **STORE_IN_MEMORY,
     )

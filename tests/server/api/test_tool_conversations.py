@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -21,6 +20,7 @@ from server.settings import Settings
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from testing.fake_engine.config import default_responder
 from testing.ponder import running_ponder
+from tests.server.conftest import store_in
 
 MODEL = "fake-model"
 CITY = '{"city": "Paris"}'
@@ -58,12 +58,11 @@ def fake() -> Iterator[FakeEngineHandle]:
 
 @pytest.fixture(scope="module")
 def ponder(fake: FakeEngineHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    db = Path(tmp_path_factory.mktemp("responses")) / "responses.db"
     settings = Settings(
         model=MODEL,
         engines=(fake.base_url,),
         engine_max_retries=0,
-        responses_db=f"sqlite+aiosqlite:///{db}",
+        **store_in(tmp_path_factory.mktemp("responses")),
     )
     with running_ponder(settings) as url:
         yield url

@@ -18,6 +18,7 @@ from server.keys import hash_key, write_keys_document
 from server.settings import Settings
 from testing.fake_engine import FakeEngineHandle, running_fake_engine
 from testing.ponder import running_ponder
+from tests.server.conftest import store_in
 
 MODEL = "fake-model"
 ALICE, ALICE_TOO, BOB, FLAT = "sk-alice-1", "sk-alice-2", "sk-bob-1", "sk-flat-1"
@@ -49,7 +50,7 @@ def ponder(fake: FakeEngineHandle, tmp_path_factory: pytest.TempPathFactory) -> 
         engines=(fake.base_url,),
         api_keys=(FLAT,),  # key-1, a tenant of its own
         keys_file=keys,
-        responses_db=f"sqlite+aiosqlite:///{folder / 'responses.db'}",
+        **store_in(folder),
         engine_max_retries=0,
     )
     with running_ponder(settings) as url:
@@ -155,7 +156,7 @@ def test_bare_keys_do_not_share(fake: FakeEngineHandle, tmp_path: Path) -> None:
         model=MODEL,
         engines=(fake.base_url,),
         api_keys=("key-alice", "key-bob"),
-        responses_db=f"sqlite+aiosqlite:///{tmp_path / 'responses.db'}",
+        **store_in(tmp_path),
     )
     with running_ponder(settings) as url:
         created = oai(url, "key-alice").responses.create(model=MODEL, input="What is 2+3?")

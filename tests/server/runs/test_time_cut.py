@@ -66,6 +66,17 @@ def timed(scaffold: str) -> dict[str, Any]:
     return {"scaffold": scaffold, "budget": {"timeout_s": LIMIT_S}}
 
 
+def assert_cut_by_time(ponder: str, scaffold: str, content: str) -> None:
+    """A run of ``scaffold`` past its time limit answers ``content``, cut by time."""
+    out = sdk(ponder).chat.completions.create(
+        model=MODEL, messages=messages(), extra_body=timed(scaffold)
+    )
+    choice = out.choices[0]
+    assert choice.message.content == content
+    assert choice.finish_reason == "length"
+    assert out.model_extra is not None and out.model_extra["ponder"]["cut_reason"] == "time"
+
+
 RC = "rc(steps=3, reasoning_tokens=200000, summary_tokens=50)"
 RSA = "rsa(n=2, k=2, rounds=2)"
 
@@ -75,13 +86,7 @@ def test_rc_cut_by_time_returns_its_earlier_chunk(
 ) -> None:
     """Calls: reasoning 1, summary 1, reasoning 2 (slow): the answer is reasoning 1's."""
     script.reset(slow=3, answer="5")
-    out = sdk(ponder).chat.completions.create(
-        model=MODEL, messages=messages(), extra_body=timed(RC)
-    )
-    choice = out.choices[0]
-    assert choice.message.content == "so \\boxed{5}"
-    assert choice.finish_reason == "length"
-    assert out.model_extra is not None and out.model_extra["ponder"]["cut_reason"] == "time"
+    assert_cut_by_time(ponder, RC, "so \\boxed{5}")
 
 
 def test_rsa_cut_mid_round_votes_over_what_it_has(
@@ -90,13 +95,7 @@ def test_rsa_cut_mid_round_votes_over_what_it_has(
     """Calls: the population (one call, n=2), then round 1's two aggregations, one slow:
     the round never finishes, and the run answers from the population it has."""
     script.reset(slow=3)
-    out = sdk(ponder).chat.completions.create(
-        model=MODEL, messages=messages(), extra_body=timed(RSA)
-    )
-    choice = out.choices[0]
-    assert choice.message.content == "so \\boxed{7}"
-    assert choice.finish_reason == "length"
-    assert out.model_extra is not None and out.model_extra["ponder"]["cut_reason"] == "time"
+    assert_cut_by_time(ponder, RSA, "so \\boxed{7}")
 
 
 def test_a_streamed_run_cut_by_time_says_so(

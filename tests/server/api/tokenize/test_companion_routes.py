@@ -8,7 +8,6 @@ OpenAI shape. A model whose engine has no tokenizer Ponder can reach answers 400
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -18,7 +17,7 @@ import pytest
 
 from server.settings import Settings
 from testing.ponder import running_ponder
-from tests.server.conftest import ROOT
+from tests.server.conftest import ROOT, store_in
 
 KEY = "sk-companion"
 MODEL = "ponder-addition"
@@ -30,13 +29,12 @@ transformers = pytest.importorskip("transformers")
 
 @pytest.fixture(scope="module")
 def ponder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    db = Path(tmp_path_factory.mktemp("responses")) / "responses.db"
     settings = Settings(
         model=MODEL,
         engines=(f"local:{MODEL_DIR}",),
         api_keys=(KEY,),
         aliases={"g2": "gsr(n=2)"},
-        responses_db=f"sqlite+aiosqlite:///{db}",
+        **store_in(tmp_path_factory.mktemp("responses")),
     )
     with running_ponder(settings) as url:
         yield url
