@@ -33,6 +33,8 @@ CROSS_CUTTING: Mapping[str, str] = MappingProxyType(
         "reliability": "the whole server under faults (admission, auth, overload, bad input, "
         "cancellation, replicas killed, retries, shutdown), across app, runs and pool",
         "deploy": "the image, compose and Kubernetes files (docker/, deploy/): no Python package",
+        "benchmarks": "the benchmarks' own modes on a tiny load (benchmarks/ is not a product "
+        "package): each prints every row, its floor included, with every request answered",
     }
 )
 """Folders under ``tests/`` (relative to it) that test across packages -> why they are not
