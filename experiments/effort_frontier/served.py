@@ -251,12 +251,12 @@ def calibrate_pool(
     diffs = {s: paired(sims[s]["correct"], sims[best]["correct"])["diff"] for s in specs}
     levels = choose_levels(rows, diffs, tolerance)
     target = rows[f"majority(k={top})"][0] - tolerance
-    grid = []
+    grid: list[tuple[str, float, float]] = []
     for spec in auto_grid(top):
         sim = simulate(spec, pools, repeats=repeats, seed=0)
-        grid.append({"spec": spec, "accuracy": acc(sim), "completion_tokens": tok(sim)})
-    within = [g for g in grid if g["accuracy"] >= target]
-    auto = min(within, key=lambda g: g["completion_tokens"])["spec"] if within else None
+        grid.append((spec, acc(sim), tok(sim)))
+    within = [g for g in grid if g[1] >= target]
+    auto = min(within, key=lambda g: g[2])[0] if within else None
     return {
         "problems": len(pools),
         "pool": top,
@@ -267,7 +267,7 @@ def calibrate_pool(
         "levels": levels,
         "auto": auto,
         "auto_target": target,
-        "auto_grid": grid,
+        "auto_grid": [{"spec": g, "accuracy": a, "completion_tokens": t} for g, a, t in grid],
         "policy": policy_of(levels, auto),
     }
 
