@@ -650,7 +650,7 @@ def served_report(folder: Path, problems_path: Path, out: Path) -> dict[str, Any
         plot(
             results,
             out / "served_accuracy_vs_tokens.png",
-            title="served: levels (*) against fixed specs resampled from the served pool (o)",
+            title="served levels (*), fixed specs resampled from the served pool (o)",
             markers=markers,
         )
     (out / "served_report.json").write_text(json.dumps(reports, indent=1) + "\n")
