@@ -1,8 +1,10 @@
-"""Issue 53: effort levels and ``auto`` against the fixed specs, by resampling committed pools.
+"""Issue 53: effort levels and ``auto`` against the fixed specs, by resampling committed
+pools, and through served models (:mod:`experiments.effort_frontier.served`).
 
-No model runs here. The committed rows of two earlier studies hold, per held-out problem
-(issue 20's 500 seed-2000 arithmetic problems), several independent samples of the same
-prompt at T=0.7, 256 tokens, each with its answer and generated tokens:
+No model runs in ``pools`` or ``report``. The committed rows of two earlier studies hold,
+per held-out problem (issue 20's 500 seed-2000 arithmetic problems), several independent
+samples of the same prompt at T=0.7, 256 tokens, each with its answer and generated
+tokens:
 
 - the base SmolLM2-135M-Instruct: 12 a problem (``smollm2_refine/runs/smollm2-r1/eval/base``,
   gsr(n=4)'s four candidates x 3 seeds);
@@ -21,4 +23,11 @@ writes ``results/report.{json,md}`` and ``results/accuracy_vs_tokens.png``.
 What resampling cannot give: ``majority(k)`` beyond the pool (the base's largest is k=12,
 not 16), ``adaptive``'s default ``max_k=32`` (run here at the pool's size), and
 ``gsr(n=4)`` (a refine step, not a vote of samples: its measured row is in RESULTS.md).
+
+``served-run`` is the run through served models: per problem sixteen samples from one
+``majority(k=16)`` request to ``ponder serve`` (the served pool), the levels and ``auto``
+calibrated on its even half, and the held-out half sent once per ``reasoning_effort``
+and as ``gsr(n=4)`` to ``ponder serve`` loading that policy (rows in ``served/``);
+``served-report`` rebuilds ``results/served_report.{json,md}`` and
+``results/served_accuracy_vs_tokens.png`` from those rows.
 """

@@ -1,8 +1,11 @@
-"""``python -m experiments.effort_frontier pools|report`` (see the package doc).
+"""``python -m experiments.effort_frontier pools|report|served-run|served-report`` (see
+the package doc).
 
 ``pools`` rebuilds ``pools/*.jsonl`` from the two earlier studies' committed rows;
 ``report`` rebuilds ``results/report.{json,md}`` and the plot from the pools, byte for
-byte (seeded resampling).
+byte (seeded resampling). ``served-run`` draws the pools and runs the levels through
+served models (:mod:`experiments.effort_frontier.served`), writing ``served/``;
+``served-report`` rebuilds ``results/served_report.{json,md}`` and its plot from them.
 """
 
 from __future__ import annotations
@@ -263,8 +266,42 @@ def main(argv: Sequence[str] | None = None) -> None:
     r = sub.add_parser("report", help="the report from the pools")
     r.add_argument("--pools", type=Path, default=HERE / "pools")
     r.add_argument("--out", type=Path, default=HERE / "results")
+    s = sub.add_parser("served-run", help="the pools and levels through served models")
+    s.add_argument("--models", nargs="+", default=["gsr", "base"], choices=["gsr", "base"])
+    s.add_argument(
+        "--steps",
+        nargs="+",
+        default=["pool", "levels", "fixed"],
+        choices=["pool", "levels", "fixed"],
+    )
+    s.add_argument(
+        "--limit", action="append", default=[], help="MODEL=N: its first N problems (by id)"
+    )
+    s.add_argument("--concurrency", type=int, default=6, help="requests in flight")
+    s.add_argument("--out", type=Path, default=HERE / "served")
+    s.add_argument("--logs", type=Path, default=Path("/tmp/effort_frontier_served"))
+    sr = sub.add_parser("served-report", help="the served run's report from its rows")
+    sr.add_argument("--served", type=Path, default=HERE / "served")
+    sr.add_argument("--out", type=Path, default=HERE / "results")
     args = parser.parse_args(argv)
-    if args.command == "pools":
+    if args.command == "served-report":
+        from experiments.effort_frontier.served import served_report
+
+        for model, r_ in served_report(args.served, PROBLEMS, args.out).items():
+            print(model, json.dumps(r_["problems"]), json.dumps(r_["goal"]))
+    elif args.command == "served-run":
+        from experiments.effort_frontier.served import served_run
+
+        served_run(
+            PROBLEMS,
+            args.out,
+            models=args.models,
+            steps=args.steps,
+            limits={m: int(n) for m, n in (item.split("=") for item in args.limit)},
+            concurrency=args.concurrency,
+            logs=args.logs,
+        )
+    elif args.command == "pools":
         print(json.dumps(build_pools(args.out)))
     else:
         for r_ in report(args.pools, args.out):
