@@ -113,14 +113,22 @@ def with_embedded_default(settings: Settings, served: Sequence[Served] | None = 
 
 
 def _plan(wanted: set[str] | None) -> list[KnownModel]:
-    """The models to make ready, in serving order: the addition model, SmolLM2 (when
-    ``wanted``, None: every one), the adapters on them, and the verifiers of those (each
-    only when wanted, or its model is).
+    """The models to make ready, in serving order: with ``wanted`` None, the addition
+    model, SmolLM2, the adapters on them and the verifiers of those; else the known models
+    named in ``wanted`` and the verifiers of those (an adapter's base is prepared for it,
+    not served unless wanted too).
+
+    An adapter model asked for alone brings its base's preparation, not its serving:
 
     >>> [model.name for model in _plan({EMBEDDED_MODEL})]
     ['ponder-addition']
+    >>> [model.name for model in _plan({"smollm2-135m-gsr"})]
+    ['smollm2-135m-gsr', 'smollm2-135m-verifier']
     """
-    bases = {EMBEDDED_MODEL} | ({REAL_MODEL} if wanted is None or REAL_MODEL in wanted else set())
+    if wanted is None:
+        bases = {EMBEDDED_MODEL, REAL_MODEL}
+    else:
+        bases = {m.base or m.name for m in known_models() if (m.verifies or m.name) in wanted}
     return [
         model
         for model in known_models()

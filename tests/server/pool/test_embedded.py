@@ -82,3 +82,21 @@ def test_the_addition_model_advertises_no_scaffold_it_cannot_run() -> None:
     assert dict(get_model(EMBEDDED_MODEL).aliases) == {
         "maj8": "majority(k=8)", "best4": "best_of_n(n=4)"
     }  # fmt: skip
+
+
+def test_every_shipped_chat_model_asked_for_alone_is_served() -> None:
+    """``--embedded-model NAME`` alone serves NAME, an adapter on SmolLM2 included (it
+    brought nothing when SmolLM2 itself was not asked for too); a verifier comes with the
+    model it verifies, never as a chat model of its own."""
+    from scaffolds.models import known_models
+    from server.pool.embedded import _plan
+
+    chat = [m for m in known_models() if m.verifies is None]
+    assert {"ponder-addition", "smollm2-135m-instruct", "smollm2-135m-gsr"} <= {
+        m.name for m in chat
+    }
+    for model in chat:
+        planned = [m.name for m in _plan({model.name})]
+        assert planned[0] == model.name, (model.name, planned)
+        verifiers = {m.name for m in known_models() if m.verifies == model.name}
+        assert set(planned) == {model.name} | verifiers, (model.name, planned)
