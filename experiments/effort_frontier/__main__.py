@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from clients.calibrate import Sample, auto_grid, choose_levels, frontier, simulate
+from experiments.effort_frontier.served import fixed_specs
 from scaffolds.evaluation.answers import answers_equal, normalize_answer
 from scaffolds.evaluation.problems import load_problems
 from scaffolds.evaluation.stats import mean, paired, per_problem, plot, summarize
@@ -82,17 +83,6 @@ def read_pool(path: Path) -> dict[str, list[Sample]]:
         row = json.loads(line)
         pools[row["id"]] = [Sample(s["answer"], s["correct"], s["tokens"]) for s in row["samples"]]
     return pools
-
-
-def fixed_specs(top: int) -> list[str]:
-    return [
-        "single",
-        "majority(k=4)",
-        "majority(k=8)",
-        f"majority(k={top})",
-        f"adaptive(max_k={top})",
-        f'adaptive(rule="esc", window=4, max_k={top})',
-    ]
 
 
 def _entry(sim: Mapping[str, list[list[float]]]) -> dict[str, Any]:

@@ -218,6 +218,11 @@ def split(ids: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def fixed_specs(top: int) -> list[str]:
+    """The fixed specs a pool of ``top`` samples resamples, cheapest first (both reports').
+
+    >>> fixed_specs(16)[3:5]
+    ['majority(k=16)', 'adaptive(max_k=16)']
+    """
     return [
         "single",
         "majority(k=4)",
