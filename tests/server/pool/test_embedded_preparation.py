@@ -43,7 +43,7 @@ GSR = "smollm2-135m-gsr"
         (None, [ADDITION, REAL, GSR, "smollm2-135m-verifier"]),
         ({REAL, GSR}, [REAL, GSR, "smollm2-135m-verifier"]),  # gsr's verifier comes with it
         ({ADDITION, REAL}, [ADDITION, REAL]),  # no adapter is merged unless it is wanted
-        ({GSR}, []),  # an adapter is served beside its base, never alone
+        ({GSR}, [GSR, "smollm2-135m-verifier"]),  # alone: its base prepared, not served
     ],
 )
 def test_the_plan_is_what_is_wanted_and_the_verifiers_of_what_is_wanted(
