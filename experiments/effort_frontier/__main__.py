@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from clients.calibrate import Sample, auto_grid, choose_levels, frontier, simulate
-from experiments.effort_frontier.served import fixed_specs
+from experiments.effort_frontier.served import fixed_specs, read_pool
 from scaffolds.evaluation.answers import answers_equal, normalize_answer
 from scaffolds.evaluation.problems import load_problems
 from scaffolds.evaluation.stats import mean, paired, per_problem, plot, summarize
@@ -75,14 +75,6 @@ def build_pools(out: Path) -> dict[str, Any]:
                 f.write(json.dumps({"id": pid, "samples": samples}) + "\n")
         checks[model] = {"graded_like_the_source": agree, "graded_otherwise": disagree}
     return checks
-
-
-def read_pool(path: Path) -> dict[str, list[Sample]]:
-    pools = {}
-    for line in path.read_text().splitlines():
-        row = json.loads(line)
-        pools[row["id"]] = [Sample(s["answer"], s["correct"], s["tokens"]) for s in row["samples"]]
-    return pools
 
 
 def _entry(sim: Mapping[str, list[list[float]]]) -> dict[str, Any]:

@@ -199,7 +199,7 @@ async def run_levels(
 
 
 def read_pool(path: Path) -> dict[str, list[Sample]]:
-    """A served pool's rows (problems in file order; sorted by the caller)."""
+    """A pool file's rows, served or resampled (problems in file order; sorted by the caller)."""
     pools = {}
     for line in path.read_text().splitlines():
         row = json.loads(line)
