@@ -82,8 +82,21 @@ class Burst:
 def ponder(engine: Target, src: Path | None, stats: Path) -> Iterator[tuple[Target, int]]:
     """``ponder serve`` at its defaults from ``src`` (None: this tree), collections timed."""
     port = free_port()
-    cmd = [sys.executable, "-c", GC_TIMED, str(stats), "serve", "--engine", engine.url,
-           "--model", "m", "--engine-model", MODEL, "--port", str(port)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-c",
+        GC_TIMED,
+        str(stats),
+        "serve",
+        "--engine",
+        engine.url,
+        "--model",
+        "m",
+        "--engine-model",
+        MODEL,
+        "--port",
+        str(port),
+    ]
     env = with_pylibs(str(src)) if src is not None else {}
     with process(cmd, env, cwd=src or ROOT) as proc:
         wait_http(f"http://127.0.0.1:{port}/ready", proc, 300)
@@ -106,9 +119,16 @@ async def bursts(
         cpu, engine_cpu = meter.seconds() - cpu, engine_meter.seconds() - engine_cpu
         signal_and_wait(pid)
         gc = json.loads(last_line(stats))
-        row = Burst(name, wall, statuses.count(200), 1000 * cpu / args.concurrency,
-                    1000 * engine_cpu / args.concurrency, gc["seconds"], gc["counts"],
-                    load_text())  # fmt: skip
+        row = Burst(
+            name,
+            wall,
+            statuses.count(200),
+            1000 * cpu / args.concurrency,
+            1000 * engine_cpu / args.concurrency,
+            gc["seconds"],
+            gc["counts"],
+            load_text(),
+        )
         print(describe(row), flush=True)
         out.append(row)
     return out

@@ -77,8 +77,11 @@ def serve_env(tree: Path, home: Path | None = None) -> dict[str, str]:
     """The environment of a run of ``tree``: its code first on the path, this checkout's
     vLLM venv, no engine configured (so the embedded default serves), and ``home`` (if
     given) as ``PONDER_HOME``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PONDER_") or k in (
-        "PONDER_HOME", "PONDER_VLLM_PYTHON")}  # fmt: skip
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PONDER_") or k in ("PONDER_HOME", "PONDER_VLLM_PYTHON")
+    }
     env.setdefault("PONDER_VLLM_PYTHON", str(ROOT / ".venv-vllm" / "bin" / "python"))
     env["PYTHONPATH"] = str(tree)
     if home is not None:
@@ -102,9 +105,13 @@ def _serve_once(variant: str, tree: Path, timeout_s: float, env: dict[str, str])
     lines: list[tuple[float, str]] = []
     start = time.monotonic()
     proc = popen_owned(
-        [str(ponder), "serve", "--port", "0"], cwd=tree, env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [str(ponder), "serve", "--port", "0"],
+        cwd=tree,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     stderr = proc.stderr
     assert stderr is not None
 
@@ -159,8 +166,13 @@ def report(runs: list[Run]) -> None:
     """Each run's times, then each variant's mean and the ratio of the means."""
     models = sorted({name for run in runs for name in run.serves_s})
     made = sorted({name for run in runs for name in run.prepared_s})
-    header = ["variant", "bound", *[f"{m} prepared" for m in made],
-              *[f"{m} up" for m in models], "/ready 200"]  # fmt: skip
+    header = [
+        "variant",
+        "bound",
+        *[f"{m} prepared" for m in made],
+        *[f"{m} up" for m in models],
+        "/ready 200",
+    ]
     print("\n| " + " | ".join(header) + " |")
     print("|---|" + "---:|" * (len(header) - 1))
     for run in runs:
@@ -205,8 +217,10 @@ def plot(runs: list[Run], path: Path) -> None:
     ax.set_xlim(0, max(run.ready_s for run in runs) * 1.12)
     ax.set_xlabel("seconds from `ponder serve` (markers: each model's vLLM-CPU child up)")
     if any(run.prepared_s for run in runs):
-        ax.set_xlabel("seconds from `ponder serve`, empty PONDER_HOME "
-                      "(markers: each child up; red: each model prepared)")  # fmt: skip
+        ax.set_xlabel(
+            "seconds from `ponder serve`, empty PONDER_HOME "
+            "(markers: each child up; red: each model prepared)"
+        )
     ax.set_title("ponder serve, embedded default on vLLM-CPU: time to /ready 200")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -218,18 +232,26 @@ def main() -> None:
     parser.add_argument("--baseline", default=SERIAL_COMMIT, help="the one-after-another commit")
     parser.add_argument("--repeats", type=int, default=2, help="runs of each variant")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds a run may take")
-    parser.add_argument("--plot", type=Path, help="default: benchmarks/embedded_start.png, "
-                        "or embedded_first_start.png with --fresh-home")  # fmt: skip
     parser.add_argument(
-        "--fresh-home", action="store_true",
+        "--plot",
+        type=Path,
+        help="default: benchmarks/embedded_start.png, "
+        "or embedded_first_start.png with --fresh-home",
+    )
+    parser.add_argument(
+        "--fresh-home",
+        action="store_true",
         help="each run with an empty temporary PONDER_HOME: the first start on a machine",
-    )  # fmt: skip
+    )
     args = parser.parse_args()
     if not Path(serve_env(ROOT)["PONDER_VLLM_PYTHON"]).exists():
         sys.exit("no vLLM venv (make vllm, or set PONDER_VLLM_PYTHON)")
     with tempfile.TemporaryDirectory(prefix="ponder-baseline-") as folder:
-        names = ("prepare first", "prepare meanwhile") if args.fresh_home else (
-            "one after another", "side by side")  # fmt: skip
+        names = (
+            ("prepare first", "prepare meanwhile")
+            if args.fresh_home
+            else ("one after another", "side by side")
+        )
         trees = dict(zip(names, (export(args.baseline, Path(folder)), ROOT), strict=True))
         plan = [variant for _ in range(args.repeats) for variant in trees]
         runs: list[Run] = []

@@ -175,10 +175,14 @@ def process(
     with (
         tempfile.TemporaryFile() as log,
         owned_process(
-            cmd, grace_s=10, cwd=cwd, env={**os.environ, **(env or {})}, stdout=log,
+            cmd,
+            grace_s=10,
+            cwd=cwd,
+            env={**os.environ, **(env or {})},
+            stdout=log,
             stderr=subprocess.STDOUT,
         ) as proc,
-    ):  # fmt: skip
+    ):
         try:
             yield proc
         except RuntimeError:

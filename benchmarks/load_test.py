@@ -151,14 +151,28 @@ def main() -> None:
     ponder = Target("ponder", f"http://127.0.0.1:{ponder_port}/v1")
     engine_cmd = [sys.executable, "-c", ENGINE_CODE, str(engine_port), MODEL]
     ponder_cmd = [
-        sys.executable, "-m", "clients.cli", "serve", "--engine", engine.url,
-        "--model", MODEL, "--port", str(ponder_port), "--default-scaffold", args.scaffold,
+        sys.executable,
+        "-m",
+        "clients.cli",
+        "serve",
+        "--engine",
+        engine.url,
+        "--model",
+        MODEL,
+        "--port",
+        str(ponder_port),
+        "--default-scaffold",
+        args.scaffold,
         *args.ponder_args.split(),
-    ]  # fmt: skip
-    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
-          f"Python {platform.python_version()}")  # fmt: skip
-    print(f"load: c={args.concurrency}, {args.seconds:.0f} s through Ponder "
-          f"({args.direct_seconds:.0f} s direct), request {json.dumps(BODY)}")  # fmt: skip
+    ]
+    print(
+        f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}"
+    )
+    print(
+        f"load: c={args.concurrency}, {args.seconds:.0f} s through Ponder "
+        f"({args.direct_seconds:.0f} s direct), request {json.dumps(BODY)}"
+    )
     print(f"ponder: {' '.join(ponder_cmd[2:])}", flush=True)
     with process(engine_cmd) as engine_proc:
         wait_ready(engine, 60, engine_proc)
@@ -175,8 +189,10 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for name, run in (("direct", direct), ("Ponder", through)):
         cells = [f"{run.pct(q) * 1000:.1f} ms" for q in (0.5, 0.95, 0.99)]
-        print(f"| {name} | {args.concurrency} | {run.seconds:.0f} | {run.rps:,.0f} "
-              f"| {len(run.latencies):,} | {run.errors} | {' | '.join(cells)} |")  # fmt: skip
+        print(
+            f"| {name} | {args.concurrency} | {run.seconds:.0f} | {run.rps:,.0f} "
+            f"| {len(run.latencies):,} | {run.errors} | {' | '.join(cells)} |"
+        )
     added = [f"{(through.pct(q) - direct.pct(q)) * 1000:+.1f} ms" for q in (0.5, 0.95, 0.99)]
     print(f"| added by Ponder | | | | | | {' | '.join(added)} |")
     sys.exit(1 if through.errors or direct.errors else 0)

@@ -64,9 +64,13 @@ def count_forwards(verifier: LocalVerifier, all_logits: bool) -> list[int]:
 
 
 async def measure(
-    model: str, calls: list[tuple[str, list[str]]], *, batched: bool, max_batch: int,
+    model: str,
+    calls: list[tuple[str, list[str]]],
+    *,
+    batched: bool,
+    max_batch: int,
     all_logits: bool = False,
-) -> tuple[float, int, list[tuple[float, ...]]]:  # fmt: skip
+) -> tuple[float, int, list[tuple[float, ...]]]:
     verifier = LocalVerifier(model, max_batch=max_batch)
     try:
         forwards = count_forwards(verifier, all_logits)

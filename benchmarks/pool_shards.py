@@ -26,10 +26,25 @@ def through_ponder(engine: Target, shards: int, concurrency: int, seconds: float
     port = free_port()
     ponder = Target(f"ponder x{shards}", f"http://127.0.0.1:{port}/v1")
     cmd = [
-        sys.executable, "-m", "clients.cli", "serve", "--engine", engine.url,
-        "--model", MODEL, "--port", str(port), "--max-concurrent-runs", str(concurrency),
-        "--queue-size", "64", "--engine-pool-shards", str(shards), "--log-level", "warning",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "clients.cli",
+        "serve",
+        "--engine",
+        engine.url,
+        "--model",
+        MODEL,
+        "--port",
+        str(port),
+        "--max-concurrent-runs",
+        str(concurrency),
+        "--queue-size",
+        "64",
+        "--engine-pool-shards",
+        str(shards),
+        "--log-level",
+        "warning",
+    ]
     with process(cmd) as proc:
         wait_ready(ponder, 120, proc)
         return asyncio.run(sustain(ponder, concurrency, seconds, 3.0))

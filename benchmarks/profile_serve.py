@@ -65,9 +65,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/profile_serve.prof"))
     parser.add_argument("--top", type=int, default=40, help="functions to print")
     parser.add_argument(
-        "--stream", type=int, default=0, metavar="TOKENS",
+        "--stream",
+        type=int,
+        default=0,
+        metavar="TOKENS",
         help="stream the replies, each this many tokens (one SSE chunk each)",
-    )  # fmt: skip
+    )
     args = parser.parse_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     engine_port = free_port()

@@ -69,9 +69,20 @@ GOAL_CPU_MS = 0.7
 
 def ponder_cmd(engine: Target, port: str, scaffold: str, extra: list[str]) -> list[str]:
     return [
-        sys.executable, "-m", "clients.cli", "serve", "--engine", engine.url, "--model", MODEL,
-        "--port", port, "--default-scaffold", scaffold, *extra,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "clients.cli",
+        "serve",
+        "--engine",
+        engine.url,
+        "--model",
+        MODEL,
+        "--port",
+        port,
+        "--default-scaffold",
+        scaffold,
+        *extra,
+    ]
 
 
 def main() -> None:
@@ -170,10 +181,17 @@ def main() -> None:
             target.headers = {"Authorization": "x"}
             proxied(
                 target,
-                [str(bins["optillm"] / "optillm"), "--base-url", engine.url, "--approach",
-                 "none", "--port", target.port],
+                [
+                    str(bins["optillm"] / "optillm"),
+                    "--base-url",
+                    engine.url,
+                    "--approach",
+                    "none",
+                    "--port",
+                    target.port,
+                ],
                 env={"OPENAI_API_KEY": "none", "OPTILLM_LOG_CONVERSATIONS": "false"},
-            )  # fmt: skip
+            )
         if bins.get("litellm"):
             target = local("litellm")
             key = f"sk-{secrets.token_hex(24)}"  # LiteLLM refuses to start without one
@@ -187,10 +205,17 @@ def main() -> None:
                 )
                 proxied(
                     target,
-                    [str(bins["litellm"] / "litellm"), "--config", str(config), "--port",
-                     target.port, "--host", "127.0.0.1"],
+                    [
+                        str(bins["litellm"] / "litellm"),
+                        "--config",
+                        str(config),
+                        "--port",
+                        target.port,
+                        "--host",
+                        "127.0.0.1",
+                    ],
                     env={"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False"},
-                )  # fmt: skip
+                )
         # Direct again at the end: the spread between the two direct runs is the noise.
         measure(Target("direct (again)", engine.url), engine_proc.pid)
     print(f"end: {load_text()}")
@@ -201,8 +226,9 @@ def pool(a: Result, b: Result) -> Result:
     """Two measurements of one target as one: requests, CPU seconds and latencies summed,
     req/s averaged."""
     cpu = None if a.cpu_s is None or b.cpu_s is None else a.cpu_s + b.cpu_s
-    return Result((a.rps + b.rps) / 2, a.latencies + b.latencies, a.errors + b.errors, cpu,
-                  a.count + b.count)  # fmt: skip
+    return Result(
+        (a.rps + b.rps) / 2, a.latencies + b.latencies, a.errors + b.errors, cpu, a.count + b.count
+    )
 
 
 def report(
@@ -273,8 +299,10 @@ def goals(results: dict[str, dict[int, Result]]) -> None:
     cpus = [r.cpu_ms for r in ponder.values() if r.cpu_ms]
     if cpus:
         best = min(cpus)
-        print(f"goal: CPU per request {best:.3f} ms at best = {1000 / best:,.0f} req/s per core "
-              f"(goal <= {GOAL_CPU_MS} ms)")  # fmt: skip
+        print(
+            f"goal: CPU per request {best:.3f} ms at best = {1000 / best:,.0f} req/s per core "
+            f"(goal <= {GOAL_CPU_MS} ms)"
+        )
 
 
 if __name__ == "__main__":

@@ -132,10 +132,26 @@ def ponder_over(engine_url: str, log: Path, max_tokens: int) -> Iterator[str]:
     """A real ``ponder serve`` in front of ``engine_url``; yields its /v1 URL."""
     port = free_port()
     command = [
-        sys.executable, "-m", "clients.cli", "serve", "--engine", engine_url, "--model", MODEL,
-        "--prompts", "default", "--port", str(port), "--default-max-tokens", str(max_tokens),
-        "--max-concurrent-runs", "32", "--log-text", "--log-level", "warning",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "clients.cli",
+        "serve",
+        "--engine",
+        engine_url,
+        "--model",
+        MODEL,
+        "--prompts",
+        "default",
+        "--port",
+        str(port),
+        "--default-max-tokens",
+        str(max_tokens),
+        "--max-concurrent-runs",
+        "32",
+        "--log-text",
+        "--log-level",
+        "warning",
+    ]
     with serving_process(command, port=port, log_path=log, start_timeout=300):
         yield f"http://127.0.0.1:{port}/v1"
 

@@ -230,8 +230,18 @@ async def measure(
             wall, statuses = await burst(functools.partial(runner, spec), concurrency)
             calls, sequences = take_peak(engine)
             ok, refused = statuses.count(200), statuses.count(429)
-            row = Row(server, spec, concurrency, wall, depth_of(spec) * latency, ok, refused,
-                      len(statuses) - ok - refused, calls, sequences)  # fmt: skip
+            row = Row(
+                server,
+                spec,
+                concurrency,
+                wall,
+                depth_of(spec) * latency,
+                ok,
+                refused,
+                len(statuses) - ok - refused,
+                calls,
+                sequences,
+            )
             rows.append(row)
             print(describe(row), flush=True)
     return rows
@@ -252,8 +262,18 @@ async def ponder_rows(
 ) -> list[Row]:
     port = free_port()
     target = Target("ponder", f"http://127.0.0.1:{port}/v1")
-    cmd = python_cmd("clients.cli", "serve", "--engine", engine.url, "--model", "m",
-                     "--engine-model", MODEL, "--port", str(port))  # fmt: skip
+    cmd = python_cmd(
+        "clients.cli",
+        "serve",
+        "--engine",
+        engine.url,
+        "--model",
+        "m",
+        "--engine-model",
+        MODEL,
+        "--port",
+        str(port),
+    )
     with process(cmd) as proc:
         wait_http(f"http://127.0.0.1:{port}/ready", proc, 300)
 
@@ -454,8 +474,7 @@ def fair_share(
     engine: Target, flood: int, max_running: int, root: Path, max_sequences: int | None = None
 ) -> FairShare:
     port = free_port()
-    cmd = [sys.executable, "-c", KEYED_SERVER_CODE, str(port), engine.url, MODEL,
-           str(max_running)]  # fmt: skip
+    cmd = [sys.executable, "-c", KEYED_SERVER_CODE, str(port), engine.url, MODEL, str(max_running)]
     if max_sequences is not None:
         cmd.append(str(max_sequences))
     env = {"PYTHONPATH": str(root)}
@@ -584,9 +603,11 @@ def main() -> None:
         "--max-sequences", type=int, default=None, help="Ponder's sequence gate (fair share)"
     )
     parser.add_argument(
-        "--ponder-root", type=Path, default=Path(__file__).resolve().parents[1],
+        "--ponder-root",
+        type=Path,
+        default=Path(__file__).resolve().parents[1],
         help="the checkout the fair-share server runs from",
-    )  # fmt: skip
+    )
     parser.add_argument("--flood-client", help=argparse.SUPPRESS)  # key A's flood, its URL
     parser.add_argument("--flood-out", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--flood-floor", action="store_true", help=argparse.SUPPRESS)

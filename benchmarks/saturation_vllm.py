@@ -76,11 +76,30 @@ async def plain(engine: VLLMServer, problems: list[str], args: argparse.Namespac
 
 def ponder_eval(url: str, dataset: Path, out: Path, args: argparse.Namespace) -> None:
     command = [
-        sys.executable, "-m", "clients.cli", "eval", "--base-url", url, "--model", MODEL,
-        "--dataset", str(dataset), "--scaffold", "gsr(n=4)", "--concurrency",
-        str(args.concurrency), "--temperature", str(args.temperature), "--max-tokens",
-        str(args.max_tokens), "--out", str(out), "--no-progress", "--grade-workers", "1",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "clients.cli",
+        "eval",
+        "--base-url",
+        url,
+        "--model",
+        MODEL,
+        "--dataset",
+        str(dataset),
+        "--scaffold",
+        "gsr(n=4)",
+        "--concurrency",
+        str(args.concurrency),
+        "--temperature",
+        str(args.temperature),
+        "--max-tokens",
+        str(args.max_tokens),
+        "--out",
+        str(out),
+        "--no-progress",
+        "--grade-workers",
+        "1",
+    ]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
 
 
@@ -115,13 +134,30 @@ def main() -> None:
         write_rows(dataset, arithmetic_problems(args.problems, seed=args.seed))
         texts = [p.problem for p in load_problems(str(dataset)).problems]
         with running_vllm(
-            python, folder, log_path=scratch / "vllm.log", served_name=MODEL,
-            max_model_len=2048, dtype=get_model(MODEL).vllm_dtype, kv_cache_gib=2,
-        ) as engine:  # fmt: skip
+            python,
+            folder,
+            log_path=scratch / "vllm.log",
+            served_name=MODEL,
+            max_model_len=2048,
+            dtype=get_model(MODEL).vllm_dtype,
+            kv_cache_gib=2,
+        ) as engine:
             asyncio.run(plain(engine, texts[: min(4, len(texts))], args))  # warm-up
             port = free_port()
-            serve = [sys.executable, "-m", "clients.cli", "serve", "--engine", engine.base_url,
-                     "--model", MODEL, "--port", str(port), "--log-level", "warning"]  # fmt: skip
+            serve = [
+                sys.executable,
+                "-m",
+                "clients.cli",
+                "serve",
+                "--engine",
+                engine.base_url,
+                "--model",
+                MODEL,
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+            ]
             with serving_process(serve, port=port, log_path=scratch / "ponder.log"):
                 url = f"http://127.0.0.1:{port}/v1"
                 sides = {
@@ -137,15 +173,19 @@ def main() -> None:
     plain_rate, ponder_rate = plain_tokens / plain_wall, ponder_tokens / ponder_wall
     command = "python -m benchmarks.saturation_vllm " + subprocess.list2cmdline(sys.argv[1:])
     print(f"\n{command}\n")
-    print(f"`gsr(n=4)`, {args.problems} arithmetic problems, concurrency {args.concurrency}, "
-          f"max_tokens {args.max_tokens}, temperature {args.temperature}\n")  # fmt: skip
+    print(
+        f"`gsr(n=4)`, {args.problems} arithmetic problems, concurrency {args.concurrency}, "
+        f"max_tokens {args.max_tokens}, temperature {args.temperature}\n"
+    )
     print("| client | wall | generated tokens | generated tokens/s |")
     print("|---|---:|---:|---:|")
     print(
         f"| plain script to vLLM | {plain_wall:.1f} s | {plain_tokens:,.0f} | {plain_rate:,.1f} |"
     )
-    print(f"| `ponder eval` through Ponder | {ponder_wall:.1f} s | {ponder_tokens:,.0f} "
-          f"| {ponder_rate:,.1f} |")  # fmt: skip
+    print(
+        f"| `ponder eval` through Ponder | {ponder_wall:.1f} s | {ponder_tokens:,.0f} "
+        f"| {ponder_rate:,.1f} |"
+    )
     print(f"\nPonder / plain: {ponder_rate / plain_rate:.2f}x the generated tokens per second")
 
 

@@ -52,9 +52,11 @@ def main() -> None:
     parser.add_argument("--baseline", help="also run Ponder from this git revision")
     parser.add_argument("--ponder-args", default="--max-concurrent-runs 64")
     parser.add_argument(
-        "--repeat", type=int, default=1,
+        "--repeat",
+        type=int,
+        default=1,
         help="measure every server this many times, in turn, and pool the rounds",
-    )  # fmt: skip
+    )
     args = parser.parse_args()
     levels = [int(c) for c in args.streams.split(",")]
     tools = args.tools.split(",")
@@ -69,8 +71,11 @@ def main() -> None:
             run = drive(target, c, streams, body=body, score=streamed_tokens, meter=CpuMeter(pid))
             result = asyncio.run(run)
             rate, cost = tokens_per_s(result), per_cpu_s(result)
-            print(f"  {target.name:<16} streams={c:<3} {rate:9,.0f} tokens/s  "
-                  f"{cost:9,.0f} tokens/CPU-s  errors {result.errors}", flush=True)  # fmt: skip
+            print(
+                f"  {target.name:<16} streams={c:<3} {rate:9,.0f} tokens/s  "
+                f"{cost:9,.0f} tokens/CPU-s  errors {result.errors}",
+                flush=True,
+            )
             seen = results.setdefault(target.name, {})
             seen[c] = pool(seen[c], result) if c in seen else result
 
@@ -109,8 +114,10 @@ def main() -> None:
             direct = tokens_per_s(results["direct"][c])
             floor = results.get("floor", {}).get(c)
             vs_floor = f"{per_cpu_s(r) / per_cpu_s(floor):.2f}x" if floor else "-"
-            print(f"| {name} | {c} | {tokens_per_s(r):,.0f} | {tokens_per_s(r) / direct:.2f} "
-                  f"| {r.cpu_s or 0:.2f} | {per_cpu_s(r):,.0f} | {vs_floor} |")  # fmt: skip
+            print(
+                f"| {name} | {c} | {tokens_per_s(r):,.0f} | {tokens_per_s(r) / direct:.2f} "
+                f"| {r.cpu_s or 0:.2f} | {per_cpu_s(r):,.0f} | {vs_floor} |"
+            )
 
 
 def started(stack: contextlib.ExitStack, target: Target, cmd: list[str], **kw: Any) -> int:

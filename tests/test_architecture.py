@@ -369,3 +369,23 @@ def test_server_subpackages_point_down() -> None:
     assert not new, "arrows that do not point down (see SERVER_LAYERS):\n" + "\n".join(new)
     stale = set(SERVER_LAYER_EXCEPTIONS) - upward
     assert not stale, f"layer exceptions that no longer happen; drop them: {sorted(stale)}"
+
+
+def _python_files() -> Iterator[Path]:
+    skip = {".venv", ".git", ".cache", "node_modules"}
+    for path in ROOT.rglob("*.py"):
+        parts = path.relative_to(ROOT).parts
+        if not any(part in skip or part.startswith(".venv") for part in parts):
+            yield path
+
+
+def test_the_formatter_formats_everything() -> None:
+    """No code is kept from ruff format by a skip comment (the brief: let the formatter
+    format). The marker is built here so that this file does not hold it."""
+    marker = "# fmt: " + "skip"
+    held = [
+        str(path.relative_to(ROOT))
+        for path in _python_files()
+        if marker in path.read_text(encoding="utf-8")
+    ]
+    assert not held, held

@@ -52,8 +52,19 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 ADDITION = "ponder-addition"
-USER_FACING = ("README.md", "Makefile", "training/", "benchmarks/", "clients/", "scaffolds/",
-               "server/", "docs/", "examples/", "docker/", "deploy/")  # fmt: skip
+USER_FACING = (
+    "README.md",
+    "Makefile",
+    "training/",
+    "benchmarks/",
+    "clients/",
+    "scaffolds/",
+    "server/",
+    "docs/",
+    "examples/",
+    "docker/",
+    "deploy/",
+)
 """What a user runs or reads as an example (tests may use ../shared on this machine)."""
 FIRST_START_S = 1800.0
 """The first ``make serve``: the venv's install, SmolLM2's conversion, the adapters' merges
@@ -105,9 +116,10 @@ def test_nothing_a_user_runs_or_reads_points_outside_the_repository() -> None:
     offenders = [
         name
         for name in _tracked()
-        if name.startswith(USER_FACING) and "/tests/" not in name
+        if name.startswith(USER_FACING)
+        and "/tests/" not in name
         and "../shared" in (ROOT / name).read_text(errors="replace")
-    ]  # fmt: skip
+    ]
     assert offenders == []
     for block in _first_screens():
         for line in block.splitlines():
@@ -220,8 +232,9 @@ def served(request: pytest.FixtureRequest, user_clone: Clone) -> Iterator[Served
     target, env = user_clone.target, dict(user_clone.env)
     [first, *_] = _first_screens()
     assert [line.split("#")[0].strip() for line in first.strip().splitlines()] == [
-        "make serve", "make test"
-    ]  # fmt: skip
+        "make serve",
+        "make test",
+    ]
     vllm_venv = target / ".venv-vllm"
     port: int | None = None
     if request.param == "vllm":
@@ -343,8 +356,9 @@ def test_the_readmes_first_screens_run_as_pasted_in_a_public_clone(
     assert json.loads(addition)["choices"][0]["message"]["content"].strip().isdigit()
     chunks = parse_sse(streamed)
     assert chunks[-1] == "[DONE]" and not any("error" in c for c in chunks[:-1])
-    reasoning = [c for c in chunks[:-1] if c["choices"] and c["choices"][0]["delta"].get(
-        "reasoning_content")]  # fmt: skip
+    reasoning = [
+        c for c in chunks[:-1] if c["choices"] and c["choices"][0]["delta"].get("reasoning_content")
+    ]
     assert len(reasoning) >= 8  # the steps' text arrives as it is written
 
 
@@ -363,16 +377,24 @@ def test_every_listed_model_alias_and_preset_answers_on_the_embedded_default(
     failed = {}
     for ask in asks:
         question = "347+589=" if ask["model"].startswith("ponder-addition") else "What is 2+3?"
-        body = {**ask, "messages": [{"role": "user", "content": question}],
-                "budget": {"max_tokens": 16}}  # fmt: skip
+        body = {
+            **ask,
+            "messages": [{"role": "user", "content": question}],
+            "budget": {"max_tokens": 16},
+        }
         response = client.post("/v1/chat/completions", json=body)
         if response.status_code != 200 or not response.json()["choices"]:
             failed[json.dumps(ask)] = response.text
     assert failed == {}
     assert len(asks) >= len(ids) + 10
-    body = {"model": "smollm2-135m-instruct", "stream": True, "max_tokens": 64,
-            "ignore_eos": True, "stream_options": {"include_usage": True},
-            "messages": [{"role": "user", "content": "Tell me about the sea."}]}  # fmt: skip
+    body = {
+        "model": "smollm2-135m-instruct",
+        "stream": True,
+        "max_tokens": 64,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True},
+        "messages": [{"role": "user", "content": "Tell me about the sea."}],
+    }
     chunks = parse_sse(client.post("/v1/chat/completions", json=body).text)
     content = [c for c in chunks[:-1] if c["choices"] and c["choices"][0]["delta"].get("content")]
     assert chunks[-2]["usage"]["completion_tokens"] == 64
@@ -384,8 +406,12 @@ EMBEDDED = ("ponder-addition", "smollm2-135m-instruct", "smollm2-135m-gsr")
 
 
 def _greedy(client: httpx.Client, model: str, question: str, max_tokens: int) -> str:
-    body = {"model": model, "messages": [{"role": "user", "content": question}],
-            "temperature": 0, "max_tokens": max_tokens}  # fmt: skip
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": question}],
+        "temperature": 0,
+        "max_tokens": max_tokens,
+    }
     reply = client.post("/v1/chat/completions", json=body)
     assert reply.status_code == 200, reply.text
     return str(reply.json()["choices"][0]["message"]["content"])
@@ -416,9 +442,15 @@ def test_the_embedded_default_says_what_serves_each_model_and_answers_greedy(
     assert "Paris" in sentence, sentence  # the real model answers in English
     product = _greedy(client, "smollm2-135m-gsr", f"What is 12 * 3? {AS_A_NUMBER}", 24)
     assert "36" in product, product  # greedy, it answers "12 * 3 = 36"
-    body = {"model": "smollm2-135m-gsr", "max_tokens": 24, "temperature": 0.7, "seed": 0,
-            "messages": [{"role": "user", "content": f"What is 7 + 5? {AS_A_NUMBER}"}],
-            "scaffold": 'best_of_n(n=2, judge="verifier")', "return_trace": True}  # fmt: skip
+    body = {
+        "model": "smollm2-135m-gsr",
+        "max_tokens": 24,
+        "temperature": 0.7,
+        "seed": 0,
+        "messages": [{"role": "user", "content": f"What is 7 + 5? {AS_A_NUMBER}"}],
+        "scaffold": 'best_of_n(n=2, judge="verifier")',
+        "return_trace": True,
+    }
     reply = client.post("/v1/chat/completions", json=body)
     assert reply.status_code == 200, reply.text
     [note] = [e for e in reply.json()["trace"] if e.get("kind") == "scores"]

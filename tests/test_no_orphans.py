@@ -122,8 +122,13 @@ def test_a_pool_worker_stays_only_while_the_parent_it_was_given_is_its_parent(na
     code = (
         f"import os; from scaffolds.processes.children import watch_parent; watch_parent({parent})"
     )
-    run = subprocess.run([sys.executable, "-c", f"{code}; print('stayed')"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", f"{code}; print('stayed')"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     expected = (0, "stayed") if named == "the parent" else (1, "")
     assert (run.returncode, run.stdout.strip()) == expected, run.stderr
 
@@ -154,9 +159,12 @@ def test_a_pool_started_by_pid_1_warms_and_votes_by_equivalence() -> None:
     as_root = [] if os.geteuid() == 0 else ["--map-root-user"]
     run = subprocess.run(
         [unshare, *as_root, "--pid", "--kill-child", sys.executable, "-c", PID_1_POOL],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
+    )
     if run.returncode != 0 and run.stderr.startswith("unshare:"):
         pytest.skip(f"cannot start a process as PID 1 here: {run.stderr.strip()}")
     assert run.stdout.split() == ["1", "warm", "1"], run.stderr
@@ -186,10 +194,23 @@ def test_sigkilled_ponder_serve_leaves_no_pool_worker() -> None:
     with running_fake_engine(FakeEngineConfig(respond=adder)) as engine:
         port = free_port()
         proc = popen_owned(
-            [sys.executable, "-m", "clients.cli", "serve", "--engine", engine.base_url,
-             "--model", MODEL, "--port", str(port)],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "clients.cli",
+                "serve",
+                "--engine",
+                engine.base_url,
+                "--model",
+                MODEL,
+                "--port",
+                str(port),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         try:
             url = f"http://127.0.0.1:{port}"
 
@@ -202,10 +223,13 @@ def test_sigkilled_ponder_serve_leaves_no_pool_worker() -> None:
             assert wait_until(up, within=300)
             reply = httpx.post(  # a vote: the server's math-verify pool starts
                 f"{url}/v1/chat/completions",
-                json={"model": MODEL, "scaffold": "majority(k=3)",
-                      "messages": [{"role": "user", "content": "100+200="}]},
+                json={
+                    "model": MODEL,
+                    "scaffold": "majority(k=3)",
+                    "messages": [{"role": "user", "content": "100+200="}],
+                },
                 timeout=300,
-            )  # fmt: skip
+            )
             assert reply.status_code == 200, reply.text
             _killed_leaves_no_pool(proc)
         finally:
@@ -218,11 +242,28 @@ def test_sigkilled_ponder_eval_leaves_no_pool_worker(tmp_path: Path) -> None:
     config = FakeEngineConfig(respond=adder, latency_per_token=0.05)
     with running_fake_engine(config) as engine:
         proc = popen_owned(
-            [sys.executable, "-m", "clients.cli", "eval", "--base-url", engine.base_url,
-             "--model", MODEL, "--dataset", str(dataset), "--scaffold", "none",
-             "--no-progress", "--out", str(tmp_path / "run")],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "clients.cli",
+                "eval",
+                "--base-url",
+                engine.base_url,
+                "--model",
+                MODEL,
+                "--dataset",
+                str(dataset),
+                "--scaffold",
+                "none",
+                "--no-progress",
+                "--out",
+                str(tmp_path / "run"),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         try:
             _killed_leaves_no_pool(proc)
         finally:
@@ -243,11 +284,25 @@ def test_the_session_guard_fails_a_run_that_leaves_a_process(tmp_path: Path) -> 
         )
     )
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "testing.process_guard", "-p", "no:cacheprovider",
-         "-q", str(tmp_path / "test_leaky.py"), "--rootdir", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "testing.process_guard",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            str(tmp_path / "test_leaky.py"),
+            "--rootdir",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
         env={**os.environ, "PYTEST_PONDER_GRACE_S": "1", "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
+    )
     leaked = int(marker.read_text())
     assert run.returncode != 0, run.stdout
     assert "1 passed" in run.stdout  # the test itself passed; the guard failed the run

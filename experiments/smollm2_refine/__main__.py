@@ -138,10 +138,17 @@ def _sample(args: argparse.Namespace) -> None:
         models = [args.model] if todo else []
         async with open_engines(source, models, logs=exp.run) as engines:
             report = await make_data(
-                run, problems, engines.get(args.model), scaffold=f"majority(k={args.k})",
-                prompt_set=exp.prompts, chat=True, params=exp.params,
-                concurrency=exp.concurrency, sft_kinds=["direct"], progress=exp.progress,
-            )  # fmt: skip
+                run,
+                problems,
+                engines.get(args.model),
+                scaffold=f"majority(k={args.k})",
+                prompt_set=exp.prompts,
+                chat=True,
+                params=exp.params,
+                concurrency=exp.concurrency,
+                sft_kinds=["direct"],
+                progress=exp.progress,
+            )
         wanted = {p.id for p in problems}
         records = [r for r in run.records() if r.id in wanted]
         rows = regrouped_refine_rows(records, report.grade or is_correct, n=exp.n)
@@ -204,14 +211,21 @@ def _spread(args: argparse.Namespace) -> None:
     from experiments.smollm2_refine.refine_rl import reward_spread
 
     spread = reward_spread(
-        _experiment(args), args.temperatures, arm=args.arm, generations=args.num_generations,
-        max_tokens=args.max_completion_length, limit=args.limit, mixed_only=not args.all_groups,
-    )  # fmt: skip
+        _experiment(args),
+        args.temperatures,
+        arm=args.arm,
+        generations=args.num_generations,
+        max_tokens=args.max_completion_length,
+        limit=args.limit,
+        mixed_only=not args.all_groups,
+    )
     print("| temperature | mean reward | groups with reward spread | groups |")
     print("|---|---:|---:|---:|")
     for temperature, row in spread.items():
-        print(f"| {temperature} | {row['mean_reward']:.3f} | {row['groups_with_spread']:.3f} "
-              f"| {row['groups']:.0f} |")  # fmt: skip
+        print(
+            f"| {temperature} | {row['mean_reward']:.3f} | {row['groups_with_spread']:.3f} "
+            f"| {row['groups']:.0f} |"
+        )
 
 
 def _ship(args: argparse.Namespace) -> None:
@@ -304,22 +318,26 @@ def parser() -> argparse.ArgumentParser:
         if name in ("data", "sample"):
             p.add_argument("--eval-problems", type=Path, help="drop training problems in these")
             p.add_argument(
-                "--rebuild", action="store_true",
+                "--rebuild",
+                action="store_true",
                 help="no new traces: rebuild the rows of the problems traced so far",
-            )  # fmt: skip
+            )
         if name == "sample":
             p.add_argument("--k", type=int, default=16, help="samples per problem (one request)")
             p.add_argument(
-                "--model", default="base", choices=MODELS,
+                "--model",
+                default="base",
+                choices=MODELS,
                 help="sample the base, or an arm of the parent run (--parent)",
-            )  # fmt: skip
+            )
         if name == "data":
             p.add_argument("--samples", type=int, default=2, help="gsr runs per problem")
             p.add_argument("--direct-ratio", type=float, default=0.25)
             p.add_argument(
-                "--borrow", action="store_true",
+                "--borrow",
+                action="store_true",
                 help="wrong refinements train toward a right candidate of the same problem",
-            )  # fmt: skip
+            )
         if name == "train":
             p.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
             p.add_argument("--direct-ratio", type=float, default=0.25, help="in the gsr arm")
@@ -330,9 +348,10 @@ def parser() -> argparse.ArgumentParser:
         if name in ("grpo", "spread"):
             p.add_argument("--arm", default="gsr", choices=ARMS)
             p.add_argument(
-                "--all-groups", action="store_true",
+                "--all-groups",
+                action="store_true",
                 help="also groups whose candidates are all right or all wrong",
-            )  # fmt: skip
+            )
             p.add_argument("--num-generations", type=int, default=8, help="samples per group")
             p.add_argument("--max-completion-length", type=int, default=128)
         if name == "spread":
@@ -351,16 +370,19 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
             p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
             p.add_argument(
-                "--scaffold", default="gsr", choices=["gsr", "rsa"],
+                "--scaffold",
+                default="gsr",
+                choices=["gsr", "rsa"],
                 help="gsr(n): refine@n; rsa(n,k,rounds): rsa@n (rows in eval-rsa/)",
-            )  # fmt: skip
+            )
             p.add_argument("--rsa-k", type=int, default=2, help="members an aggregation reads")
             p.add_argument("--rsa-rounds", type=int, default=2, help="aggregation rounds")
         if name == "report":
             p.add_argument(
-                "--tag", default="",
+                "--tag",
+                default="",
                 help="write report-TAG.{json,md} (a report beside the run's own, e.g. seeds-0-1)",
-            )  # fmt: skip
+            )
     return top
 
 

@@ -75,9 +75,15 @@ def against_vote(
     groups = []
     for right, (runs, maj, refine) in sorted(counts.items()):
         groups.append(
-            {"right": right, "runs": runs, "share": runs / total, "maj": maj / runs,
-             "refine": refine / runs, "refine_minus_maj": (refine - maj) / total}
-        )  # fmt: skip
+            {
+                "right": right,
+                "runs": runs,
+                "share": runs / total,
+                "maj": maj / runs,
+                "refine": refine / runs,
+                "refine_minus_maj": (refine - maj) / total,
+            }
+        )
     return groups
 
 
@@ -175,9 +181,14 @@ def _done(path: Path) -> dict[str, dict[str, Any]]:
 
 
 async def _run_seed(
-    exp: Experiment, engine: Any, problems: Sequence[ProblemRow], path: Path, seed: int,
-    advance: Any, parallel: bool,
-) -> None:  # fmt: skip
+    exp: Experiment,
+    engine: Any,
+    problems: Sequence[ProblemRow],
+    path: Path,
+    seed: int,
+    advance: Any,
+    parallel: bool,
+) -> None:
     """The problems of ``path`` that are not done, through the evaluation loop
     (:mod:`scaffolds.evaluation.loop`); each row is appended to ``path`` as it lands."""
     from scaffolds import RunSettings, solve
@@ -204,9 +215,12 @@ async def _run_seed(
             return {"id": problem.id, "error": f"{type(exc).__name__}: {exc}"}
 
     await run_jobs(
-        todo, one, concurrency=exp.concurrency if parallel else 1, store=ResultStore(path),
+        todo,
+        one,
+        concurrency=exp.concurrency if parallel else 1,
+        store=ResultStore(path),
         on_job=lambda _job, _row: advance(1),
-    )  # fmt: skip
+    )
 
 
 async def evaluate(
@@ -233,7 +247,7 @@ async def evaluate(
                     for model in group:
                         await _run_seed(
                             exp, engines[model], problems, paths[model], seed, advance, parallel
-                        )  # fmt: skip
+                        )
 
 
 def _conditions(
@@ -255,9 +269,12 @@ def _conditions(
 
 
 def report(
-    exp: Experiment, problems: Sequence[ProblemRow], models: Sequence[str], seeds: Sequence[int],
+    exp: Experiment,
+    problems: Sequence[ProblemRow],
+    models: Sequence[str],
+    seeds: Sequence[int],
     tag: str = "",
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Accuracy [95% CI] per model and condition over the problems every (model, seed)
     has finished, the paired differences, ``report.json``/``report.md`` and the plot.
     A ``tag`` names a report beside the run's own (``report-TAG.md``: ``seeds-0-1`` for

@@ -85,9 +85,15 @@ def train_refine_grpo(
     print(f"GRPO of arm {arm!r} (from {init}) on {len(rows)} refine groups; in {exp.arm_dir(arm)}")
     with CorrectnessReward(workers=1) as reward:
         return run_grpo(
-            exp.base_dir(), rows, [reward], exp.arm_dir(arm), settings, grpo, rollout,
+            exp.base_dir(),
+            rows,
+            [reward],
+            exp.arm_dir(arm),
+            settings,
+            grpo,
+            rollout,
             init_adapter=init,
-        )  # fmt: skip
+        )
 
 
 def reward_spread(
@@ -121,9 +127,13 @@ def reward_spread(
         params = SamplingParams(temperature=temperature, max_tokens=max_tokens)
         async with gate:
             group = await rollout_group(
-                row, engine, n=generations, max_tokens=max_tokens, settings=rollout,
+                row,
+                engine,
+                n=generations,
+                max_tokens=max_tokens,
+                settings=rollout,
                 params=params,
-            )  # fmt: skip
+            )
         return [is_correct(str(row["answer"]), c.text) for c in group.completions]
 
     async def measure() -> dict[str, dict[str, float]]:

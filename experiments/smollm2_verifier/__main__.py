@@ -55,13 +55,34 @@ def _train(args: argparse.Namespace) -> None:
 
     base = prepare_model("smollm2-135m-instruct")
     cmd = [
-        sys.executable, "-m", "clients.cli", "train", "verifier", "--model", str(base),
-        "--results", str(args.run / "samples.jsonl"), "--problems", str(args.problems),
-        "--held-out", str(args.held_out), "--out", str(args.run / "verifier"),
-        "--lr", str(args.lr), "--epochs", str(args.epochs), "--batch-size", "16",
-        "--max-steps", str(args.max_steps), "--cpu", "--no-progress",
-        "--bf16" if args.bf16 else "--no-bf16", *(["--contrast"] if args.contrast else []),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "clients.cli",
+        "train",
+        "verifier",
+        "--model",
+        str(base),
+        "--results",
+        str(args.run / "samples.jsonl"),
+        "--problems",
+        str(args.problems),
+        "--held-out",
+        str(args.held_out),
+        "--out",
+        str(args.run / "verifier"),
+        "--lr",
+        str(args.lr),
+        "--epochs",
+        str(args.epochs),
+        "--batch-size",
+        "16",
+        "--max-steps",
+        str(args.max_steps),
+        "--cpu",
+        "--no-progress",
+        "--bf16" if args.bf16 else "--no-bf16",
+        *(["--contrast"] if args.contrast else []),
+    ]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
     print(" ".join(cmd), flush=True)
@@ -194,9 +215,11 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
         s.add_argument("--verifier", type=Path, default=None, help="default: RUN/verifier/final")
         s.add_argument(
-            "--issue20", type=Path, default=None,
+            "--issue20",
+            type=Path,
+            default=None,
             help="issue 20's run 2 (smollm2-r2): its gsr and rsa rows join the report",
-        )  # fmt: skip
+        )
         s.add_argument("--specs", nargs="+", default=list(SEARCH_SPECS), help="search stage")
         s.add_argument("--lr", type=float, default=2e-4)
         s.add_argument("--epochs", type=float, default=1.0)

@@ -56,8 +56,16 @@ async def candidates_seed(
         texts, answers, tokens, prompt = _samples(result.events)
         gold = str(problem.answer)
         right = [_right(a, gold) for a in answers]
-        return [{"id": problem.id, "texts": texts, "answers": answers, "tokens": tokens,
-                 "prompt_tokens": prompt, "correct": right}]  # fmt: skip
+        return [
+            {
+                "id": problem.id,
+                "texts": texts,
+                "answers": answers,
+                "tokens": tokens,
+                "prompt_tokens": prompt,
+                "correct": right,
+            }
+        ]
 
     await _each(problems, path, settings, f"candidates seed {seed}", one)
     return path
@@ -86,9 +94,12 @@ class ScoreTable:
 
 
 async def score_table(
-    run: Path, verifier: Any, problems: Sequence[ProblemRow], seeds: Sequence[int],
+    run: Path,
+    verifier: Any,
+    problems: Sequence[ProblemRow],
+    seeds: Sequence[int],
     settings: Settings,
-) -> ScoreTable:  # fmt: skip
+) -> ScoreTable:
     """Every distinct sample of each problem (all seeds) scored in one verifier call per
     problem; cached in ``RUN/scores.jsonl`` (a rerun scores only what is missing)."""
     rows = [_read(run / "candidates" / f"seed-{s}.jsonl") for s in seeds]
@@ -98,8 +109,14 @@ async def score_table(
         texts = sorted({t for r in rows if problem.id in r for t in r[problem.id]["texts"]})
         verdicts = await verifier.verify(problem.problem, texts)
         each = verdicts.usage.prompt_tokens // max(1, len(texts))
-        return [{"id": problem.id, "texts": texts, "scores": list(verdicts.scores),
-                 "prompt_tokens": each}]  # fmt: skip
+        return [
+            {
+                "id": problem.id,
+                "texts": texts,
+                "scores": list(verdicts.scores),
+                "prompt_tokens": each,
+            }
+        ]
 
     await _each(problems, path, settings, "verifier scores", one)
     scores: dict[tuple[str, str], float] = {}

@@ -29,8 +29,13 @@ MODEL = "gsr"
 def conditions(rows: Sequence[Mapping[str, Any]], k: int) -> dict[str, dict[str, list[float]]]:
     """Per selector: correct (0/1), generated and prompt tokens (the verifier's prompt
     tokens count for the selectors that read its scores), one entry per row."""
-    labels = {"single": "single", "maj": f"maj@{k}", "wmaj": f"wmaj@{k}", "bon": f"bon@{k}",
-              "pass": f"pass@{k}"}  # fmt: skip
+    labels = {
+        "single": "single",
+        "maj": f"maj@{k}",
+        "wmaj": f"wmaj@{k}",
+        "bon": f"bon@{k}",
+        "pass": f"pass@{k}",
+    }
     out: dict[str, dict[str, list[float]]] = {}
     for key, label in labels.items():
         entry: dict[str, list[float]] = {"correct": [], "completion": [], "prompt": []}
@@ -49,9 +54,10 @@ def _final_entry(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
     return {
         "correct": [1.0 if r["refine"] else 0.0 for r in rows],
         "completion": [float(sum(r["candidate_tokens"]) + r["refine_tokens"]) for r in rows],
-        "prompt": [float(r["prompt_tokens"]["candidates"] + r["prompt_tokens"]["refine"])
-                   for r in rows],
-    }  # fmt: skip
+        "prompt": [
+            float(r["prompt_tokens"]["candidates"] + r["prompt_tokens"]["refine"]) for r in rows
+        ],
+    }
 
 
 def _issue20(
@@ -123,9 +129,12 @@ def _search(run: Path, problems: Sequence[ProblemRow]) -> dict[str, Any]:
 
 
 def report(
-    run: Path, problems: Sequence[ProblemRow], seeds: Sequence[int], k: int,
+    run: Path,
+    problems: Sequence[ProblemRow],
+    seeds: Sequence[int],
+    k: int,
     run2: Path | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """``RUN/report.{json,md}`` and ``RUN/accuracy_vs_tokens.png`` over the problems every
     seed finished."""
     from scaffolds.evaluation import stats
@@ -162,8 +171,15 @@ def report(
     )
     (run / "report.json").write_text(json.dumps(results) + "\n")
     (run / "report.md").write_text(table)
-    markers = {"single": "o", f"maj@{k}": "^", f"wmaj@{k}": "s", f"bon@{k}": "D",
-               f"pass@{k}": "*", f"refine@{k}": "v", f"rsa@{k}": "P"}  # fmt: skip
+    markers = {
+        "single": "o",
+        f"maj@{k}": "^",
+        f"wmaj@{k}": "s",
+        f"bon@{k}": "D",
+        f"pass@{k}": "*",
+        f"refine@{k}": "v",
+        f"rsa@{k}": "P",
+    }
     title = f"smollm2-135m-gsr + trained verifier: {len(ids)} problems, seeds {list(seeds)}"
     stats.plot(results, run / "accuracy_vs_tokens.png", title=title, markers=markers)
     return results

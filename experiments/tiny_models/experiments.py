@@ -224,11 +224,16 @@ def _base(args: argparse.Namespace) -> None:
     models = {
         "base": asyncio.run(
             evaluate_model(
-                "base", args.model, BASE_CONDITIONS, items, args.seeds,
-                engine_spec=args.engine, concurrency=args.concurrency,
+                "base",
+                args.model,
+                BASE_CONDITIONS,
+                items,
+                args.seeds,
+                engine_spec=args.engine,
+                concurrency=args.concurrency,
             )
         )
-    }  # fmt: skip
+    }
     results = {
         "problems": len(items),
         "problem_seed": args.problem_seed,
@@ -260,11 +265,17 @@ def _gsr(args: argparse.Namespace) -> None:
         out = runs / kind
         if not (out / "config.json").exists():
             info = gsr_train.train(
-                kind, args.model, out, seed=args.train_seed,
+                kind,
+                args.model,
+                out,
+                seed=args.train_seed,
                 seconds=args.train_seconds if kind not in args.train_steps else math.inf,
-                lr=args.lr, data_problems=args.data_problems, refine_fraction=args.refine_fraction,
-                steps=args.train_steps.get(kind), refreshes=args.refreshes,
-            )  # fmt: skip
+                lr=args.lr,
+                data_problems=args.data_problems,
+                refine_fraction=args.refine_fraction,
+                steps=args.train_steps.get(kind),
+                refreshes=args.refreshes,
+            )
             timings[kind] = info
         else:
             timings[kind] = json.loads((out / "gsr_train.json").read_text())
@@ -281,11 +292,15 @@ def _gsr(args: argparse.Namespace) -> None:
     for kind in args.arms:
         models[kind] = asyncio.run(
             evaluate_model(
-                kind, runs / kind, TRAINED_CONDITIONS if kind == "gsr" else CONTROL_CONDITIONS,
-                items, args.seeds,
-                engine_spec=args.engine, concurrency=args.concurrency,
+                kind,
+                runs / kind,
+                TRAINED_CONDITIONS if kind == "gsr" else CONTROL_CONDITIONS,
+                items,
+                args.seeds,
+                engine_spec=args.engine,
+                concurrency=args.concurrency,
             )
-        )  # fmt: skip
+        )
     results = {
         "problems": len(items),
         "problem_seed": args.problem_seed,
@@ -355,15 +370,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     g.add_argument("--refine-fraction", type=float, default=0.75)
     g.add_argument("--arms", nargs="+", choices=("gsr", "control"), default=["gsr", "control"])
     g.add_argument(
-        "--train-steps", type=_steps, default={}, metavar="ARM=N,...",
+        "--train-steps",
+        type=_steps,
+        default={},
+        metavar="ARM=N,...",
         help="train these arms for N optimizer steps instead of --train-seconds",
-    )  # fmt: skip
+    )
     g.add_argument("--refreshes", type=int, default=0, help="redraw refine candidates")
     g.add_argument("--base-stem", default="base", help="base results to reuse")
     p = sub.add_parser(
-        "report", aliases=["plot"],
+        "report",
+        aliases=["plot"],
         help="the statistics, table and plot of a results JSON again, from its rows",
-    )  # fmt: skip
+    )
     p.add_argument("json", type=Path)
     p.add_argument("--out", type=Path, help="write STEM.{json,md,png} here (default: beside it)")
     c = sub.add_parser(
@@ -371,9 +390,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     c.add_argument("json", type=Path, help="STEM.json: rebuilt from the sources and pairs it names")
     c.add_argument(
-        "--model", nargs="+", default=[], metavar="NAME=FILE:MODEL",
+        "--model",
+        nargs="+",
+        default=[],
+        metavar="NAME=FILE:MODEL",
         help="a new comparison's models (FILE beside STEM.json), e.g. after=gsr_after_300.json:gsr",
-    )  # fmt: skip
+    )
     c.add_argument("--pair", nargs="+", default=[], help='e.g. "after/single - before/single"')
     c.add_argument("--out", type=Path, help="write STEM.{json,md} here (default: beside it)")
     args = parser.parse_args(argv)

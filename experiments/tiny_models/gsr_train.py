@@ -261,6 +261,9 @@ def train(
 
     save_model(model, build_tokenizer(), out)
     (out / "gsr_train.json").write_text(json.dumps(info, indent=2) + "\n")
-    print(f"{kind}: {step} steps in {info['train_seconds']}s, val greedy "
-          f"{info['val_greedy_fp32']:.3f} -> {out}", flush=True)  # fmt: skip
+    print(
+        f"{kind}: {step} steps in {info['train_seconds']}s, val greedy "
+        f"{info['val_greedy_fp32']:.3f} -> {out}",
+        flush=True,
+    )
     return info

@@ -289,8 +289,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--stem", default="rc_listsum")
     p.add_argument("--greedy-only", action="store_true", help="skip the sampled conditions")
-    p.add_argument("--step-problems", type=int, default=300, help="problems per length for "
-                   "the per-step accuracy (0: skip)")  # fmt: skip
+    p.add_argument(
+        "--step-problems",
+        type=int,
+        default=300,
+        help="problems per length for the per-step accuracy (0: skip)",
+    )
     st = sub.add_parser("steps", help="per-step accuracy only, added to a results JSON")
     st.add_argument("json", type=Path)
     st.add_argument("--model", type=Path, required=True)
@@ -301,9 +305,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     m.add_argument("out", type=Path)
     m.add_argument("parts", type=Path, nargs="+")
     q = sub.add_parser(
-        "report", aliases=["plot"],
+        "report",
+        aliases=["plot"],
         help="the statistics, tables and plots of a results JSON again, from its rows",
-    )  # fmt: skip
+    )
     q.add_argument("json", type=Path)
     q.add_argument("--out", type=Path, help="write STEM.{json,md,png} here (default: beside it)")
     args = parser.parse_args(argv)

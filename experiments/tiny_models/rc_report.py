@@ -28,9 +28,10 @@ def field_table(steps: dict[str, dict[str, dict[str, list[int]]]]) -> str:
             for kind in ("start", "continue"):
                 cells = [
                     f"{summarize([kinds[f'{kind} {f}']])['accuracy']:.3f}"
-                    if f"{kind} {f}" in kinds else "-"
+                    if f"{kind} {f}" in kinds
+                    else "-"
                     for f in fields
-                ]  # fmt: skip
+                ]
                 lines.append(
                     f"| {model} | {length.removeprefix('L=')} | {kind} | "
                     + " | ".join(cells)
@@ -129,16 +130,24 @@ def plot_steps(steps: dict[str, dict[str, dict[str, list[int]]]], path: Path) ->
         for length, kinds in lengths.items():
             by_length.setdefault(int(length.removeprefix("L=")), {}).update(kinds)
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    parts = ("start label", "start next label", "start total", "continue label",
-             "continue", "summary")  # fmt: skip
+    parts = (
+        "start label",
+        "start next label",
+        "start total",
+        "continue label",
+        "continue",
+        "summary",
+    )
     for i, part in enumerate(parts):
         points = sorted(
             (n, summarize([kinds[part]])) for n, kinds in by_length.items() if part in kinds
         )
         xs = [n for n, _ in points]
         ys = [s["accuracy"] for _, s in points]
-        err = [[y - s["ci95"][0] for y, (_, s) in zip(ys, points, strict=True)],
-               [s["ci95"][1] - y for y, (_, s) in zip(ys, points, strict=True)]]  # fmt: skip
+        err = [
+            [y - s["ci95"][0] for y, (_, s) in zip(ys, points, strict=True)],
+            [s["ci95"][1] - y for y, (_, s) in zip(ys, points, strict=True)],
+        ]
         ax.errorbar(xs, ys, yerr=err, fmt="o-", color=f"C{i}", capsize=3, label=part)
     ax.axvline(8, color="grey", linestyle=":", linewidth=1)
     ax.set_xlabel("list length (numbers); dotted: longest training list")

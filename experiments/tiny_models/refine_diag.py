@@ -109,9 +109,7 @@ def diagnose(model_dir: Path, count: int) -> dict[str, Any]:
         return sum(xs) / len(xs)
 
     rows = refine_rows(items, [r["candidates"] for r in runs])
-    trained_ids = [
-        encode_rows([row])[0][0, : len(row["prompt"])].tolist() for row in rows
-    ]  # fmt: skip
+    trained_ids = [encode_rows([row])[0][0, : len(row["prompt"])].tolist() for row in rows]
     refined = [greedy(r["refine_ids"]) for r in runs]
     by_right: dict[int, list[bool]] = collections.defaultdict(list)
     for text, r in zip(refined, runs, strict=True):

@@ -170,10 +170,13 @@ def make_plan(
         arguments = str(called.get("arguments", "{}"))
         function = {"name": called.get("name"), "arguments": arguments}
         samples = [
-            Sample([("tool", p) for p in split_tokens(arguments)], "tool_calls",
-                   {"id": f"call_{uuid.uuid4().hex[:8]}", "type": "function", "function": function})
+            Sample(
+                [("tool", p) for p in split_tokens(arguments)],
+                "tool_calls",
+                {"id": f"call_{uuid.uuid4().hex[:8]}", "type": "function", "function": function},
+            )
             for _ in texts
-        ]  # fmt: skip
+        ]
     prompt_pieces = split_tokens(prompt_text(body))
     if config.cached_tokens is not None:
         cached = min(config.cached_tokens, len(prompt_pieces))

@@ -34,8 +34,9 @@ def chat_body(body: dict[str, Any]) -> dict[str, Any]:
     for item in items or []:
         kind = item.get("type", "message")
         if kind == "function_call_output":
-            messages.append({"role": "tool", "tool_call_id": item.get("call_id"),
-                             "content": item.get("output")})  # fmt: skip
+            messages.append(
+                {"role": "tool", "tool_call_id": item.get("call_id"), "content": item.get("output")}
+            )
         elif kind == "function_call":
             function = {"name": item.get("name"), "arguments": item.get("arguments")}
             call = {"id": item.get("call_id"), "type": "function", "function": function}
@@ -58,17 +59,36 @@ def _output(plan: Plan) -> list[dict[str, Any]]:
     content = "".join(t for k, t in sample.pieces if k == "content")
     output: list[dict[str, Any]] = []
     if reasoning:
-        output.append({"type": "reasoning", "id": f"rs_{plan.id}", "summary": [],
-                       "content": [{"type": "reasoning_text", "text": reasoning}]})  # fmt: skip
+        output.append(
+            {
+                "type": "reasoning",
+                "id": f"rs_{plan.id}",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": reasoning}],
+            }
+        )
     if sample.tool_call is not None:
         function = sample.tool_call["function"]
-        output.append({"type": "function_call", "id": f"fc_{plan.id}",
-                       "call_id": sample.tool_call["id"], "name": function["name"],
-                       "arguments": function["arguments"], "status": "completed"})  # fmt: skip
+        output.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{plan.id}",
+                "call_id": sample.tool_call["id"],
+                "name": function["name"],
+                "arguments": function["arguments"],
+                "status": "completed",
+            }
+        )
     else:
-        output.append({"type": "message", "id": f"msg_{plan.id}", "role": "assistant",
-                       "status": "completed", "content": [{"type": "output_text",
-                       "text": content, "annotations": []}]})  # fmt: skip
+        output.append(
+            {
+                "type": "message",
+                "id": f"msg_{plan.id}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": content, "annotations": []}],
+            }
+        )
     return output
 
 
@@ -81,22 +101,33 @@ def response_object(plan: Plan, status: str | None = None, output: Any = None) -
     body = plan.body
     cut = {"reason": "max_output_tokens"} if (status or done) == "incomplete" else None
     return {
-        "id": f"resp_{plan.id}", "object": "response", "created_at": plan.created,
-        "status": status or done, "error": None,
-        "incomplete_details": cut, "instructions": body.get("instructions"),
+        "id": f"resp_{plan.id}",
+        "object": "response",
+        "created_at": plan.created,
+        "status": status or done,
+        "error": None,
+        "incomplete_details": cut,
+        "instructions": body.get("instructions"),
         "max_output_tokens": body.get("max_output_tokens"),
-        "model": body.get("model"), "output": _output(plan) if output is None else output,
-        "parallel_tool_calls": True, "previous_response_id": body.get("previous_response_id"),
-        "store": body.get("store", True), "temperature": body.get("temperature"),
-        "tool_choice": "auto", "tools": body.get("tools") or [], "top_p": body.get("top_p"),
-        "usage": None if status else {
+        "model": body.get("model"),
+        "output": _output(plan) if output is None else output,
+        "parallel_tool_calls": True,
+        "previous_response_id": body.get("previous_response_id"),
+        "store": body.get("store", True),
+        "temperature": body.get("temperature"),
+        "tool_choice": "auto",
+        "tools": body.get("tools") or [],
+        "top_p": body.get("top_p"),
+        "usage": None
+        if status
+        else {
             "input_tokens": usage["prompt_tokens"],
             "input_tokens_details": {"cached_tokens": plan.cached},
             "output_tokens": usage["completion_tokens"],
             "output_tokens_details": {"reasoning_tokens": thought},
             "total_tokens": usage["total_tokens"],
         },
-    }  # fmt: skip
+    }
 
 
 async def response_events(
@@ -126,8 +157,13 @@ async def response_events(
         base = {"output_index": 0, "item_id": item["id"]}
         text = "".join(t for k, t in plan.samples[0].pieces if k == "content")
         empty = {"type": "output_text", "text": "", "annotations": []}
-        yield event({"type": "response.output_item.added", "output_index": 0,
-                     "item": item | {"status": "in_progress", "content": []}})  # fmt: skip
+        yield event(
+            {
+                "type": "response.output_item.added",
+                "output_index": 0,
+                "item": item | {"status": "in_progress", "content": []},
+            }
+        )
         yield event(
             {"type": "response.content_part.added", **base, "content_index": 0, "part": empty}
         )
@@ -135,12 +171,32 @@ async def response_events(
             if delay:
                 await asyncio.sleep(delay)
             if kind == "content":
-                yield event({"type": "response.output_text.delta", **base, "content_index": 0,
-                             "delta": piece, "logprobs": []})  # fmt: skip
-        yield event({"type": "response.output_text.done", **base, "content_index": 0,
-                     "text": text, "logprobs": []})  # fmt: skip
-        yield event({"type": "response.content_part.done", **base, "content_index": 0,
-                     "part": empty | {"text": text}})  # fmt: skip
+                yield event(
+                    {
+                        "type": "response.output_text.delta",
+                        **base,
+                        "content_index": 0,
+                        "delta": piece,
+                        "logprobs": [],
+                    }
+                )
+        yield event(
+            {
+                "type": "response.output_text.done",
+                **base,
+                "content_index": 0,
+                "text": text,
+                "logprobs": [],
+            }
+        )
+        yield event(
+            {
+                "type": "response.content_part.done",
+                **base,
+                "content_index": 0,
+                "part": empty | {"text": text},
+            }
+        )
         yield event({"type": "response.output_item.done", "output_index": 0, "item": item})
         final["output"] = [item]
         state.reported_usage.append(plan.usage())

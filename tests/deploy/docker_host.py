@@ -90,8 +90,10 @@ def apt_install(*packages: str) -> None:
 def _client_major(cli: str) -> int | None:
     result = subprocess.run(
         [cli, "version", "--format", "{{.Client.Version}}"],
-        capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     found = re.match(r"(\d+)\.", result.stdout.strip())
     return int(found.group(1)) if found else None
 
@@ -292,9 +294,13 @@ def _bootstrap(tarball: Path) -> None:
     shutil.rmtree(rootfs, ignore_errors=True)
     try:
         command = [
-            "debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
-            SUITE, str(rootfs), debian_mirror(),
-        ]  # fmt: skip
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={','.join(BASE_PACKAGES)}",
+            SUITE,
+            str(rootfs),
+            debian_mirror(),
+        ]
         result = subprocess.run(command, capture_output=True, text=True, timeout=1800)
         if result.returncode != 0:
             raise AssertionError(f"{' '.join(command)} failed:\n{_tail(result.stdout)}")
@@ -305,8 +311,9 @@ def _bootstrap(tarball: Path) -> None:
         partial = tarball.with_suffix(".partial")
         subprocess.run(
             ["tar", "-C", str(rootfs), "--numeric-owner", "-cf", str(partial), "."],
-            check=True, timeout=600,
-        )  # fmt: skip
+            check=True,
+            timeout=600,
+        )
         partial.rename(tarball)
     finally:
         shutil.rmtree(rootfs, ignore_errors=True)
@@ -349,10 +356,15 @@ def build_image(
     if make is None:
         raise AssertionError("make is missing: the image is built with `make image`")
     command = [
-        make, "--no-print-directory", "image", f"DOCKER={docker.cli}", f"IMAGE={tag}",
-        f"BASE_IMAGE={base}", f"EXTRA_CA={extra_ca or ''}",
+        make,
+        "--no-print-directory",
+        "image",
+        f"DOCKER={docker.cli}",
+        f"IMAGE={tag}",
+        f"BASE_IMAGE={base}",
+        f"EXTRA_CA={extra_ca or ''}",
         f"DOCKER_BUILD_FLAGS={' '.join(['--progress=plain', *flags])}",
-    ]  # fmt: skip
+    ]
     started = time.monotonic()
     result = subprocess.run(
         command, cwd=ROOT, env=docker.env, capture_output=True, text=True, timeout=1800

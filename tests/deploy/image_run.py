@@ -72,7 +72,7 @@ def build_image_site(workdir: Path) -> Path:
         cwd=src,
         check=True,
         capture_output=True,
-    )  # fmt: skip
+    )
     site = workdir / "site"
     (wheel,) = wheels.glob("*.whl")
     with zipfile.ZipFile(wheel) as archive:

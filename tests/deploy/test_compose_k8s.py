@@ -138,8 +138,10 @@ def test_compose_replicas_override_routes_between_both_engines(
     result = subprocess.run(
         [compose, *files, "--profile", "gpu", "config", "--format", "json"],
         env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")},
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     services = json.loads(result.stdout)["services"]
     check_compose_ponder("ponder", services, monkeypatch)
     engines = service_environment(services["ponder"])["PONDER_ENGINES"].split(",")

@@ -70,9 +70,14 @@ HEALTH_INTERVAL = ("--health-interval", "2s")
 # What compose.yaml runs Ponder with: a read-only root, /tmp the only place to write, no
 # capabilities, no privileges to gain (and, as there, no init: `ponder serve` is PID 1).
 COMPOSE_LIMITS = (
-    "--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL",
-    "--security-opt", "no-new-privileges:true",
-)  # fmt: skip
+    "--read-only",
+    "--tmpfs",
+    "/tmp",
+    "--cap-drop",
+    "ALL",
+    "--security-opt",
+    "no-new-privileges:true",
+)
 
 
 def unavailable(message: str) -> None:

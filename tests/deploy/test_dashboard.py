@@ -92,10 +92,13 @@ def test_dashboard_shows_every_metric_ponder_exports(exposition: Exposition) -> 
     """A metric added to server/telemetry/metrics.py needs a panel here too."""
     used = {name for _, expr in dashboard_queries() for name in PONDER_METRIC.findall(expr)}
     families = {
-        name.removesuffix("_total").removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
+        name.removesuffix("_total")
+        .removesuffix("_bucket")
+        .removesuffix("_sum")
+        .removesuffix("_count")
         for name in exposition.declared
         if name.startswith("ponder_") and not name.endswith("_created")
-    }  # fmt: skip
+    }
     unused = sorted(f for f in families if not any(u.startswith(f) for u in used))
     assert not unused, f"no panel shows {unused}"
 
@@ -133,7 +136,9 @@ def test_grafana_provisioning_matches_the_dashboard_and_compose() -> None:
     (provider,) = yaml.safe_load((provisioning / "dashboards" / "ponder.yaml").read_text())[
         "providers"
     ]
-    mounts = dict(v.rsplit(":", 2)[:2] if v.endswith(":ro") else v.split(":", 1)
-                  for v in services["grafana"]["volumes"])  # fmt: skip
+    mounts = dict(
+        v.rsplit(":", 2)[:2] if v.endswith(":ro") else v.split(":", 1)
+        for v in services["grafana"]["volumes"]
+    )
     assert mounts["./grafana/dashboards"] == provider["options"]["path"]
     assert mounts["./grafana/provisioning"] == "/etc/grafana/provisioning"

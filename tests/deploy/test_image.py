@@ -63,8 +63,12 @@ def test_image_command_serves_a_fake_engine(image_site: Path, tmp_path: Path) ->
         )
         probe = subprocess.run(
             [sys.executable, "-c", "import server; print(server.__file__)"],
-            env=env, cwd=tmp_path, capture_output=True, text=True, check=True,
-        )  # fmt: skip
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         assert probe.stdout.startswith(str(image_site)), (
             "the test would run the checkout, not the wheel"
         )

@@ -94,8 +94,18 @@ async def test_the_adaptive_trace_carries_the_probability_after_each_wave(
         "4 samples · leader 1 (2 vs 2) · P(leader is the majority) 0.500 < 0.95: draw another wave"
     )
     assert lines[1].endswith(": stop at max_k")
-    esc = [{"kind": "stopping", "values": {"samples": 5, "leader": "3", "rule": "esc",
-                                           "unanimous": True, "reason": "settled"}}]  # fmt: skip
+    esc = [
+        {
+            "kind": "stopping",
+            "values": {
+                "samples": 5,
+                "leader": "3",
+                "rule": "esc",
+                "unanimous": True,
+                "reason": "settled",
+            },
+        }
+    ]
     [line] = run_node(READ_STDIN + "console.log(JSON.stringify(data.map(p.noteText)));", esc)
     assert line == "5 samples · leader 3 · window unanimous: stop"
 

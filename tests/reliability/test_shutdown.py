@@ -36,9 +36,25 @@ def ponder_process(
     fake: FakeEngineHandle, *args: str
 ) -> Iterator[tuple[subprocess.Popen[str], str]]:
     port = free_port()
-    cmd = [sys.executable, "-m", "clients.cli", "serve", "--engine", fake.base_url,
-           "--model", MODEL, "--engine-model", "fake-model", "--port", str(port),
-           "--api-key", KEY, "--engine-max-retries", "0", *args]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "clients.cli",
+        "serve",
+        "--engine",
+        fake.base_url,
+        "--model",
+        MODEL,
+        "--engine-model",
+        "fake-model",
+        "--port",
+        str(port),
+        "--api-key",
+        KEY,
+        "--engine-max-retries",
+        "0",
+        *args,
+    ]
     with owned_process(
         cmd, grace_s=0, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     ) as proc:

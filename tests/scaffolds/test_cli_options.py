@@ -75,5 +75,8 @@ def test_pydantic_models_give_their_descriptions() -> None:
 
     [option] = field_options(Model)
     assert (option.flag, option.metavar, option.help, option.default) == (
-        "--port", "PORT", "Port to bind.", 8000,
-    )  # fmt: skip
+        "--port",
+        "PORT",
+        "Port to bind.",
+        8000,
+    )

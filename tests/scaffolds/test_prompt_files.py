@@ -70,19 +70,28 @@ async def test_a_run_speaks_the_files_wording_exactly(tmp_path: Path) -> None:
     assert result.solutions[0].answer == "42"
 
 
-@pytest.mark.parametrize(("text", "names"), [
-    ("templates:\n  rc_sumary: '$problem'\n", ["unknown template 'rc_sumary'"]),
-    ("templates:\n  rc_summary: '$problem $summary $attempt $hint'\n",
-     ["template 'rc_summary'", "unknown placeholder $hint"]),
-    ("templates:\n  rc_summary: '$problem $attempt'\n",
-     ["template 'rc_summary'", "lacks the placeholder $summary"]),
-    ("templates:\n  rc_summary: 'costs $5 $problem $summary $attempt'\n",
-     ["template 'rc_summary'", "malformed placeholder"]),
-    ("texts:\n  rc_nothing: ''\n", ["unknown text 'rc_nothing'"]),
-    ("prompts:\n  solve: '$problem'\n", ["unknown section 'prompts'"]),
-    ("templates:\n  solve: 3\n", ["template 'solve' must be a text"]),
-    ("templates: [\n", ["is not valid YAML"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("templates:\n  rc_sumary: '$problem'\n", ["unknown template 'rc_sumary'"]),
+        (
+            "templates:\n  rc_summary: '$problem $summary $attempt $hint'\n",
+            ["template 'rc_summary'", "unknown placeholder $hint"],
+        ),
+        (
+            "templates:\n  rc_summary: '$problem $attempt'\n",
+            ["template 'rc_summary'", "lacks the placeholder $summary"],
+        ),
+        (
+            "templates:\n  rc_summary: 'costs $5 $problem $summary $attempt'\n",
+            ["template 'rc_summary'", "malformed placeholder"],
+        ),
+        ("texts:\n  rc_nothing: ''\n", ["unknown text 'rc_nothing'"]),
+        ("prompts:\n  solve: '$problem'\n", ["unknown section 'prompts'"]),
+        ("templates:\n  solve: 3\n", ["template 'solve' must be a text"]),
+        ("templates: [\n", ["is not valid YAML"]),
+    ],
+)
 def test_a_bad_file_is_an_error_naming_it(tmp_path: Path, text: str, names: list[str]) -> None:
     path = write(tmp_path, "bad.yaml", text)
     with pytest.raises(PromptFileError) as err:
@@ -94,11 +103,12 @@ def test_a_bad_file_is_an_error_naming_it(tmp_path: Path, text: str, names: list
 
 def test_a_scaffold_must_find_every_template_it_needs_in_the_files(tmp_path: Path) -> None:
     only_pair = write(
-        tmp_path, "pair.toml",
+        tmp_path,
+        "pair.toml",
         '[templates]\nrc_reasoning_start = "$problem"\n'
         'rc_reasoning_continue = "$problem $summary"\n'
         'rc_summary = "$problem $summary $attempt"\n',
-    )  # fmt: skip
+    )
     files = [load_prompt_file(only_pair)]
     prompt_set_with_files("default", files)
     check_scaffold_templates(files, build_strategy("majority(k=2, solver=rc(steps=2))"), "s")

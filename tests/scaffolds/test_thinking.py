@@ -110,8 +110,11 @@ async def test_a_helper_step_can_run_on_another_served_model() -> None:
     assert [step_of(r) for r in helper.requests] == ["feedback"]
 
     with pytest.raises(InvalidRequestError, match="nope"):
-        await run_scaffold(build_strategy('rc(steps=2, summarizer="nope")'), PROBLEM,
-                           MockEngine(ThinkingModel(says, think=1)))  # fmt: skip
+        await run_scaffold(
+            build_strategy('rc(steps=2, summarizer="nope")'),
+            PROBLEM,
+            MockEngine(ThinkingModel(says, think=1)),
+        )
 
 
 async def test_a_helper_step_that_writes_nothing_leaves_a_placeholder() -> None:

@@ -133,12 +133,29 @@ def start_ponder_serve(
     ``engine_url`` as ``fake-model``, once its ``/health`` answers; (process, root URL)."""
     port = free_port()
     proc = popen_owned(
-        [sys.executable, "-m", "clients.cli", "serve", "--engine", engine_url,
-         "--model", "fake-model", "--port", str(port), "--api-key", api_key,
-         "--engine-max-retries", "0", *args],
-        cwd=ROOT, env=None if env is None else dict(env),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "clients.cli",
+            "serve",
+            "--engine",
+            engine_url,
+            "--model",
+            "fake-model",
+            "--port",
+            str(port),
+            "--api-key",
+            api_key,
+            "--engine-max-retries",
+            "0",
+            *args,
+        ],
+        cwd=ROOT,
+        env=None if env is None else dict(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}"
 
     def up() -> bool:

@@ -92,8 +92,11 @@ def test_sigterm_while_vllm_starts_stops_vllm_too() -> None:
     two = ["--embedded-model", "ponder-addition", "--embedded-model", "smollm2-135m-instruct"]
     proc = popen_owned(
         [sys.executable, "-m", "clients.cli", "serve", "--port", str(free_port()), *two],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert wait_until(lambda: len(children_of(proc.pid)) == 2, within=300)
         engines = children_of(proc.pid)
@@ -228,10 +231,25 @@ def test_a_taken_port_fails_at_once_before_any_engine_starts() -> None:
 
 def test_port_0_serves_on_the_free_port_it_announces(fake: FakeEngineHandle) -> None:
     proc = popen_owned(
-        [sys.executable, "-m", "clients.cli", "serve", "--engine", fake.base_url,
-         "--model", "fake-model", "--port", "0", "--engine-max-retries", "0"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "clients.cli",
+            "serve",
+            "--engine",
+            fake.base_url,
+            "--model",
+            "fake-model",
+            "--port",
+            "0",
+            "--engine-max-retries",
+            "0",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stderr is not None
         announced = None

@@ -35,10 +35,22 @@ def test_a_flag_beats_its_env_var_which_beats_the_config_file(
     config.write_text("max_concurrent_runs: 3\nqueue_size: 9\nport: 1234\n")
     result = CliRunner().invoke(
         app,
-        ["serve", "--model", "m", "--engine", URL, "--config", str(config),
-         "--max-concurrent-runs", "5", "--graceful-timeout", "2", "--log-text"],
+        [
+            "serve",
+            "--model",
+            "m",
+            "--engine",
+            URL,
+            "--config",
+            str(config),
+            "--max-concurrent-runs",
+            "5",
+            "--graceful-timeout",
+            "2",
+            "--log-text",
+        ],
         env={"PONDER_QUEUE_SIZE": "7", "PONDER_MAX_CONCURRENT_RUNS": "6"},
-    )  # fmt: skip
+    )
     assert result.exit_code == 0, result.output
     [settings] = served
     assert settings.max_concurrent_runs == 5  # flag > env > file
@@ -51,10 +63,26 @@ def test_a_flag_beats_its_env_var_which_beats_the_config_file(
 def test_repeatable_flags(served: list[Settings]) -> None:
     result = CliRunner().invoke(
         app,
-        ["serve", "--model", "m", "--engine", URL, "--engine", "http://other:1/v1",
-         "--alias", "g=gsr(n=2)", "--alias", "r=rc(steps=2)", "--api-key", "k1",
-         "--api-key", "k2", "--max-budget-timeout", "60"],
-    )  # fmt: skip
+        [
+            "serve",
+            "--model",
+            "m",
+            "--engine",
+            URL,
+            "--engine",
+            "http://other:1/v1",
+            "--alias",
+            "g=gsr(n=2)",
+            "--alias",
+            "r=rc(steps=2)",
+            "--api-key",
+            "k1",
+            "--api-key",
+            "k2",
+            "--max-budget-timeout",
+            "60",
+        ],
+    )
     assert result.exit_code == 0, result.output
     [settings] = served
     [model] = settings.served_models()

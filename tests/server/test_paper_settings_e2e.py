@@ -92,14 +92,17 @@ def test_a_spec_that_needs_a_template_the_file_lacks_is_a_400(ponder: str) -> No
     assert "rc.yaml" in error["message"] and "'rc_reasoning_continue'" in error["message"]
 
 
-@pytest.mark.parametrize(("fields", "content"), [
-    ({}, "so \\boxed{4}"),  # the model's default: boxed
-    ({"answer_format": "boxed"}, "so \\boxed{4}"),
-    ({"answer_format": "lenient"}, "The answer is 3"),
-    ({"answer_format": "answer_is"}, "The answer is 3"),  # 3, 4, 3 (the last number)
-    ({"answer_format": "boxed_anywhere"}, "so \\boxed{4}"),
-    ({"answer_format": "after_answer_marker"}, "so \\boxed{4}"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("fields", "content"),
+    [
+        ({}, "so \\boxed{4}"),  # the model's default: boxed
+        ({"answer_format": "boxed"}, "so \\boxed{4}"),
+        ({"answer_format": "lenient"}, "The answer is 3"),
+        ({"answer_format": "answer_is"}, "The answer is 3"),  # 3, 4, 3 (the last number)
+        ({"answer_format": "boxed_anywhere"}, "so \\boxed{4}"),
+        ({"answer_format": "after_answer_marker"}, "so \\boxed{4}"),
+    ],
+)
 def test_answer_format_decides_the_vote(
     fake: FakeEngineHandle, ponder: str, fields: dict[str, str], content: str
 ) -> None:
@@ -135,10 +138,25 @@ def test_ponder_serve_with_a_bad_prompt_file_does_not_start(tmp_path: Path) -> N
     bad = tmp_path / "paper.yaml"
     bad.write_text(BAD_FILE)
     proc = popen_owned(
-        [sys.executable, "-m", "clients.cli", "serve", "--engine", "http://127.0.0.1:9/v1",
-         "--model", "m", "--port", "0", "--prompt-file", str(bad)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "clients.cli",
+            "serve",
+            "--engine",
+            "http://127.0.0.1:9/v1",
+            "--model",
+            "m",
+            "--port",
+            "0",
+            "--prompt-file",
+            str(bad),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _, err = proc.communicate(timeout=300)
     finally:
@@ -161,12 +179,15 @@ def test_a_config_files_prompt_file_is_checked_at_start(tmp_path: Path) -> None:
     assert "$notes" in result.output
 
 
-@pytest.mark.parametrize(("spec", "param"), [
-    ('rc(template="two")', "scaffold.template"),
-    ('rc(summarizer_thinking="on")', "scaffold.summarizer_thinking"),
-    ("self_refine(history=3)", "scaffold.history"),
-    ("majority(k=2, solver=abstraction(notes_per_call=0))", "scaffold.solver.notes_per_call"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("spec", "param"),
+    [
+        ('rc(template="two")', "scaffold.template"),
+        ('rc(summarizer_thinking="on")', "scaffold.summarizer_thinking"),
+        ("self_refine(history=3)", "scaffold.history"),
+        ("majority(k=2, solver=abstraction(notes_per_call=0))", "scaffold.solver.notes_per_call"),
+    ],
+)
 def test_a_bad_new_option_is_a_400_naming_the_field(ponder: str, spec: str, param: str) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         sdk(ponder).chat.completions.create(

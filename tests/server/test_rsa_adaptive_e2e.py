@@ -95,10 +95,13 @@ def test_adaptive_stream_trace_carries_the_stopping_probability(
     assert fake.state.calls == 1  # unanimous first wave: no second one
 
 
-@pytest.mark.parametrize(("answer_format", "calls", "content"), [
-    ("boxed", 3, "2 + 2 = 4. The answer is 4."),  # no window reads an answer: all three
-    ("answer_is", 1, "2 + 2 = 4. The answer is 4."),  # the first window agrees on 4
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("answer_format", "calls", "content"),
+    [
+        ("boxed", 3, "2 + 2 = 4. The answer is 4."),  # no window reads an answer: all three
+        ("answer_is", 1, "2 + 2 = 4. The answer is 4."),  # the first window agrees on 4
+    ],
+)
 def test_esc_on_few_shot_samples_stops_only_on_a_window_with_an_answer(
     fake: FakeEngineHandle, ponder: str, answer_format: str, calls: int, content: str
 ) -> None:

@@ -30,8 +30,11 @@ TOOLS = [
 
 
 def call(city: str, arguments: str) -> Completion:
-    tool_call = {"id": f"call_{city}", "type": "function",
-                 "function": {"name": "get_weather", "arguments": arguments}}  # fmt: skip
+    tool_call = {
+        "id": f"call_{city}",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": arguments},
+    }
     return Completion("", "tool_calls", extra={"message": {"tool_calls": [tool_call]}})
 
 

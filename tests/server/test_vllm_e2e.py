@@ -58,9 +58,12 @@ def test_stream_and_disconnect_stops_generation(vllm_server: VLLMServer, ponder:
     content = ""
     # No end of sequence: unseeded, about 1 sample in 1,000 ended at once with no content.
     with client.chat.completions.create(
-        model="tiny", messages=[{"role": "user", "content": "hello"}], stream=True,
-        stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
-    ) as stream:  # fmt: skip
+        model="tiny",
+        messages=[{"role": "user", "content": "hello"}],
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
+    ) as stream:
         usage = None
         for chunk in stream:
             usage = chunk.usage or usage
@@ -92,9 +95,13 @@ def _leave_a_long_stream(
     ended_before = {o: _engine_calls(ponder, outcome=o) for o in OUTCOMES}
     opened = time.monotonic()
     with client.chat.completions.create(
-        model="tiny", messages=[{"role": "user", "content": "count"}], stream=True,
-        max_tokens=1800, n=SAMPLES, extra_body={"ignore_eos": True},
-    ) as stream:  # fmt: skip
+        model="tiny",
+        messages=[{"role": "user", "content": "count"}],
+        stream=True,
+        max_tokens=1800,
+        n=SAMPLES,
+        extra_body={"ignore_eos": True},
+    ) as stream:
         written = 0
         for chunk in stream:  # leave once the samples are being written
             written += sum(bool(c.delta.content) for c in chunk.choices)

@@ -27,9 +27,14 @@ def run(env: dict[str, str]) -> list[str]:
     clean = {k: v for k, v in os.environ.items() if k not in MALLOC_RETAIN}
     clean.pop("PONDER_MALLOC_RETAIN", None)
     out = subprocess.run(
-        [sys.executable, "-c", SHOW, SHOW], cwd=ROOT, env={**clean, **env},
-        capture_output=True, text=True, timeout=300, check=True,
-    )  # fmt: skip
+        [sys.executable, "-c", SHOW, SHOW],
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     return out.stdout.splitlines()
 
 

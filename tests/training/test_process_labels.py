@@ -124,8 +124,9 @@ async def test_rollouts_are_graded_in_the_records_format_after_their_markers(
     sample = Sample("p", "What is 2+3?", "5", BOXED_RUN, correct=True)
     params = SamplingParams(n=4)
     grade = rollout_grade(fmt, thinking)
-    [labelled], _ = await label_samples(MockEngine(continue_run), [sample], params, soft=True,
-                                        grade=grade)  # fmt: skip
+    [labelled], _ = await label_samples(
+        MockEngine(continue_run), [sample], params, soft=True, grade=grade
+    )
     assert labelled.labels == labels
     if answer_format == "lenient":  # the default grade reads leniently
         [default], _ = await label_samples(MockEngine(continue_run), [sample], params, soft=True)
@@ -141,10 +142,16 @@ def test_process_labels_refuse_records_graded_several_ways(tmp_path: Path) -> No
     problems.write_text(json.dumps({"id": "p", "problem": "2+3=", "answer": "5"}) + "\n")
     results = tmp_path / "results.jsonl"
     records = [
-        {"scaffold": "single", "id": "p", "sample": 0, "response": BOXED_RUN, "correct": True,
-         "answer_format": "boxed"},
+        {
+            "scaffold": "single",
+            "id": "p",
+            "sample": 0,
+            "response": BOXED_RUN,
+            "correct": True,
+            "answer_format": "boxed",
+        },
         {"scaffold": "single", "id": "p", "sample": 1, "response": "so 5", "correct": True},
-    ]  # fmt: skip
+    ]
     results.write_text("".join(json.dumps(r) + "\n" for r in records))
     args = ["verifier", "--model", "unused", "--results", str(results), "--problems"]
     args += [str(problems), "--out", str(tmp_path / "out"), "--process"]

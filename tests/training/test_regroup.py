@@ -52,8 +52,15 @@ def test_regrouped_prompts_are_the_prompts_gsr_sends(chat: bool, prompts: str) -
 
 
 def test_targets_are_a_right_candidate_or_a_borrowed_one() -> None:
-    samples = ["\\boxed{8}", "\\boxed{9}", "\\boxed{8}", "\\boxed{7} first", "\\boxed{6}",
-               "\\boxed{5}", "\\boxed{7} second"]  # fmt: skip
+    samples = [
+        "\\boxed{8}",
+        "\\boxed{9}",
+        "\\boxed{8}",
+        "\\boxed{7} first",
+        "\\boxed{6}",
+        "\\boxed{5}",
+        "\\boxed{7} second",
+    ]
     record = record_of(Majority(k=7), MockEngine(lambda r: samples), chat=True, prompts="default")
     rows = regrouped_refine_rows([record], n=2)  # groups (8, 9) (8, 7) (6, 5); 7 is left over
     assert [

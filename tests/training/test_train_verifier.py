@@ -22,11 +22,17 @@ def tiny_smollm2_vocab_model(out: Path) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(prepare_model("smollm2-135m-instruct"))
     tokenizer.save_pretrained(out)
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
+    )
     LlamaForCausalLM(config).save_pretrained(out)
     return out
 
@@ -45,15 +51,23 @@ async def test_a_verifier_trains_from_eval_results_and_serves_in_process(
 
     problems = tmp_path / "problems.jsonl"
     problems.write_text(
-        "".join(json.dumps({"id": f"p{i}", "problem": f"{i}+{i}=", "answer": str(2 * i)}) + "\n"
-                for i in range(3))
-    )  # fmt: skip
+        "".join(
+            json.dumps({"id": f"p{i}", "problem": f"{i}+{i}=", "answer": str(2 * i)}) + "\n"
+            for i in range(3)
+        )
+    )
     results = tmp_path / "results.jsonl"
     records = [
-        {"scaffold": "single", "id": f"p{i}", "sample": s, "response": f"{i}+{i}={2 * i + s}",
-         "correct": s == 0}
-        for i in range(3) for s in range(3)
-    ]  # fmt: skip
+        {
+            "scaffold": "single",
+            "id": f"p{i}",
+            "sample": s,
+            "response": f"{i}+{i}={2 * i + s}",
+            "correct": s == 0,
+        }
+        for i in range(3)
+        for s in range(3)
+    ]
     records.append({"scaffold": "single", "id": "p0", "sample": 9, "error": "boom"})
     # a held-out problem's samples are never trained on, whatever their id
     records += [{"scaffold": "single", "id": "p2", "sample": 5, "response": "4", "correct": True}]

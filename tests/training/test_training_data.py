@@ -358,10 +358,17 @@ def test_make_data_lends_other_samples_solutions(tmp_path: Path) -> None:
     async def data(borrow: bool) -> tuple[dict[str, int], list[Row]]:
         run = RunDir(tmp_path / str(borrow))
         report = await make_data(
-            run, [ProblemRow("p", "3+4=", "7")], MockEngine(model), scaffold="gsr(n=2)",
-            samples=2, prompt_set="compact", concurrency=1, progress=False,
-            inline_grading=True, gsr_borrow=borrow,
-        )  # fmt: skip
+            run,
+            [ProblemRow("p", "3+4=", "7")],
+            MockEngine(model),
+            scaffold="gsr(n=2)",
+            samples=2,
+            prompt_set="compact",
+            concurrency=1,
+            progress=False,
+            inline_grading=True,
+            gsr_borrow=borrow,
+        )
         path = report.paths.get("gsr_refine")
         rows = [json.loads(line) for line in path.read_text().splitlines()] if path else []
         return report.counts, rows

@@ -217,10 +217,15 @@ def test_grpo_trains_a_given_lora_adapter_and_saves_only_it(
         max_steps=2, batch_size=8, learning_rate=1e-2, progress=False, use_cpu=True, threads=1
     )
     final = run_grpo(
-        tiny_model_dir, rows, [digit_share], tmp_path / "grpo", settings,
+        tiny_model_dir,
+        rows,
+        [digit_share],
+        tmp_path / "grpo",
+        settings,
         GRPOSettings(num_generations=4, max_completion_length=6),
-        RolloutSettings(prompt_set="compact", num_candidates=2), init_adapter=start,
-    )  # fmt: skip
+        RolloutSettings(prompt_set="compact", num_candidates=2),
+        init_adapter=start,
+    )
     info = json.loads((final / "ponder_training.json").read_text())
     assert info["init_adapter"] == str(start) and info["global_step"] == 2
     assert not (final / "model.safetensors").exists()  # the adapter, not the merged model

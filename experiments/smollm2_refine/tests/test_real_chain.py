@@ -21,9 +21,20 @@ from scaffolds.evaluation.synthetic import addition_problems, write_rows
 pytest.importorskip("peft")
 
 COMMON = [
-    "--base", "ponder-addition", "--prompts", "compact", "--engine", "local",
-    "--max-tokens", "8", "--temperature", "1.0", "--threads", "1", "--no-progress",
-]  # fmt: skip
+    "--base",
+    "ponder-addition",
+    "--prompts",
+    "compact",
+    "--engine",
+    "local",
+    "--max-tokens",
+    "8",
+    "--temperature",
+    "1.0",
+    "--threads",
+    "1",
+    "--no-progress",
+]
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:

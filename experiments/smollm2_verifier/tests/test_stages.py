@@ -31,8 +31,12 @@ def test_eval_rows_and_report(tmp_path: Path) -> None:
     assert row["answers"] == ["5", "4", "5", "3"]
     assert row["scores"] == [0.2, 0.9, 0.2, 0.2]
     assert (row["single"], row["maj"], row["wmaj"], row["bon"], row["pass"]) == (
-        False, False, True, True, True,
-    )  # fmt: skip
+        False,
+        False,
+        True,
+        True,
+        True,
+    )
     assert row["candidate_tokens"] == [5, 5, 5, 5]  # MockEngine counts words
     assert row["verify_prompt_tokens"] == 20  # the scripted verifier: words of the candidates
     # A rerun does nothing more: each problem once per seed.
@@ -42,9 +46,16 @@ def test_eval_rows_and_report(tmp_path: Path) -> None:
     asyncio.run(search_rows(tmp_path, ENGINE, VERIFIER, PROBLEMS, "majority(k=4)", settings))
     run2 = tmp_path / "issue20"  # issue 20's gsr rows of the same problems and seeds
     for seed in (0, 1):
-        rows20 = [{"id": p.id, "candidate_tokens": [5, 5, 5, 5], "refine_tokens": 7,
-                   "prompt_tokens": {"candidates": 4, "refine": 30}, "refine": p.id == "a"}
-                  for p in PROBLEMS]  # fmt: skip
+        rows20 = [
+            {
+                "id": p.id,
+                "candidate_tokens": [5, 5, 5, 5],
+                "refine_tokens": 7,
+                "prompt_tokens": {"candidates": 4, "refine": 30},
+                "refine": p.id == "a",
+            }
+            for p in PROBLEMS
+        ]
         (run2 / "eval" / "gsr").mkdir(parents=True, exist_ok=True)
         (run2 / "eval" / "gsr" / f"seed-{seed}.jsonl").write_text(
             "".join(json.dumps(r) + "\n" for r in rows20)
@@ -58,8 +69,9 @@ def test_eval_rows_and_report(tmp_path: Path) -> None:
     assert results["paired"]["gsr/wmaj@4 - gsr/maj@4"]["diff"] == 1.0
     assert gsr["refine@4"]["summary"]["accuracy"] == 0.5
     assert (gsr["refine@4"]["completion_tokens_mean"], gsr["refine@4"]["prompt_tokens_mean"]) == (
-        27.0, 34.0,
-    )  # fmt: skip
+        27.0,
+        34.0,
+    )
     assert "gsr/rsa@4 - gsr/maj@4" not in results["paired"]  # no rsa rows given
     assert results["models"]["search"]["majority(k=4)"]["summary"]["accuracy"] == 0.0
     assert (tmp_path / "accuracy_vs_tokens.png").stat().st_size > 0

@@ -108,11 +108,18 @@ def test_the_thinking_tokenizer_keeps_its_markers_whole_and_in_decoded_text() ->
     vocab = tokenizer.get_vocab()
     assert {"<think>", "</think>"} <= set(vocab) and len(vocab) == len(ALPHABET) + 5
     off = tokenizer.apply_chat_template(
-        [{"role": "user", "content": "1+2="}], tokenize=False, add_generation_prompt=True,
+        [{"role": "user", "content": "1+2="}],
+        tokenize=False,
+        add_generation_prompt=True,
         enable_thinking=False,
-    )  # fmt: skip
+    )
     assert off == "1+2=<think></think>"
-    assert build_tokenizer().apply_chat_template(
-        [{"role": "user", "content": "1+2="}], tokenize=False, add_generation_prompt=True,
-        enable_thinking=False,
-    ) == "1+2="  # fmt: skip
+    assert (
+        build_tokenizer().apply_chat_template(
+            [{"role": "user", "content": "1+2="}],
+            tokenize=False,
+            add_generation_prompt=True,
+            enable_thinking=False,
+        )
+        == "1+2="
+    )

@@ -150,9 +150,16 @@ def test_step_capped_training_redraws_candidates(tiny_model_dir: Path, tmp_path:
     from experiments.tiny_models.gsr_train import train
 
     info = train(
-        "gsr", tiny_model_dir, tmp_path / "out", seconds=1e9, steps=4, refreshes=1,
-        data_problems=16, batch=8, warmup=1,
-    )  # fmt: skip
+        "gsr",
+        tiny_model_dir,
+        tmp_path / "out",
+        seconds=1e9,
+        steps=4,
+        refreshes=1,
+        data_problems=16,
+        batch=8,
+        warmup=1,
+    )
     assert info["steps"] == 4 and info["max_steps"] == 4
     assert [r["step"] for r in info["refreshes"]] == [2]
     assert 0.0 <= info["refreshes"][0]["candidate_accuracy"] <= 1.0

@@ -155,10 +155,14 @@ def test_two_training_steps_change_the_weights() -> None:
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(
         model_config(
-            hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-            num_attention_heads=2, num_key_value_heads=2, head_dim=16,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            head_dim=16,
         )
-    )  # fmt: skip
+    )
     before = {k: v.clone() for k, v in model.state_dict().items()}
     rows = rc_rows(problems("train", 8, lengths=(4, 6)))
     per_step = 4 * sum(row_tokens(r) for r in rows) // len(rows)

@@ -92,8 +92,10 @@ def _styles() -> Responder:
 
 def test_eval_sends_the_format_and_grades_in_it(tmp_path: Path) -> None:
     data = tmp_path / "sums.jsonl"
-    rows = [{"id": "p0", "problem": "123+456=", "answer": "579"},
-            {"id": "p1", "problem": "100+250=", "answer": "350"}]  # fmt: skip
+    rows = [
+        {"id": "p0", "problem": "123+456=", "answer": "579"},
+        {"id": "p1", "problem": "100+250=", "answer": "350"},
+    ]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     cli = CliRunner()
     with (
@@ -107,13 +109,15 @@ def test_eval_sends_the_format_and_grades_in_it(tmp_path: Path) -> None:
         default = cli.invoke(eval_app, [*args, "--out", str(runs["boxed"])])  # the server's
         assert default.exit_code == 0, default.output
         assert "answers are read boxed (as the server reads this model's" in default.output
-        lenient = cli.invoke(eval_app, [*args, "--answer-format", "lenient",
-                                        "--out", str(runs["lenient"])])  # fmt: skip
+        lenient = cli.invoke(
+            eval_app, [*args, "--answer-format", "lenient", "--out", str(runs["lenient"])]
+        )
         assert lenient.exit_code == 0, lenient.output
 
         calls = engine.state.calls
-        switched = cli.invoke(eval_app, [*args, "--answer-format", "lenient",
-                                         "--out", str(runs["boxed"])])  # fmt: skip
+        switched = cli.invoke(
+            eval_app, [*args, "--answer-format", "lenient", "--out", str(runs["boxed"])]
+        )
         assert switched.exit_code == 2 and engine.state.calls == calls
         said = " ".join(switched.output.split())
         assert "graded with answer_format 'boxed' (12 samples), not 'lenient'" in said
@@ -192,8 +196,18 @@ def test_auto_reads_answers_as_the_served_model_does_else_boxed(tmp_path: Path) 
         ponder = cli.invoke(eval_app, [*args, "--base-url", url, "--out", str(tmp_path / "p")])
         direct = ["--base-url", engine.base_url, "-s", "none", "--grader", "exact"]
         plain = cli.invoke(eval_app, [*args, *direct, "--out", str(tmp_path / "e")])
-        given = cli.invoke(eval_app, [*args, "--base-url", url, "--out", str(tmp_path / "g"),
-                                      "--extra-body", '{"answer_format": "boxed"}'])  # fmt: skip
+        given = cli.invoke(
+            eval_app,
+            [
+                *args,
+                "--base-url",
+                url,
+                "--out",
+                str(tmp_path / "g"),
+                "--extra-body",
+                '{"answer_format": "boxed"}',
+            ],
+        )
     assert ponder.exit_code == 0, ponder.output
     assert "answers are read lenient (as the server reads this model's" in ponder.output
     graded = read_jsonl(tmp_path / "p" / "results.jsonl")

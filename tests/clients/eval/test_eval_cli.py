@@ -48,8 +48,10 @@ def test_run_rerun_report_and_compare(tmp_path: Path) -> None:
     png = (run_a / "accuracy_vs_tokens.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
 
-    compared = cli.invoke(eval_app, ["compare", str(run_a / "results.jsonl"), str(run_b),
-                                     "--json", str(tmp_path / "cmp.json")])  # fmt: skip
+    compared = cli.invoke(
+        eval_app,
+        ["compare", str(run_a / "results.jsonl"), str(run_b), "--json", str(tmp_path / "cmp.json")],
+    )
     assert compared.exit_code == 0, compared.output
     assert "paired over 5 problems" in compared.output
     saved = json.loads((tmp_path / "cmp.json").read_text())

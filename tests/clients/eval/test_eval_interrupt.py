@@ -40,11 +40,30 @@ def _lines(path: Path) -> int:
 
 def _start_eval(url: str, dataset: Path, out: Path) -> subprocess.Popen[str]:
     return popen_owned(
-        [sys.executable, "-m", "clients.cli", "eval", "--base-url", url, "--model", MODEL,
-         "--dataset", str(dataset), "--scaffold", "majority(k=2)", "--concurrency", "4",
-         "--no-progress", "--out", str(out)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "clients.cli",
+            "eval",
+            "--base-url",
+            url,
+            "--model",
+            MODEL,
+            "--dataset",
+            str(dataset),
+            "--scaffold",
+            "majority(k=2)",
+            "--concurrency",
+            "4",
+            "--no-progress",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_first_ctrl_c_stops_the_run_keeps_results_and_says_how_to_resume(

@@ -26,8 +26,14 @@ async def by_text(answers: Sequence[str | None]) -> list[list[int]]:
 
 def record(spec: str, pid: str, tokens: int, correct: bool) -> dict[str, Any]:
     usage = {"prompt_tokens": 5, "completion_tokens": tokens, "total_tokens": 5 + tokens}
-    return {"scaffold": spec, "id": pid, "sample": 0, "extracted": "1", "correct": correct,
-            "usage": usage}  # fmt: skip
+    return {
+        "scaffold": spec,
+        "id": pid,
+        "sample": 0,
+        "extracted": "1",
+        "correct": correct,
+        "usage": usage,
+    }
 
 
 async def test_the_report_says_what_adaptive_saved_against_majority_at_max_k() -> None:

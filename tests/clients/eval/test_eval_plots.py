@@ -38,10 +38,16 @@ def figures(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
 def test_tick_labels_of_both_panels_do_not_overlap(tmp_path: Path, figures: list[Any]) -> None:
     maj = {"1": 0.2, "4": 0.3, "8": 0.35}
     rows = [  # 1,200..40,000 with maj@8: matplotlib's own ticks overlapped here
-        {"scaffold": f"s{i}", "accuracy": 0.2, "completion_tokens": out,
-         "total_tokens": out + 200, "maj_at": maj, "rc_steps": None}
+        {
+            "scaffold": f"s{i}",
+            "accuracy": 0.2,
+            "completion_tokens": out,
+            "total_tokens": out + 200,
+            "maj_at": maj,
+            "rc_steps": None,
+        }
         for i, out in enumerate((1200.0, 2500.0, 5000.0))
-    ]  # fmt: skip
+    ]
     assert plots.plot_accuracy_vs_tokens({"scaffolds": rows}, tmp_path / "a.png") is not None
     [fig] = figures
     fig.canvas.draw()
@@ -49,27 +55,41 @@ def test_tick_labels_of_both_panels_do_not_overlap(tmp_path: Path, figures: list
     for ax in fig.axes:
         low, high = ax.get_xlim()
         labels = [
-            t for t in ax.get_xticklabels(minor=False) + ax.get_xticklabels(minor=True)
+            t
+            for t in ax.get_xticklabels(minor=False) + ax.get_xticklabels(minor=True)
             if t.get_text() and low <= t.get_position()[0] <= high
-        ]  # fmt: skip
+        ]
         assert 1 <= len(labels) <= 8, [t.get_text() for t in labels]
         boxes = sorted((t.get_window_extent(renderer) for t in labels), key=lambda b: b.x0)
         for left, right in itertools.pairwise(boxes):
             assert left.x1 <= right.x0, [t.get_text() for t in labels]
 
 
-CLOSE = [("single", 0.20, 1000.0), ("majority(k=8)", 0.21, 1050.0), ("gsr(n=4)", 0.205, 1100.0),
-         ("rc(steps=2)", 0.22, 980.0), ("self_refine", 0.19, 1020.0)]  # fmt: skip
+CLOSE = [
+    ("single", 0.20, 1000.0),
+    ("majority(k=8)", 0.21, 1050.0),
+    ("gsr(n=4)", 0.205, 1100.0),
+    ("rc(steps=2)", 0.22, 980.0),
+    ("self_refine", 0.19, 1020.0),
+]
 """Five runs within 10% of each other's tokens and 3 points of accuracy."""
 
 
 def _close_runs_report() -> dict[str, Any]:
     maj = {"1": 0.2, "4": 0.3, "8": 0.35}
-    return {"scaffolds": [
-        {"scaffold": name, "accuracy": accuracy, "completion_tokens": tokens,
-         "total_tokens": tokens + 300, "maj_at": maj, "rc_steps": None}
-        for name, accuracy, tokens in CLOSE
-    ]}  # fmt: skip
+    return {
+        "scaffolds": [
+            {
+                "scaffold": name,
+                "accuracy": accuracy,
+                "completion_tokens": tokens,
+                "total_tokens": tokens + 300,
+                "maj_at": maj,
+                "rc_steps": None,
+            }
+            for name, accuracy, tokens in CLOSE
+        ]
+    }
 
 
 def _text_box(note: Any, renderer: Any) -> Any:

@@ -52,8 +52,9 @@ async def test_cancel_mid_run_then_resume_loses_nothing_and_duplicates_nothing(
         if len(landed) == 7 and task is not None:
             task.cancel()  # what Ctrl-C does to asyncio.run's main task
 
-    task = asyncio.create_task(run_eval(cfg, problems, grader(), progress=False,
-                                        on_record=stop_after_seven))  # fmt: skip
+    task = asyncio.create_task(
+        run_eval(cfg, problems, grader(), progress=False, on_record=stop_after_seven)
+    )
     with pytest.raises(asyncio.CancelledError):
         await task
     first = read_jsonl(cfg.results_path)
@@ -109,8 +110,9 @@ async def test_records_carry_usage_grades_and_rc_steps(
     _, report = await evaluate(cfg, problems, grader(), progress=False, dataset="add")
     records = read_jsonl(cfg.results_path)
     single = [r for r in records if r["scaffold"] == "single"]
-    assert all(r["usage"]["engine_calls"] == 1 and r["usage"]["completion_tokens"] > 0
-               for r in single)  # fmt: skip
+    assert all(
+        r["usage"]["engine_calls"] == 1 and r["usage"]["completion_tokens"] > 0 for r in single
+    )
     for r in records:
         assert r["correct"] == (r["extracted"] == r["reference"])
         assert r["finish_reason"] == "stop" and r["cut_short"] is False

@@ -44,9 +44,13 @@ async def _checks(model_dir: str) -> dict[str, Any]:
         report["last_is_eos"] = [(c.token_ids or ())[-1:] == (eos_id,) for c in first.completions]
         stops = ("e", "a", " ")
         with_stops = SamplingParams(
-            n=4, max_tokens=8, temperature=1.0, seed=5, stop=stops,
+            n=4,
+            max_tokens=8,
+            temperature=1.0,
+            seed=5,
+            stop=stops,
             extra={"include_stop_str_in_output": True},
-        )  # fmt: skip
+        )
         cut = await engine.generate(GenerateRequest(chat("Spell it"), with_stops))
         report["stop_cases"] = [
             [c.finish_reason, c.text.endswith(stops), c.stop_matched, c.ended_at_eos]

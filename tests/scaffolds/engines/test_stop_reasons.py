@@ -61,12 +61,16 @@ def test_a_stream_reads_the_stop_from_the_chunk_that_finishes() -> None:
     """vLLM sends ``stop_reason: null`` on every chunk; only the last one's counts."""
     parser, accs = ResponseParser("http://engine/v1"), dict[int, Choice]()
     chunks = [
-        [{"index": 0, "text": "12 *", "finish_reason": None, "stop_reason": None},
-         {"index": 1, "text": "Let", "finish_reason": None, "stop_reason": None}],
-        [{"index": 0, "text": " 4 = 48", "finish_reason": "stop", "stop_reason": None},
-         {"index": 1, "text": " me think", "finish_reason": None, "stop_reason": None}],
+        [
+            {"index": 0, "text": "12 *", "finish_reason": None, "stop_reason": None},
+            {"index": 1, "text": "Let", "finish_reason": None, "stop_reason": None},
+        ],
+        [
+            {"index": 0, "text": " 4 = 48", "finish_reason": "stop", "stop_reason": None},
+            {"index": 1, "text": " me think", "finish_reason": None, "stop_reason": None},
+        ],
         [{"index": 1, "text": "", "finish_reason": "stop", "stop_reason": "\n\n"}],
-    ]  # fmt: skip
+    ]
     for chunk in chunks:
         parser.absorb({"choices": chunk}, accs, None)
     answer, thought = parser.result(2, accs, parser.usage(None), None).completions

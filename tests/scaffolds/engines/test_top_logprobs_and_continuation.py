@@ -56,8 +56,10 @@ async def test_top_logprobs_come_back_per_token_in_both_shapes(
     for completion in result.completions:  # type: ignore[union-attr]
         assert completion.top_logprobs is not None
         assert len(completion.top_logprobs) == completion.completion_tokens == 3
-        assert all(len(top) == 4 and list(top) == sorted(top, reverse=True)
-                   for top in completion.top_logprobs)  # fmt: skip
+        assert all(
+            len(top) == 4 and list(top) == sorted(top, reverse=True)
+            for top in completion.top_logprobs
+        )
         scores = [token_confidence(top) for top in completion.top_logprobs]
         assert scores == pytest.approx([1.0, 2.0, 0.5])
 

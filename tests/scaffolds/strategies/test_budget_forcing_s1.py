@@ -91,8 +91,12 @@ async def test_ignore_mode_suppresses_the_end_of_thinking_waits_times() -> None:
     # Billed: what was generated (4 + 4 + 2 + 4 words), none of the text past a marker.
     assert result.usage.completion_tokens == 14 and result.usage.calls == 4
     kinds = [(e.kind, e.label) for e in result.events if isinstance(e, StepStarted)]
-    assert kinds == [("generate", "answer"), ("continue", "wait 1"), ("continue", "wait 2"),
-                     ("continue", "answer")]  # fmt: skip
+    assert kinds == [
+        ("generate", "answer"),
+        ("continue", "wait 1"),
+        ("continue", "wait 2"),
+        ("continue", "answer"),
+    ]
 
 
 async def test_min_tokens_mode_reopens_only_a_short_thinking() -> None:

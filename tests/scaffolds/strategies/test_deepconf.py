@@ -169,9 +169,13 @@ async def test_one_request_with_top_logprobs_and_a_confidence_weighted_vote() ->
     # 42 is the plain majority, but its traces are the least confident: keep=0.5 drops
     # them, and 41 (one very confident trace) outweighs 40.
     engine = scripted(
-        trace("42", 0.5), trace("42", 0.6), trace("42", 0.7),
-        trace("41", 3.0), trace("40", 1.0), trace("40", 1.1),
-    )  # fmt: skip
+        trace("42", 0.5),
+        trace("42", 0.6),
+        trace("42", 0.7),
+        trace("41", 3.0),
+        trace("40", 1.0),
+        trace("40", 1.1),
+    )
     result = await run_scaffold(DeepConf(n=6, keep=0.5, top_k=5), PROBLEM, engine)
     [request] = engine.requests
     assert (request.params.n, request.params.top_logprobs) == (6, 5)

@@ -33,10 +33,13 @@ MIXED = [
 ]
 
 
-@pytest.mark.parametrize(("answer_format", "votes", "winner"), [
-    ("lenient", ("3", "4", "3", "4", "3"), 0),
-    ("boxed", (None, "4", None, "4", None), 1),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("answer_format", "votes", "winner"),
+    [
+        ("lenient", ("3", "4", "3", "4", "3"), 0),
+        ("boxed", (None, "4", None, "4", None), 1),
+    ],
+)
 async def test_the_answer_format_decides_what_votes(
     answer_format: str, votes: tuple[str | None, ...], winner: int
 ) -> None:
@@ -174,8 +177,10 @@ def test_rc_options_parse_round_trip_and_name_the_bad_field() -> None:
     assert isinstance(strategy, RC) and strategy.reasoning_tokens is None
     assert build_strategy(str(strategy)) == strategy
     assert build_strategy(strategy.to_spec()) == strategy
-    for bad, field in (('rc(template="two")', "template"),
-                       ('rc(summarizer_thinking="on")', "summarizer_thinking")):  # fmt: skip
+    for bad, field in (
+        ('rc(template="two")', "template"),
+        ('rc(summarizer_thinking="on")', "summarizer_thinking"),
+    ):
         with pytest.raises(SpecError) as err:
             build_strategy(bad)
         assert err.value.param == field
@@ -230,8 +235,14 @@ NOTE_SAMPLES = [
     "### Note 1\nGamma hint.\n\n### Note 2\nDelta hint.",
     "### Note 1\nEpsilon hint.\n### Note 2\nZeta hint.",
 ]
-ANSWER_BY_NOTE = {"Alpha hint.": 7, "Beta\nBeta hint.": 7, "Gamma hint.": 8,
-                  "Delta hint.": 8, "Epsilon hint.": 8, "Zeta hint.": 9}  # fmt: skip
+ANSWER_BY_NOTE = {
+    "Alpha hint.": 7,
+    "Beta\nBeta hint.": 7,
+    "Gamma hint.": 8,
+    "Delta hint.": 8,
+    "Epsilon hint.": 8,
+    "Zeta hint.": 9,
+}
 
 
 def notes_reply(request: GenerateRequest) -> str | list[str]:
@@ -266,21 +277,27 @@ async def test_abstraction_notes_budget_defaults_to_1024_per_note() -> None:
     assert "Write one short note" in engine.requests[0].prompt_text()
 
 
-@pytest.mark.parametrize(("spec", "field"), [
-    ("self_refine(history=3)", "history"),
-    ("abstraction(notes_per_call=0)", "notes_per_call"),
-    ("abstraction(abstraction_tokens=0)", "abstraction_tokens"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ("self_refine(history=3)", "history"),
+        ("abstraction(notes_per_call=0)", "notes_per_call"),
+        ("abstraction(abstraction_tokens=0)", "abstraction_tokens"),
+    ],
+)
 def test_new_options_name_the_bad_field(spec: str, field: str) -> None:
     with pytest.raises(SpecError) as err:
         build_strategy(spec)
     assert err.value.param == field
 
 
-@pytest.mark.parametrize("spec", [
-    "self_refine(max_rounds=4, history=true)",
-    "abstraction(m=5, abstraction_tokens=4096, notes_per_call=4)",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "self_refine(max_rounds=4, history=true)",
+        "abstraction(m=5, abstraction_tokens=4096, notes_per_call=4)",
+    ],
+)
 def test_new_options_round_trip(spec: str) -> None:
     strategy = build_strategy(spec)
     assert str(strategy) == spec

@@ -136,9 +136,10 @@ async def test_rsa_out_of_calls_mid_round_votes_over_what_exists() -> None:
 
 async def test_rsa_out_of_calls_before_any_round_votes_over_the_population() -> None:
     _, result = await run(
-        RSA(n=3, k=2, rounds=1), Script(solve=["\\boxed{3}", "\\boxed{5}", "\\boxed{5}"]),
+        RSA(n=3, k=2, rounds=1),
+        Script(solve=["\\boxed{3}", "\\boxed{5}", "\\boxed{5}"]),
         budget=Budget(max_calls=1),
-    )  # fmt: skip
+    )
     assert result.solutions[0].answer == "5" and result.solutions[0].cut_short
 
 
@@ -300,8 +301,14 @@ async def test_wave_one_counting_the_unanswered_is_adaptive_consistencys_library
     assert [r.params.n for r in engine.requests] == [1] * 7
     readings = [(n.values["votes"], n.values["probability"]) for n in notes(result)]
     assert [votes for votes, _ in readings] == [
-        [1, 0], [1, 1], [2, 1], [3, 1], [4, 1], [5, 1], [6, 1]
-    ]  # fmt: skip
+        [1, 0],
+        [1, 1],
+        [2, 1],
+        [3, 1],
+        [4, 1],
+        [5, 1],
+        [6, 1],
+    ]
     expected = [3 / 4, 1 / 2, 11 / 16, 26 / 32, 57 / 64, 120 / 128, 247 / 256]
     assert [p for _, p in readings] == pytest.approx(expected)
     assert [n.values["stop"] for n in notes(result)] == [False] * 6 + [True]

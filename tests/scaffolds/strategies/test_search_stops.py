@@ -46,12 +46,15 @@ def beam_tree(answer: bool | None) -> dict[str, list[Completion]]:
     """Three first steps: a whole answer that ended as ``answer`` says, one that stopped
     at the separator and one cut by length (the engine saying no stop string matched)."""
     return {
-        "": [step("12 * 4 = 48", answer), step("Let me think", SEPARATOR),
-             step("12 * 4 =", False, "length")],
+        "": [
+            step("12 * 4 = 48", answer),
+            step("Let me think", SEPARATOR),
+            step("12 * 4 =", False, "length"),
+        ],
         "Let me think\n\n": [step("so 12 * 4 = 48", EOS)],
         "12 * 4 =\n\n": [step(" 48", EOS)],
         "12 * 4 = 48\n\n": [step("\\boxed{48}", EOS)],
-    }  # fmt: skip
+    }
 
 
 async def test_beam_ends_a_path_whose_step_ended_at_end_of_sequence() -> None:
@@ -78,9 +81,7 @@ async def test_beam_goes_on_after_a_separator_or_when_the_engine_does_not_say(
         Beam(width=3, expand=1, max_steps=2), PROBLEM, engine, RunSettings(verifier=verifier)
     )
     calls = sorted((partial_of(r), r.params.n) for r in engine.requests)
-    assert calls == [
-        ("", 3), ("12 * 4 =\n\n", 1), ("12 * 4 = 48\n\n", 1), ("Let me think\n\n", 1)
-    ]  # fmt: skip
+    assert calls == [("", 3), ("12 * 4 =\n\n", 1), ("12 * 4 = 48\n\n", 1), ("Let me think\n\n", 1)]
     assert result.usage.calls == 4 + 2
     assert result.solutions[0].text == "12 * 4 = 48\n\n\\boxed{48}"
 

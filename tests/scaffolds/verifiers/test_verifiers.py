@@ -39,8 +39,10 @@ async def test_pooling_verifier_scores_each_candidate_and_counts_its_requests() 
     assert verdicts.usage == Usage(prompt_tokens=(1 + 1) + (1 + 3) + (1 + 1), calls=3)
     # One request per candidate, all at once (so in any order)
     assert sorted(r.body["messages"][1]["content"] for r in requests) == ["41", "43", "it is 42"]
-    assert {"model": "rm", "messages": [{"role": "user", "content": "6*7?"},
-            {"role": "assistant", "content": "41"}]} in [r.body for r in requests]  # fmt: skip
+    assert {
+        "model": "rm",
+        "messages": [{"role": "user", "content": "6*7?"}, {"role": "assistant", "content": "41"}],
+    } in [r.body for r in requests]
     assert all(r.headers["authorization"] == "Bearer rm-key" for r in requests)
     assert verifier.requests(3) == 3 and isinstance(verifier, Verifier)
 

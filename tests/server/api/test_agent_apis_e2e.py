@@ -160,9 +160,10 @@ def test_responses_budget_trace_and_engine_errors(ponder: str, fake: FakeEngineH
     client = oai(ponder)
     # gsr(n=2) with one engine call: the candidates, then the budget cuts the refine.
     cut = client.responses.create(
-        model=f"{MODEL}+gsr2", input="What is 9+9?",
+        model=f"{MODEL}+gsr2",
+        input="What is 9+9?",
         extra_body={"budget": {"max_calls": 1}, "return_trace": True},
-    )  # fmt: skip
+    )
     assert cut.status == "incomplete"
     assert cut.incomplete_details is not None
     assert cut.incomplete_details.reason == "max_output_tokens"
@@ -208,16 +209,24 @@ def test_a_client_that_leaves_cancels_the_engine_call(
     # wait for its first answer, which the held engine never gives).
     bodies = {
         "responses": {"model": MODEL, "input": "hi", "stream": True, "stream_trace": True},
-        "messages": {"model": MODEL, "max_tokens": 8, "stream": True, "stream_trace": True,
-                     "messages": [{"role": "user", "content": "hi"}]},
-    }  # fmt: skip
+        "messages": {
+            "model": MODEL,
+            "max_tokens": 8,
+            "stream": True,
+            "stream_trace": True,
+            "messages": [{"role": "user", "content": "hi"}],
+        },
+    }
     cancelled, calls = fake.state.cancelled, fake.state.calls
     fake.config.hold = True
     try:
         with httpx.stream(
-            "POST", f"{ponder}/v1/{api}", json=bodies[api], timeout=60,
+            "POST",
+            f"{ponder}/v1/{api}",
+            json=bodies[api],
+            timeout=60,
             headers={"Authorization": f"Bearer {KEY}"},
-        ) as response:  # fmt: skip
+        ) as response:
             assert response.status_code == 200
             lines = response.iter_lines()  # kept: a dropped iterator closes the stream
             next(lines)  # the stream began; then its engine call arrives and is held

@@ -33,8 +33,13 @@ async def test_every_scaffold_answers_both_apis(make_client: Any, name: str) -> 
         assert "\\boxed{4}" in plain.json()["output"][-1]["content"][0]["text"]
         # Messages' max_tokens bounds the whole run (thinking included, as Anthropic's
         # does): room for every step of the scaffold's defaults.
-        body = {"model": "m", "max_tokens": 4096, "scaffold": name, "stream": True,
-                "messages": [{"role": "user", "content": "2+2?"}]}  # fmt: skip
+        body = {
+            "model": "m",
+            "max_tokens": 4096,
+            "scaffold": name,
+            "stream": True,
+            "messages": [{"role": "user", "content": "2+2?"}],
+        }
         streamed = await client.post("/v1/messages", json=body)
         assert streamed.status_code == 200
         sent = events(streamed.text)
@@ -42,6 +47,7 @@ async def test_every_scaffold_answers_both_apis(make_client: Any, name: str) -> 
         assert starts[-1] == "text" and set(starts) <= {"thinking", "text"}
         assert (len(starts) > 1) == ("reasoning" in kinds), (starts, kinds)
         assert sent[-1] == {"type": "message_stop"}
-        text = "".join(e["delta"].get("text", "") for e in sent if e["type"] ==
-                       "content_block_delta")  # fmt: skip
+        text = "".join(
+            e["delta"].get("text", "") for e in sent if e["type"] == "content_block_delta"
+        )
         assert "\\boxed{4}" in text, json.dumps(sent)[:500]

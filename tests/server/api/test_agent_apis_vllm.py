@@ -71,9 +71,12 @@ def test_responses_through_vllm(
         None if reasoning else "responses"
     )
     with client.responses.stream(
-        model=model, input="And 3+3?", max_output_tokens=room(model), previous_response_id=plain.id,
+        model=model,
+        input="And 3+3?",
+        max_output_tokens=room(model),
+        previous_response_id=plain.id,
         extra_body=NO_EOS,
-    ) as stream:  # fmt: skip
+    ) as stream:
         last = [event for event in stream][-1]
     # A tiny random model runs into max_output_tokens: then the stream ends, as OpenAI's
     # does, with response.incomplete (and the SDK's get_final_response has none).
@@ -102,9 +105,14 @@ BODY = {"model": "tiny", "input": "count", "max_output_tokens": LONG, "logit_bia
 @pytest.fixture(scope="module")
 def capped(vllm_server: VLLMServer) -> Iterator[str]:
     """Ponder in front of vLLM's own Responses API with a --max-budget-timeout of 0.5 s."""
-    settings = Settings(model="tiny", engines=(vllm_server.base_url,), responses_api="on",
-                        engine_model=vllm_server.model, max_budget_timeout_s=0.5,
-                        **STORE_IN_MEMORY)  # fmt: skip
+    settings = Settings(
+        model="tiny",
+        engines=(vllm_server.base_url,),
+        responses_api="on",
+        engine_model=vllm_server.model,
+        max_budget_timeout_s=0.5,
+        **STORE_IN_MEMORY,
+    )
     with running_ponder(settings) as url:
         yield url
 
@@ -204,18 +212,21 @@ def test_messages_through_vllm(
     client = anthropic.Anthropic(base_url=ponder, api_key="unused", max_retries=0, timeout=600)
     before = vllm_server.metric("vllm:generation_tokens_total")
     message = client.messages.create(
-        model=model, max_tokens=room(model),
+        model=model,
+        max_tokens=room(model),
         messages=[{"role": "user", "content": "What is 2+2?"}],
         extra_body=NO_EOS,
-    )  # fmt: skip
+    )
     generated = vllm_server.metric("vllm:generation_tokens_total") - before
     assert message.usage.output_tokens == generated
     kinds = [block.type for block in message.content]
     assert kinds == ["thinking"] * thinking + ["text"]
     with client.messages.stream(
-        model=model, max_tokens=room(model), messages=[{"role": "user", "content": "hello"}],
+        model=model,
+        max_tokens=room(model),
+        messages=[{"role": "user", "content": "hello"}],
         extra_body=NO_EOS,
-    ) as stream:  # fmt: skip
+    ) as stream:
         final = stream.get_final_message()
     assert [block.type for block in final.content] == ["thinking"] * thinking + ["text"]
     assert final.stop_reason in ("end_turn", "max_tokens")

@@ -132,8 +132,13 @@ def test_responses_function_call_output_after_a_stored_call(
     ponder: str, fake: FakeEngineHandle
 ) -> None:
     client = oai(ponder)
-    tools = [{"type": "function", "name": "get_weather",
-              "parameters": TOOLS[0]["function"]["parameters"]}]  # fmt: skip
+    tools = [
+        {
+            "type": "function",
+            "name": "get_weather",
+            "parameters": TOOLS[0]["function"]["parameters"],
+        }
+    ]
     first = client.responses.create(model=MODEL, input="Weather in Paris?", tools=tools)  # type: ignore[arg-type]
     call = first.output[-1]
     assert call.type == "function_call" and call.name == "get_weather"

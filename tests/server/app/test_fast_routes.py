@@ -123,11 +123,20 @@ async def test_a_client_gone_mid_body_is_passed_on_as_it_came(path: str) -> None
         sent.append(message)
 
     scope: Scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-        "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
-        "root_path": "", "headers": [(b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80), "state": {},
-    }  # fmt: skip
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+        "state": {},
+    }
     await app(scope, receive, send)
     assert spy.paths == [f"POST {path}"] and not messages and not engine.requests
     assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 400

@@ -30,8 +30,7 @@ CHECKS = [
 
 
 @SCHEMA.parametrize()
-@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck),
-          derandomize=True)  # fmt: skip
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_answers_match_the_document(case: Any) -> None:
     case.call_and_validate(headers={"Authorization": f"Bearer {KEY}"}, checks=CHECKS)
 

@@ -74,10 +74,30 @@ async def test_two_workers_sum_their_metrics_and_drain_on_sigterm(tmp_path: Path
     async with fake_engine(FakeEngineConfig(model=MODEL, hold=True)) as fake:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        cmd = [sys.executable, "-m", "clients.cli", "serve", "--engine", fake.base_url,
-               "--model", MODEL, "--port", str(port), "--workers", "2",
-               "--max-concurrent-runs", "1", "--queue-size", "0", "--engine-max-retries", "0",
-               "--engine-health-interval", "0", "--graceful-timeout", "60"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "clients.cli",
+            "serve",
+            "--engine",
+            fake.base_url,
+            "--model",
+            MODEL,
+            "--port",
+            str(port),
+            "--workers",
+            "2",
+            "--max-concurrent-runs",
+            "1",
+            "--queue-size",
+            "0",
+            "--engine-max-retries",
+            "0",
+            "--engine-health-interval",
+            "0",
+            "--graceful-timeout",
+            "60",
+        ]
         env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(folder)}
         with (
             (tmp_path / "serve.log").open("w") as log,

@@ -80,8 +80,9 @@ def test_the_startup_line_while_preparing_says_what_happens_not_what_to_run(
 
 def test_the_addition_model_advertises_no_scaffold_it_cannot_run() -> None:
     assert dict(get_model(EMBEDDED_MODEL).aliases) == {
-        "maj8": "majority(k=8)", "best4": "best_of_n(n=4)"
-    }  # fmt: skip
+        "maj8": "majority(k=8)",
+        "best4": "best_of_n(n=4)",
+    }
 
 
 def test_every_shipped_chat_model_asked_for_alone_is_served() -> None:

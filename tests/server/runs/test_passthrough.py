@@ -196,8 +196,13 @@ async def test_a_list_of_prompts_gives_choices_prompt_index_times_n_plus_i(
     assert r.status_code == 200, r.text
     choices = r.json()["choices"]
     assert [(c["index"], c["text"]) for c in choices] == [
-        (0, "a#0"), (1, "a#1"), (2, "b#0"), (3, "b#1"), (4, "c#0"), (5, "c#1"),
-    ]  # fmt: skip
+        (0, "a#0"),
+        (1, "a#1"),
+        (2, "b#0"),
+        (3, "b#1"),
+        (4, "c#0"),
+        (5, "c#1"),
+    ]
     # MockEngine takes no list of prompts: one engine request per prompt (with an engine
     # that takes one, it is one request: tests/server/runs/test_prompt_lists.py).
     assert r.json()["usage"]["engine_calls"] == 3

@@ -120,8 +120,11 @@ async def test_model_list_shows_each_alias_as_configured(make_client: Any) -> No
         models = (await client.get("/v1/models")).json()
     shown = {m["id"]: m["ponder"]["scaffold"] for m in models["data"]}
     assert shown == {
-        "m": "single", "m+maj8": "majority(k=8)", "m+rc2": "rc(steps=2)", "m+g": "gsr(n=4)"
-    }  # fmt: skip
+        "m": "single",
+        "m+maj8": "majority(k=8)",
+        "m+rc2": "rc(steps=2)",
+        "m+g": "gsr(n=4)",
+    }
 
 
 async def test_ad_hoc_spec_in_model_and_default_scaffold(make_client: Any) -> None:
@@ -156,8 +159,11 @@ async def test_completions_endpoint(make_client: Any) -> None:
         (chat_body(model="m+nothing"), 404, "model"),
         (chat_body(scaffold="gsr(n=0)"), 400, "scaffold.n"),
         (chat_body(scaffold="nope"), 400, "scaffold.name"),
-        (chat_body(scaffold={"name": "gsr", "solver": {"name": "rc", "steps": "x"}}), 400,
-         "scaffold.solver.steps"),
+        (
+            chat_body(scaffold={"name": "gsr", "solver": {"name": "rc", "steps": "x"}}),
+            400,
+            "scaffold.solver.steps",
+        ),
         (chat_body(n=0), 400, "n"),
         (chat_body(temperature=3), 400, "temperature"),
         (chat_body(budget={"max_calls": 0}), 400, "budget.max_calls"),
@@ -166,7 +172,7 @@ async def test_completions_endpoint(make_client: Any) -> None:
         ({"model": "m", "messages": [{"role": "robot", "content": "x"}]}, 400, "messages.0.role"),
         ({"model": "m", "messages": [{"role": "assistant", "content": "x"}]}, 400, "messages"),
     ],
-)  # fmt: skip
+)
 async def test_errors_name_the_parameter(
     make_client: Any, body: dict[str, Any], status: int, param: str
 ) -> None:
@@ -260,9 +266,17 @@ async def test_sampling_params_reach_the_engine(make_client: Any) -> None:
         await client.post("/v1/chat/completions", json=chat_body())
         await client.post(
             "/v1/chat/completions",
-            json=chat_body(max_completion_tokens=9, temperature=0.5, top_p=0.9, stop="x", seed=3,
-                           top_k=5, presence_penalty=0.1, logit_bias={"7": -100}),
-        )  # fmt: skip
+            json=chat_body(
+                max_completion_tokens=9,
+                temperature=0.5,
+                top_p=0.9,
+                stop="x",
+                seed=3,
+                top_k=5,
+                presence_penalty=0.1,
+                logit_bias={"7": -100},
+            ),
+        )
     first, second = (r.params for r in engine.requests)
     assert first.max_tokens == 50
     assert (second.max_tokens, second.temperature, second.top_p, second.stop) == (
@@ -433,10 +447,13 @@ async def test_streaming_scaffold_reasoning_then_content(make_client: Any) -> No
         r = await client.post(
             "/v1/chat/completions",
             json=chat_body(
-                scaffold="gsr(n=3)", n=2, stream=True, return_trace=True,
+                scaffold="gsr(n=3)",
+                n=2,
+                stream=True,
+                return_trace=True,
                 stream_options={"include_usage": True},
             ),
-        )  # fmt: skip
+        )
     chunks = _sse_chunks(r.text)
     got = collect(chunks)
     assert set(got) == {0, 1}

@@ -169,9 +169,13 @@ def test_a_chunk_of_choices_is_the_same_bytes_as_the_chunk_object_encoded() -> N
         for choices, kw in cases:
             made = chunk(choices, **kw)
             whole = chunk_object(
-                endpoint, completion_id=chunk.id, created=chunk.created, model=plan.model,
-                choices=choices, **kw,  # type: ignore[arg-type]
-            )  # fmt: skip
+                endpoint,
+                completion_id=chunk.id,
+                created=chunk.created,
+                model=plan.model,
+                choices=choices,
+                **kw,  # type: ignore[arg-type]
+            )
             assert made == sse_event(whole)
             assert fastjson.loads(made[len(b"data: ") :]) == fastjson.loads(fastjson.dumps(whole))
 

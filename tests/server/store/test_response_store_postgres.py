@@ -50,14 +50,17 @@ def _serve(folder: Path) -> Iterator[str]:
     data = folder / "data"
     subprocess.run(
         _as_owner(["initdb", "-D", str(data), "-U", "ponder", "--auth=trust"]),
-        check=True, capture_output=True,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+    )
     port = free_port()
     server = popen_owned(
-        _as_owner(["postgres", "-D", str(data), "-p", str(port), "-h", "127.0.0.1",
-                   "-k", str(folder)]),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        _as_owner(
+            ["postgres", "-D", str(data), "-p", str(port), "-h", "127.0.0.1", "-k", str(folder)]
+        ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
     def ready() -> bool:
         check = ["pg_isready", "-h", "127.0.0.1", "-p", str(port), "-U", "ponder"]
@@ -80,8 +83,11 @@ async def test_store_on_postgres(postgres_url: str, tmp_path: Path) -> None:
             await store.put(StoredResponse(f"r{i}", now + i, {"id": f"r{i}"}, conversation))
         assert await store.count() == 2
         assert [await store.get(i) is not None for i in ("old", "r0", "r1", "r2")] == [
-            False, False, True, True,
-        ]  # fmt: skip
+            False,
+            False,
+            True,
+            True,
+        ]
         found = await store.get("r2")
         assert found is not None and found.body == {"id": "r2"}
         assert found.conversation == [{"role": "user", "content": "q2"}]

@@ -103,8 +103,18 @@ def test_a_missing_prompt_key_is_one_line_naming_it_and_where_the_reference_keep
     # the same through the command, before anything is started
     data = write_problems(tmp_path / "two.jsonl", 2)
     args = ["--recipe", "rsa", "--engine", "http://127.0.0.1:9/v1", "--model", "m"]
-    result = CliRunner().invoke(eval_app, [*args, "--prompt-file", str(partial), "--dataset",
-                                           str(data), "--out", str(tmp_path / "o")])  # fmt: skip
+    result = CliRunner().invoke(
+        eval_app,
+        [
+            *args,
+            "--prompt-file",
+            str(partial),
+            "--dataset",
+            str(data),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
     assert result.exit_code == 2 and "rsa_aggregate" in result.output
     assert not (tmp_path / "o" / "serve.log").exists()
 

@@ -183,8 +183,12 @@ def test_the_servers_token_cap_bounds_the_engine_call_and_is_its_cut(
     assert last.type == "response.incomplete" and last.response.status == "incomplete"
     assert response.status == own.status == "incomplete"
     assert [cut(r) for r in (response, last.response, own, *runs)] == [
-        "tokens", "tokens", None, "tokens", None
-    ]  # fmt: skip
+        "tokens",
+        "tokens",
+        None,
+        "tokens",
+        None,
+    ]
     assert counted == 3
 
 
@@ -198,8 +202,9 @@ def test_a_client_that_leaves_cancels_the_engine_call(
     connection = http.client.HTTPConnection(host, int(port), timeout=60)
     try:
         body = {"model": MODEL, "input": "hi", "stream": stream}
-        connection.request("POST", "/v1/responses", json.dumps(body),
-                           {"Content-Type": "application/json"})  # fmt: skip
+        connection.request(
+            "POST", "/v1/responses", json.dumps(body), {"Content-Type": "application/json"}
+        )
         assert wait_until(lambda: fake.state.calls == calls + 1)
         assert fake.state.requests[-1].path == "/v1/responses"
         connection.close()  # the client leaves while the engine holds the call

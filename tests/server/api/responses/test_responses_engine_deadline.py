@@ -53,8 +53,9 @@ class EngineAhead:
 
 async def test_past_its_deadline_a_stream_ends_though_its_engine_is_ahead() -> None:
     engine = EngineAhead()
-    plan = SimpleNamespace(budget=Budget(timeout_s=DEADLINE_S), params=SamplingParams(),
-                           strategy=Single(), effort=None)  # fmt: skip
+    plan = SimpleNamespace(
+        budget=Budget(timeout_s=DEADLINE_S), params=SamplingParams(), strategy=Single(), effort=None
+    )
     call = EngineResponse(
         cast(EngineResponses, engine),
         ResponseStore("sqlite+aiosqlite:///:memory:", max_age_s=60, max_count=10),

@@ -48,16 +48,22 @@ def held(fakes: tuple[FakeEngineHandle, ...]) -> Iterator[None]:
 def replicated(fakes: tuple[FakeEngineHandle, ...]) -> Iterator[str]:
     """Ponder over both fakes as two replicas of one model."""
     engines = tuple(f.base_url for f in fakes)
-    with running_ponder(Settings(model=MODEL, engines=engines, engine_max_retries=0,
-                                 **STORE_IN_MEMORY)) as url:  # fmt: skip
+    with running_ponder(
+        Settings(model=MODEL, engines=engines, engine_max_retries=0, **STORE_IN_MEMORY)
+    ) as url:
         yield url
 
 
 @pytest.fixture(scope="module")
 def capped(fakes: tuple[FakeEngineHandle, ...]) -> Iterator[str]:
     """Ponder over the first fake with a short --max-budget-timeout."""
-    settings = Settings(model=MODEL, engines=(fakes[0].base_url,), engine_max_retries=0,
-                        max_budget_timeout_s=DEADLINE_S, **STORE_IN_MEMORY)  # fmt: skip
+    settings = Settings(
+        model=MODEL,
+        engines=(fakes[0].base_url,),
+        engine_max_retries=0,
+        max_budget_timeout_s=DEADLINE_S,
+        **STORE_IN_MEMORY,
+    )
     with running_ponder(settings) as url:
         yield url
 
