@@ -87,9 +87,11 @@ class KeyLimitError(PonderError):
 
 
 class ForbiddenError(PonderError):
-    """The client key may not use what it asked for (403): a model or a scaffold outside
-    its allow-lists (``code`` ``model_not_found``, as OpenAI answers a project restricted
-    from a model, or ``scaffold_not_allowed``)."""
+    """The client key may not use what it asked for (403): a scaffold outside its
+    allow-list (``code`` ``scaffold_not_allowed``). A model outside its allow-list is no
+    403 but the :class:`~scaffolds.errors.NotFoundError` of a model not served (404
+    ``model_not_found``, as OpenAI answers a model a project has no access to), so that a
+    key cannot tell one from the other."""
 
     code = "forbidden"
 

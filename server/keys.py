@@ -66,9 +66,9 @@ class KeyLimits:
 
     def allows_model(self, model_id: str, base: str) -> bool:
         """Whether ``models`` lets the key use the id ``model_id`` of the served model
-        ``base``: the one rule for running it (a 403 otherwise) and for seeing it in
-        ``/v1/models``. A base model's name covers every id on it (its aliases and
-        ``base+<spec>``); an alias's id, only itself.
+        ``base``: the one rule for running it and for seeing it in ``/v1/models`` (any
+        other id is the 404 of a model not served). A base model's name covers every id
+        on it (its aliases and ``base+<spec>``); an alias's id, only itself.
 
         >>> limits = KeyLimits(models=("m", "n+g2"))
         >>> limits.allows_model("m+g2", "m"), limits.allows_model("n+g2", "n")

@@ -5,13 +5,14 @@ FastAPI's generated document says every route may answer 422 (Ponder answers a b
 with a 400) and that most answer an empty object. :func:`install_openapi` rewrites it
 once, from rules that follow the code: every ``/v1`` and ``/playground`` route may
 answer 401 (:mod:`server.app.auth`), every route with a body 400 and 413
-(:mod:`server.errors`, :class:`~server.app.limits.BodySizeLimit`), a route that
-runs a scaffold 403 (a model or scaffold outside the client key's allow-lists), 404
-(unknown model), 429 (admission, the key's limits), 502, 503 and 504 (the engine); and
-from what :data:`server.app.routes.ROUTES` says of each route: its other errors (the
-stored-response routes 404 and 503, the store; the tokenizer routes 404, an unknown
-model, and the engine's 502, 503 and 504) and its 200 body, one of the schemas below (a
-run's 200 is JSON or, streamed, ``text/event-stream``).
+(:mod:`server.errors`, :class:`~server.app.limits.BodySizeLimit`), a route that runs a
+scaffold 403 (a scaffold outside the client key's allow-list), 404 (a model not served,
+or one outside the key's allow-list: the same answer), 429 (admission, the key's
+limits), 502, 503 and 504 (the engine); and from what :data:`server.app.routes.ROUTES`
+says of each route: its other errors (the stored-response routes 404 and 503, the store;
+the tokenizer routes 404, an unknown model or one the key may not use, and the engine's
+502, 503 and 504) and its 200 body, one of the schemas below (a run's 200 is JSON or,
+streamed, ``text/event-stream``).
 
 >>> from scaffolds.engines.mock import MockEngine
 >>> from server.app.app import create_app
@@ -233,9 +234,9 @@ _WHY = {
     400: "The request is invalid (the error's param names the field; code "
     "context_length_exceeded: the prompt does not fit the model's context).",
     401: "No API key, or a wrong one (Authorization: Bearer, or x-api-key).",
-    403: "The client key may not use this model (code model_not_found) or scaffold (code "
-    "scaffold_not_allowed).",
-    404: "No such model (or stored response).",
+    403: "The client key may not use this scaffold (code scaffold_not_allowed).",
+    404: "No such model, or one the client key may not use: the same answer (code "
+    "model_not_found); or no such stored response.",
     413: "The body is larger than the server's limit.",
     429: "Every run slot and queue place is taken (code server_busy), or the client key "
     "passed its own limit: runs at once, requests or tokens per minute (code "

@@ -47,7 +47,14 @@ from server.pool.replica_engine import engine_health
 from server.settings import Settings
 from server.telemetry.metrics import Metrics
 
-__all__ = ["ServedModel", "ServedModels", "effort_card", "model_card", "spec_error"]
+__all__ = [
+    "ServedModel",
+    "ServedModels",
+    "effort_card",
+    "model_card",
+    "model_not_found",
+    "spec_error",
+]
 
 
 def model_card(model_id: str, *, owned_by: str = "ponder", **extra: Any) -> dict[str, Any]:
@@ -59,6 +66,23 @@ def model_card(model_id: str, *, owned_by: str = "ponder", **extra: Any) -> dict
         "owned_by": owned_by,
         **extra,
     }
+
+
+def model_not_found(model: str, known: list[str] | None = None) -> NotFoundError:
+    """The 404 of a model id that is not served or that the client key may not use (one
+    answer for both, in OpenAI's words), naming the ``known`` ids the key may use (None:
+    none named, as a model card's 404).
+
+    >>> model_not_found("x", ["m", "m+g2"]).message
+    "the model 'x' does not exist or you do not have access to it (known: m, m+g2)"
+    >>> model_not_found("x").param
+    'model'
+    """
+    named = "" if known is None else f" (known: {', '.join(known) or 'none'})"
+    return NotFoundError(
+        f"the model {model!r} does not exist or you do not have access to it{named}",
+        param="model",
+    )
 
 
 def effort_card(config: ModelConfig, *, alias: bool = False) -> dict[str, Any]:
@@ -258,12 +282,17 @@ class ServedModels:
                 built.check_named_models(strategy, f"models.{name}.effort_policy.{step}")
         return built
 
-    def check_named_models(self, strategy: Strategy, where: str) -> None:
-        """Every model a spec names for its helper steps is served; else an error whose
-        ``param`` is the field under ``where`` (e.g. ``scaffold.summarizer``)."""
+    def check_named_models(
+        self, strategy: Strategy, where: str, limits: KeyLimits | None = None
+    ) -> None:
+        """Every model a spec names for its helper steps is served (and, with a client
+        key's ``limits``, one the key may use); else an error whose ``param`` is the field
+        under ``where`` (e.g. ``scaffold.summarizer``), the same for a model the key may not
+        use as for one not served, naming only those it may."""
+        visible = limits or KeyLimits()
         for field_path, name in strategy.named_models(where):
-            if name not in self.models:
-                known = ", ".join(self.models)
+            if name not in self.models or not visible.allows_model(name, name):
+                known = ", ".join(n for n in self.models if visible.allows_model(n, n))
                 raise InvalidRequestError(
                     f"no served model {name!r} (served: {known})", param=field_path
                 )
@@ -312,30 +341,48 @@ class ServedModels:
                 cards.append(model_card(alias, ponder=ponder))
         return cards
 
-    def resolve(self, model: str, limits: KeyLimits | None = None) -> tuple[ServedModel, Strategy]:
-        """A model id (base, alias, or ``base+<spec>``) to its model and scaffold; an
-        unknown id is a 404 naming the known ones (those ``limits``, a client key's,
-        let it use)."""
-        if model in self.models:
-            served = self.models[model]
-            return served, served.default
-        base, plus, suffix = model.partition("+")
-        served_or_none = self.models.get(base) if plus else None
-        if served_or_none is not None:
-            if model in served_or_none.aliases:
-                return served_or_none, served_or_none.aliases[model]
-            try:
-                return served_or_none, self._build(suffix)
-            except SpecError as exc:
-                if "(" in suffix:
-                    raise spec_error(exc, "model") from None
+    def visible_ids(self, limits: KeyLimits | None = None) -> list[str]:
+        """The ids of :meth:`model_cards` that ``limits`` (a client key's) let it use."""
         visible = limits or KeyLimits()
-        known = ", ".join(
+        return [
             card["id"]
             for card in self.model_cards()
             if visible.allows_model(card["id"], card["ponder"]["base_model"])
-        )
-        raise NotFoundError(f"the model {model!r} does not exist (known: {known})", param="model")
+        ]
+
+    def resolve(self, model: str, limits: KeyLimits | None = None) -> tuple[ServedModel, Strategy]:
+        """A model id (base, alias, or ``base+<spec>``) to its model and scaffold. An
+        unknown id, and one that ``limits`` (a client key's) do not let it use, are the
+        same 404 (:func:`model_not_found`), naming the ids the key may use: a key cannot
+        tell a model hidden from it from one that is not served.
+
+        >>> from scaffolds.engines.mock import MockEngine
+        >>> from server.settings import Settings
+        >>> settings = Settings(model="m", engines=("http://unused/v1",))
+        >>> served = ServedModels.build(settings, engines={"m": MockEngine(lambda r: "4")})
+        >>> try:
+        ...     served.resolve("m+gsr(n=2)", KeyLimits(models=()))
+        ... except NotFoundError as err:
+        ...     err.message
+        "the model 'm+gsr(n=2)' does not exist or you do not have access to it (known: none)"
+        """
+        visible = limits or KeyLimits()
+        if model in self.models:
+            if visible.allows_model(model, model):
+                served = self.models[model]
+                return served, served.default
+        else:
+            base, plus, suffix = model.partition("+")
+            served_or_none = self.models.get(base) if plus else None
+            if served_or_none is not None and visible.allows_model(model, base):
+                if model in served_or_none.aliases:
+                    return served_or_none, served_or_none.aliases[model]
+                try:
+                    return served_or_none, self._build(suffix)
+                except SpecError as exc:
+                    if "(" in suffix:
+                        raise spec_error(exc, "model") from None
+        raise model_not_found(model, self.visible_ids(visible))
 
     async def start(self) -> None:
         """Start the engines' background work (replica health polls)."""

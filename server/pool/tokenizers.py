@@ -46,8 +46,9 @@ from scaffolds.errors import (
     InvalidRequestError,
     UnsupportedError,
 )
+from server.keys import KeyLimits
 from server.pool.metered import engine_leaves
-from server.pool.served_models import ServedModels
+from server.pool.served_models import ServedModels, model_not_found
 
 __all__ = ["EngineTokenizer", "LocalTokenizer", "Tokenizer", "Tokenizers", "tokenizer_of"]
 
@@ -326,12 +327,33 @@ class Tokenizers:
             self._made[name] = tokenizer_of(self.served.models[name].engine)
         return self._made[name]
 
-    def of(self, model: str | None) -> Tokenizer:
+    def of(self, model: str | None, limits: KeyLimits | None = None) -> Tokenizer:
         """The tokenizer of ``model`` (a base model, alias or ``base+<spec>``; None: the
-        first served model, as vLLM takes its first); a 404 naming an unknown one, a 400
-        when its engine has none Ponder can reach."""
-        name = next(iter(self.served.models)) if model is None else model
-        served, _ = self.served.resolve(name)
+        first served model the client key's ``limits`` let it use, as vLLM takes its
+        first); a 404 naming an unknown one (or one the key may not use: the same 404,
+        :meth:`ServedModels.resolve <server.pool.served_models.ServedModels.resolve>`), a
+        400 when its engine has none Ponder can reach.
+
+        >>> from scaffolds.engines.mock import MockEngine
+        >>> from scaffolds.errors import PonderError
+        >>> from server.settings import Settings
+        >>> settings = Settings(models=[{"name": k, "engines": ["http://unused/v1"]} for k in "mn"])
+        >>> engines = {k: MockEngine(lambda r: "4") for k in "mn"}
+        >>> tokenizers = Tokenizers(ServedModels.build(settings, engines=engines))
+        >>> for model in (None, "m"):
+        ...     try:
+        ...         tokenizers.of(model, KeyLimits(models=("n",)))
+        ...     except PonderError as err:
+        ...         print(err.message[:60])
+        the engine of model 'n' has no tokenizer Ponder can reach (a
+        the model 'm' does not exist or you do not have access to it
+        """
+        if model is None:
+            visible = self.served.visible_ids(limits)
+            if not visible:
+                raise model_not_found("", visible)
+            model = visible[0]
+        served, _ = self.served.resolve(model, limits)
         found = self._base(served.config.name)
         if found is None:
             raise UnsupportedError(

@@ -15,8 +15,9 @@ and fixes the sampling params, and refuses OpenAI fields Ponder cannot honour.
 >>> plan.scaffold, plan.n, plan.budget.timeout_s
 ('gsr', 1, None)
 
-A client key's limits are the request's too: its allow-lists of models and scaffolds
-(403) and the largest fan-out it may ask (400, as the server's own cap):
+A client key's limits are the request's too: its allow-list of models (a model outside
+it is the 404 of one not served: :meth:`~server.pool.served_models.ServedModels.resolve`),
+of scaffolds (403) and the largest fan-out it may ask (400, as the server's own cap):
 
 >>> from server.keys import ClientKey, KeyLimits
 >>> key = ClientKey("bob", "b", KeyLimits(scaffolds=("single",)))
@@ -152,9 +153,9 @@ def plan_run(
     served, strategy = models.resolve(req.model, key.limits)
     if req.scaffold is not None:
         strategy = models.strategy(req.scaffold, "scaffold")
-        models.check_named_models(strategy, "scaffold")
+        models.check_named_models(strategy, "scaffold", key.limits)
     elif "(" in req.model:  # a spec in the model id (aliases were checked at start)
-        models.check_named_models(strategy, "model")
+        models.check_named_models(strategy, "model", key.limits)
     ask = req.effort_ask()  # chat and text completions alike (Responses, Messages: as chat)
     effort = None
     if ask is not None:
@@ -190,7 +191,7 @@ def plan_run(
     if req.reference is not None:
         problems = tuple(replace(p, reference=req.reference) for p in problems)
     check_runs(strategy, req.n * len(problems), models.limits)
-    check_key(key, req, served, strategy, req.n * len(problems))
+    check_key(key, req, strategy, req.n * len(problems))
     asked = req.budget
     budget = (
         Budget(asked.max_tokens, asked.max_calls, asked.timeout_s) if asked else Budget()
@@ -302,24 +303,17 @@ def _effort_fields(
     )
 
 
-def check_key(
-    key: ClientKey, req: AnyRequest, served: ServedModel, strategy: Strategy, runs: int
-) -> None:
-    """Raise unless ``key`` may make ``runs`` runs of ``strategy`` on ``served``.
+def check_key(key: ClientKey, req: AnyRequest, strategy: Strategy, runs: int) -> None:
+    """Raise unless ``key`` may make ``runs`` runs of ``strategy`` (on a model it may
+    use: a model outside its ``models`` never resolves, see
+    :meth:`~server.pool.served_models.ServedModels.resolve`).
 
-    A model outside the key's ``models`` (by its name or the id asked for) is a 403 with
-    code ``model_not_found``, as OpenAI answers a project restricted from a model it
-    serves; a scaffold outside its ``scaffolds`` (the spec's every strategy, nested ones
-    too) a 403 with code ``scaffold_not_allowed``; more sequences than its ``max_fanout``
-    a 400 ``fan_out_exceeded``, as the server's own cap (:func:`check_runs`).
+    A scaffold outside the key's ``scaffolds`` (the spec's every strategy, nested ones
+    too) is a 403 with code ``scaffold_not_allowed``; more sequences than its
+    ``max_fanout`` a 400 ``fan_out_exceeded``, as the server's own cap
+    (:func:`check_runs`).
     """
     limits = key.limits
-    if not limits.allows_model(req.model, served.config.name):
-        raise ForbiddenError(
-            f"key {key.name!r} does not have access to model {served.config.name!r}",
-            param="model",
-            code="model_not_found",
-        )
     if limits.scaffolds is not None:
         refused = sorted(_names(strategy) - set(limits.scaffolds))
         if refused:

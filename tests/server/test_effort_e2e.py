@@ -15,7 +15,7 @@ import pytest
 from server.settings import Settings
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from testing.fake_engine.config import RecordedRequest
-from testing.ponder import running_ponder
+from testing.ponder import openai_client, running_ponder
 from tests.server.conftest import STORE_IN_MEMORY
 
 KEY = "sk-effort"
@@ -57,10 +57,6 @@ def ponder(fake: FakeEngineHandle) -> Iterator[str]:
         yield url
 
 
-def oai(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0, timeout=300)
-
-
 def claude(url: str) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=url, api_key=KEY, max_retries=0, timeout=300)
 
@@ -88,7 +84,7 @@ def test_chat_reasoning_effort_high_and_minimal_run_different_specs(
     ponder: str, fake: FakeEngineHandle
 ) -> None:
     before = len(fake.state.requests)
-    high = oai(ponder).chat.completions.create(
+    high = openai_client(ponder, KEY).chat.completions.create(
         model=MODEL, messages=MESSAGES, reasoning_effort="high", extra_body={"return_trace": True}
     )
     sent = new_requests(fake, before)
@@ -104,7 +100,7 @@ def test_chat_reasoning_effort_high_and_minimal_run_different_specs(
         effort_of(high),
     )
     before = len(fake.state.requests)
-    minimal = oai(ponder).chat.completions.create(
+    minimal = openai_client(ponder, KEY).chat.completions.create(
         model=MODEL, messages=MESSAGES, reasoning_effort="minimal"
     )
     assert samples(new_requests(fake, before)) == [1]
@@ -115,7 +111,7 @@ def test_chat_reasoning_effort_high_and_minimal_run_different_specs(
 def test_a_streamed_run_says_its_effort_too(ponder: str, fake: FakeEngineHandle) -> None:
     before = len(fake.state.requests)
     chunks = list(
-        oai(ponder).chat.completions.create(
+        openai_client(ponder, KEY).chat.completions.create(
             model=MODEL,
             messages=MESSAGES,
             reasoning_effort="low",
@@ -130,7 +126,7 @@ def test_a_streamed_run_says_its_effort_too(ponder: str, fake: FakeEngineHandle)
 
 def test_a_named_scaffold_wins_over_the_effort(ponder: str, fake: FakeEngineHandle) -> None:
     before = len(fake.state.requests)
-    out = oai(ponder).chat.completions.create(
+    out = openai_client(ponder, KEY).chat.completions.create(
         model=MODEL,
         messages=MESSAGES,
         reasoning_effort="high",
@@ -148,7 +144,7 @@ def test_a_named_scaffold_wins_over_the_effort(ponder: str, fake: FakeEngineHand
 
 def test_an_unknown_level_is_a_400_in_openais_shape(ponder: str) -> None:
     with pytest.raises(openai.BadRequestError) as err:
-        oai(ponder).chat.completions.create(
+        openai_client(ponder, KEY).chat.completions.create(
             model=MODEL,
             messages=MESSAGES,
             reasoning_effort="extreme",  # type: ignore[arg-type]
@@ -159,17 +155,23 @@ def test_an_unknown_level_is_a_400_in_openais_shape(ponder: str) -> None:
         "Invalid value: 'extreme'. Supported values are: 'minimal', 'low'"
     )
     with pytest.raises(openai.BadRequestError) as err:
-        oai(ponder).responses.create(model=MODEL, input="2+2?", reasoning={"effort": "max"})  # type: ignore[typeddict-item]
+        openai_client(ponder, KEY).responses.create(
+            model=MODEL,
+            input="2+2?",
+            reasoning={"effort": "max"},  # type: ignore[typeddict-item]
+        )
     assert err.value.param == "reasoning.effort"
 
 
 def test_responses_reasoning_effort_selects_the_spec(ponder: str, fake: FakeEngineHandle) -> None:
     before = len(fake.state.requests)
-    high = oai(ponder).responses.create(model=MODEL, input="2+2?", reasoning={"effort": "high"})
+    high = openai_client(ponder, KEY).responses.create(
+        model=MODEL, input="2+2?", reasoning={"effort": "high"}
+    )
     assert samples(new_requests(fake, before)) == [16]
     assert effort_of(high) == from_policy("high", "reasoning.effort")
     before = len(fake.state.requests)
-    minimal = oai(ponder).responses.create(
+    minimal = openai_client(ponder, KEY).responses.create(
         model=MODEL, input="2+2?", reasoning={"effort": "minimal"}
     )
     sent = new_requests(fake, before)
@@ -202,7 +204,7 @@ def test_anthropic_thinking_budget_selects_the_spec(ponder: str, fake: FakeEngin
 
 def test_a_passthrough_model_forwards_the_effort(ponder: str, fake: FakeEngineHandle) -> None:
     before = len(fake.state.requests)
-    out = oai(ponder).chat.completions.create(
+    out = openai_client(ponder, KEY).chat.completions.create(
         model=OTHER, messages=MESSAGES, reasoning_effort="high"
     )
     sent = new_requests(fake, before)
@@ -215,7 +217,9 @@ def test_a_passthrough_model_forwards_the_effort(ponder: str, fake: FakeEngineHa
         "budget": None,
     }
     before = len(fake.state.requests)
-    oai(ponder).responses.create(model=OTHER, input="2+2?", reasoning={"effort": "low"})
+    openai_client(ponder, KEY).responses.create(
+        model=OTHER, input="2+2?", reasoning={"effort": "low"}
+    )
     (sent_one,) = new_requests(fake, before)
     forwarded = sent_one.body.get("reasoning_effort") or sent_one.body["reasoning"]["effort"]
     assert forwarded == "low"
@@ -232,8 +236,12 @@ def test_on_the_engines_own_responses_api_the_policy_keeps_the_effort_from_it() 
         settings = Settings(models=models, api_keys=(KEY,), **STORE_IN_MEMORY)  # type: ignore[arg-type]
         with running_ponder(settings) as url:
             reasoning: Any = {"effort": "minimal", "summary": "auto"}
-            out = oai(url).responses.create(model=MODEL, input="2+2?", reasoning=reasoning)
-            passed = oai(url).responses.create(model=OTHER, input="2+2?", reasoning=reasoning)
+            out = openai_client(url, KEY).responses.create(
+                model=MODEL, input="2+2?", reasoning=reasoning
+            )
+            passed = openai_client(url, KEY).responses.create(
+                model=OTHER, input="2+2?", reasoning=reasoning
+            )
         first, second = list(fake.state.requests)
     assert (first.path, first.body["reasoning"]) == ("/v1/responses", {"summary": "auto"})
     assert effort_of(out)["spec"] == "single" and effort_of(out)["source"] == "policy"
@@ -245,7 +253,7 @@ def test_text_completions_reasoning_effort_selects_the_spec_as_chat_does(
     ponder: str, fake: FakeEngineHandle
 ) -> None:
     before = len(fake.state.requests)
-    high = oai(ponder).completions.create(
+    high = openai_client(ponder, KEY).completions.create(
         model=MODEL, prompt="2+2=", extra_body={"reasoning_effort": "high", "return_trace": True}
     )
     sent = new_requests(fake, before)
@@ -256,7 +264,7 @@ def test_text_completions_reasoning_effort_selects_the_spec_as_chat_does(
     )
     before = len(fake.state.requests)
     chunks = list(
-        oai(ponder).completions.create(
+        openai_client(ponder, KEY).completions.create(
             model=MODEL,
             prompt="2+2=",
             stream=True,
@@ -267,7 +275,7 @@ def test_text_completions_reasoning_effort_selects_the_spec_as_chat_does(
     assert samples(new_requests(fake, before)) == [1]
     assert effort_of(chunks[-1])["spec"] == "single"
     before = len(fake.state.requests)
-    passed = oai(ponder).completions.create(
+    passed = openai_client(ponder, KEY).completions.create(
         model=OTHER, prompt="2+2=", extra_body={"reasoning_effort": "low"}
     )
     (sent_one,) = new_requests(fake, before)
@@ -275,29 +283,34 @@ def test_text_completions_reasoning_effort_selects_the_spec_as_chat_does(
         "passthrough"
     )
     with pytest.raises(openai.BadRequestError) as err:
-        oai(ponder).completions.create(
+        openai_client(ponder, KEY).completions.create(
             model=MODEL, prompt="2+2=", extra_body={"reasoning_effort": "extreme"}
         )
     assert err.value.param == "reasoning_effort" and err.value.code == "invalid_value"
 
 
 def test_the_model_card_shows_the_effort_policy(ponder: str) -> None:
-    card = oai(ponder).models.retrieve(MODEL)
+    card = openai_client(ponder, KEY).models.retrieve(MODEL)
     assert card.model_extra is not None
     levels = {name: {"spec": lv["spec"], "budget": lv["budget"]} for name, lv in POLICY.items()}
     assert card.model_extra["ponder"]["effort"] == {
         "source": "policy",
         "levels": levels | {"auto": levels["high"]},  # no auto entry: high's
     }
-    cards = {m.id: (m.model_extra or {})["ponder"]["effort"] for m in oai(ponder).models.list()}
+    cards = {
+        m.id: (m.model_extra or {})["ponder"]["effort"]
+        for m in openai_client(ponder, KEY).models.list()
+    }
     assert cards[f"{MODEL}+two"] == {"source": "scaffold"}
     assert cards[OTHER] == {"source": "passthrough"}
 
 
 @pytest.mark.parametrize("model", [MODEL, f"{MODEL}+two", OTHER])
 def test_a_cards_effort_source_is_what_an_answer_says(ponder: str, model: str) -> None:
-    source = (oai(ponder).models.retrieve(model).model_extra or {})["ponder"]["effort"]["source"]
-    out = oai(ponder).chat.completions.create(
+    source = (openai_client(ponder, KEY).models.retrieve(model).model_extra or {})["ponder"][
+        "effort"
+    ]["source"]
+    out = openai_client(ponder, KEY).chat.completions.create(
         model=model, messages=MESSAGES, reasoning_effort="low"
     )
     assert effort_of(out)["source"] == source

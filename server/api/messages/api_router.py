@@ -51,7 +51,8 @@ async def count_tokens(body: CountTokensRequest, request: Request) -> dict[str, 
     }
     if tools := (chat.model_extra or {}).get("tools"):
         fields["tools"] = tools
-    counted = await tokenizers_of(request).of(body.model).tokenize(fields)
+    tokenizer = tokenizers_of(request).of(body.model, client_key_of(request).limits)
+    counted = await tokenizer.tokenize(fields)
     return {"input_tokens": int(counted["count"])}
 
 

@@ -4,7 +4,8 @@ aliases) and ``GET /v1/models/{id}`` (one of them), from the cards
 routes (:data:`ROUTES`, which :mod:`server.app.routes` mounts).
 
 A client key whose ``models`` allow-list leaves a model out does not see it: the list
-omits it, and its card is the same 404 as a model that does not exist.
+omits it, and its card is the same 404 as a model that does not exist (as is a run of it:
+:meth:`~server.pool.served_models.ServedModels.resolve`).
 
 ``/v1/*`` is behind Bearer auth (see :mod:`server.app.auth`). Example::
 
@@ -17,7 +18,7 @@ from typing import Any
 
 from fastapi import Request
 
-from scaffolds.errors import NotFoundError
+from server.pool.served_models import model_not_found
 from server.routing import Route, client_key_of, serving_of
 
 __all__ = ["ROUTES", "get_model", "list_models"]
@@ -31,7 +32,7 @@ async def get_model(model_id: str, request: Request) -> dict[str, Any]:
     for card in serving_of(request).model_cards(client_key_of(request)):
         if card["id"] == model_id:
             return card
-    raise NotFoundError(f"the model {model_id!r} does not exist", param="model")
+    raise model_not_found(model_id)
 
 
 ROUTES: tuple[Route, ...] = (

@@ -2,7 +2,8 @@
 handlers and routes (:data:`ROUTES`, which :mod:`server.app.routes` mounts). Passed to the
 model's engine when it is vLLM, computed with the model's tokenizer when it runs in this
 process (:mod:`server.pool.tokenizers`). ``model`` names a served model (an alias too);
-left out, the first. (Anthropic's ``count_tokens`` is the Messages API's:
+left out, the first the client key may use (one outside its ``models`` allow-list is the
+404 of a model not served). (Anthropic's ``count_tokens`` is the Messages API's:
 :mod:`server.api.messages.api_router`.)
 
 Both need a key as ``/v1`` does. Example::
@@ -18,7 +19,7 @@ from typing import Any
 from fastapi import Request
 from pydantic import Field, model_validator
 
-from server.routing import TOKENIZER_ERRORS, Route, tokenizers_of
+from server.routing import TOKENIZER_ERRORS, Route, client_key_of, tokenizers_of
 from server.runs.request import _Open
 
 __all__ = ["ROUTES", "DetokenizeRequest", "TokenizeRequest", "detokenize", "tokenize"]
@@ -59,11 +60,13 @@ def _engine_body(req: _Open) -> dict[str, Any]:
 
 
 async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
-    return await tokenizers_of(request).of(body.model).tokenize(_engine_body(body))
+    tokenizer = tokenizers_of(request).of(body.model, client_key_of(request).limits)
+    return await tokenizer.tokenize(_engine_body(body))
 
 
 async def detokenize(body: DetokenizeRequest, request: Request) -> dict[str, Any]:
-    return await tokenizers_of(request).of(body.model).detokenize(_engine_body(body))
+    tokenizer = tokenizers_of(request).of(body.model, client_key_of(request).limits)
+    return await tokenizer.detokenize(_engine_body(body))
 
 
 ROUTES: tuple[Route, ...] = (

@@ -15,7 +15,7 @@ import pytest
 from server.settings import Settings
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from testing.fake_engine.config import Failure
-from testing.ponder import running_ponder
+from testing.ponder import openai_client, running_ponder
 from tests.server.conftest import store_in, wait_until
 
 KEY = "sk-agents"
@@ -43,10 +43,6 @@ def ponder(fake: FakeEngineHandle, tmp_path_factory: pytest.TempPathFactory) -> 
         yield url
 
 
-def oai(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0, timeout=300)
-
-
 def claude(url: str, key: str = KEY) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=url, api_key=key, max_retries=0, timeout=300)
 
@@ -58,7 +54,9 @@ def reported(fake: FakeEngineHandle, since: int) -> tuple[int, int]:
 
 def test_responses_scaffold_alias_plain(ponder: str, fake: FakeEngineHandle) -> None:
     before = len(fake.state.reported_usage)
-    response = oai(ponder).responses.create(model=f"{MODEL}+gsr2", input="What is 2+3?")
+    response = openai_client(ponder, KEY).responses.create(
+        model=f"{MODEL}+gsr2", input="What is 2+3?"
+    )
     kinds = [item.type for item in response.output]
     assert kinds == ["reasoning", "message"]
     summary = response.output[0].summary  # type: ignore[union-attr]
@@ -76,7 +74,7 @@ def test_responses_scaffold_alias_plain(ponder: str, fake: FakeEngineHandle) -> 
 
 
 def test_responses_stream_matches_and_continues(ponder: str, fake: FakeEngineHandle) -> None:
-    client = oai(ponder)
+    client = openai_client(ponder, KEY)
     with client.responses.stream(
         model=f"{MODEL}+gsr2", input="What is 7+8?", instructions="Be brief."
     ) as stream:
@@ -103,7 +101,7 @@ def test_responses_stream_matches_and_continues(ponder: str, fake: FakeEngineHan
 
 
 def test_responses_errors(ponder: str) -> None:
-    client = oai(ponder)
+    client = openai_client(ponder, KEY)
     with pytest.raises(openai.NotFoundError) as missing:
         client.responses.create(model=MODEL, input="hi", previous_response_id="resp_nope")
     assert missing.value.body["param"] == "previous_response_id"  # type: ignore[index]
@@ -157,7 +155,7 @@ def test_messages_auth_takes_x_api_key(ponder: str) -> None:
 
 
 def test_responses_budget_trace_and_engine_errors(ponder: str, fake: FakeEngineHandle) -> None:
-    client = oai(ponder)
+    client = openai_client(ponder, KEY)
     # gsr(n=2) with one engine call: the candidates, then the budget cuts the refine.
     cut = client.responses.create(
         model=f"{MODEL}+gsr2",

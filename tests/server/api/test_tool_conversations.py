@@ -19,7 +19,7 @@ import pytest
 from server.settings import Settings
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from testing.fake_engine.config import default_responder
-from testing.ponder import running_ponder
+from testing.ponder import openai_client, running_ponder
 from tests.server.conftest import store_in
 
 MODEL = "fake-model"
@@ -68,10 +68,6 @@ def ponder(fake: FakeEngineHandle, tmp_path_factory: pytest.TempPathFactory) -> 
         yield url
 
 
-def oai(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
-
-
 def sent_turn(fake: FakeEngineHandle) -> list[dict[str, Any]]:
     """The last engine request's messages after the user's question."""
     messages: list[dict[str, Any]] = fake.state.requests[-1].body["messages"]
@@ -91,7 +87,7 @@ def assert_tool_turn(fake: FakeEngineHandle, call_id: str) -> None:
 
 @pytest.mark.parametrize("scaffold", [None, "majority(k=3)"])
 def test_chat_two_turn_tool_loop(ponder: str, fake: FakeEngineHandle, scaffold: str | None) -> None:
-    client = oai(ponder)
+    client = openai_client(ponder)
     extra = {"scaffold": scaffold} if scaffold else {}
     question = {"role": "user", "content": "Weather in Paris?"}
     first = client.chat.completions.create(
@@ -123,7 +119,7 @@ def test_a_scaffold_that_rewrites_the_conversation_refuses_a_tool_result(ponder:
         {"role": "tool", "tool_call_id": "c1", "content": "19C"},
     ]
     with pytest.raises(openai.BadRequestError) as refused:
-        oai(ponder).chat.completions.create(model=f"{MODEL}+gsr(n=2)", messages=messages)
+        openai_client(ponder).chat.completions.create(model=f"{MODEL}+gsr(n=2)", messages=messages)
     assert refused.value.body["param"] == "messages"  # type: ignore[index]
     assert "tool result" in refused.value.message
 
@@ -131,7 +127,7 @@ def test_a_scaffold_that_rewrites_the_conversation_refuses_a_tool_result(ponder:
 def test_responses_function_call_output_after_a_stored_call(
     ponder: str, fake: FakeEngineHandle
 ) -> None:
-    client = oai(ponder)
+    client = openai_client(ponder)
     tools = [
         {
             "type": "function",

@@ -17,7 +17,7 @@ import pytest
 from server.keys import hash_key, write_keys_document
 from server.settings import Settings
 from testing.fake_engine import FakeEngineHandle, running_fake_engine
-from testing.ponder import running_ponder
+from testing.ponder import openai_client, running_ponder
 from tests.server.conftest import store_in
 
 MODEL = "fake-model"
@@ -57,10 +57,6 @@ def ponder(fake: FakeEngineHandle, tmp_path_factory: pytest.TempPathFactory) -> 
         yield url
 
 
-def oai(url: str, key: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=300)
-
-
 def call(url: str, key: str, method: str, path: str, **kw: Any) -> httpx.Response:
     headers = {"Authorization": f"Bearer {key}"}
     return httpx.request(method, f"{url}{path}", headers=headers, timeout=300, **kw)
@@ -79,7 +75,7 @@ def stored_object_routes(url: str) -> list[tuple[str, str]]:
 
 
 def test_another_tenant_gets_404_on_every_stored_object_route(ponder: str) -> None:
-    created = oai(ponder, ALICE).responses.create(model=MODEL, input="What is 2+3?")
+    created = openai_client(ponder, ALICE).responses.create(model=MODEL, input="What is 2+3?")
     routes = stored_object_routes(ponder)
     known = {
         ("GET", "/v1/responses/{response_id}"),
@@ -104,7 +100,7 @@ def test_another_tenant_gets_404_on_every_stored_object_route(ponder: str) -> No
 
 
 def test_previous_response_id_of_another_tenant_is_404_as_never_stored(ponder: str) -> None:
-    created = oai(ponder, ALICE).responses.create(model=MODEL, input="What is 2+3?")
+    created = openai_client(ponder, ALICE).responses.create(model=MODEL, input="What is 2+3?")
 
     def follow(key: str, previous: str) -> httpx.Response:
         body = {"model": MODEL, "input": "And times 4?", "previous_response_id": previous}
@@ -117,8 +113,8 @@ def test_previous_response_id_of_another_tenant_is_404_as_never_stored(ponder: s
 
 
 def test_the_sdk_raises_not_found_for_another_tenant(ponder: str) -> None:
-    created = oai(ponder, ALICE).responses.create(model=MODEL, input="What is 2+3?")
-    bob = oai(ponder, BOB)
+    created = openai_client(ponder, ALICE).responses.create(model=MODEL, input="What is 2+3?")
+    bob = openai_client(ponder, BOB)
     with pytest.raises(openai.NotFoundError):
         bob.responses.retrieve(created.id)
     with pytest.raises(openai.NotFoundError):
@@ -127,7 +123,7 @@ def test_the_sdk_raises_not_found_for_another_tenant(ponder: str) -> None:
         bob.responses.delete(created.id)
     with pytest.raises(openai.NotFoundError):
         bob.responses.create(model=MODEL, input="Go on", previous_response_id=created.id)
-    alice = oai(ponder, ALICE)
+    alice = openai_client(ponder, ALICE)
     assert alice.responses.retrieve(created.id).id == created.id
     alice.responses.delete(created.id)
     with pytest.raises(openai.NotFoundError):
@@ -135,7 +131,7 @@ def test_the_sdk_raises_not_found_for_another_tenant(ponder: str) -> None:
 
 
 def test_usage_is_counted_by_key_name_never_by_key(ponder: str) -> None:
-    oai(ponder, BOB).responses.create(model=MODEL, input="What is 2+3?")
+    openai_client(ponder, BOB).responses.create(model=MODEL, input="What is 2+3?")
     text = httpx.get(f"{ponder}/metrics").text
     runs = re.search(r'^ponder_key_runs_total\{key="bob"\} (\S+)$', text, re.MULTILINE)
     out = re.search(
@@ -159,7 +155,9 @@ def test_bare_keys_do_not_share(fake: FakeEngineHandle, tmp_path: Path) -> None:
         **store_in(tmp_path),
     )
     with running_ponder(settings) as url:
-        created = oai(url, "key-alice").responses.create(model=MODEL, input="What is 2+3?")
+        created = openai_client(url, "key-alice").responses.create(
+            model=MODEL, input="What is 2+3?"
+        )
         path = f"/v1/responses/{created.id}"
         body = {"model": MODEL, "input": "More", "previous_response_id": created.id}
         assert [

@@ -185,8 +185,13 @@ async def test_each_refusal_over_http(fake: FakeEngineHandle) -> None:
             first, second = await post("sk-rpm"), await post("sk-rpm")
             day_first = await post("sk-day", max_completion_tokens=50)
             day_second = await post("sk-day")
-    assert model.status_code == 403
-    assert model.json()["error"]["code"] == "model_not_found"
+    assert model.status_code == 404  # as a model not served: the key cannot tell
+    assert model.json()["error"] == {
+        "message": "the model 'm' does not exist or you do not have access to it (known: none)",
+        "type": "invalid_request_error",
+        "param": "model",
+        "code": "model_not_found",
+    }
     assert scaffold.status_code == 403
     assert scaffold.json()["error"] | {"message": ""} == {
         "message": "",

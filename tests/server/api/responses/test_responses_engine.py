@@ -16,7 +16,7 @@ import pytest
 from server.settings import Settings
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
 from testing.fake_engine.config import Failure
-from testing.ponder import running_ponder
+from testing.ponder import openai_client, running_ponder
 from tests.server.conftest import STORE_IN_MEMORY, UNUSED, wait_until
 
 MODEL = "fake-model"
@@ -41,10 +41,6 @@ def ponder(fake: FakeEngineHandle) -> Iterator[str]:
         yield url
 
 
-def oai(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
-
-
 def metric(url: str, name: str, labels: str) -> float:
     text = httpx.get(f"{url}/metrics").text
     found = re.search(rf"^{name}{{{re.escape(labels)}}} (\S+)$", text, re.MULTILINE)
@@ -54,7 +50,7 @@ def metric(url: str, name: str, labels: str) -> float:
 def test_single_passes_through_then_a_scaffold_then_single(
     ponder: str, fake: FakeEngineHandle
 ) -> None:
-    client = oai(ponder)
+    client = openai_client(ponder)
     ok = f'model="{MODEL}",outcome="ok"'
     calls, tokens = (
         metric(ponder, "ponder_engine_calls_total", ok),
@@ -109,7 +105,7 @@ def test_single_passes_through_then_a_scaffold_then_single(
 
 
 def test_single_streamed_through_the_engine(ponder: str, fake: FakeEngineHandle) -> None:
-    client = oai(ponder)
+    client = openai_client(ponder)
     with client.responses.stream(model=MODEL, input="What is 4+4?") as stream:
         types = [event.type for event in stream]
         final = stream.get_final_response()
@@ -135,7 +131,7 @@ def test_engine_without_responses_falls_back_to_chat_and_remembers() -> None:
         running_fake_engine() as fake,
         running_ponder(Settings(model=MODEL, engines=(fake.base_url,), **STORE_IN_MEMORY)) as url,
     ):
-        client = oai(url)
+        client = openai_client(url)
         with client.responses.stream(model=MODEL, input="And 3+4?") as stream:
             final = stream.get_final_response()
         first = client.responses.create(model=MODEL, input="What is 2+3?")
@@ -161,7 +157,7 @@ def test_the_servers_token_cap_bounds_the_engine_call_and_is_its_cut(
     )
     cutoffs = "ponder_budget_cutoffs_total", f'model="{MODEL}",reason="tokens",scaffold="single"'
     with running_ponder(settings) as url:
-        client = oai(url)
+        client = openai_client(url)
         response = client.responses.create(model=MODEL, input="hi", max_output_tokens=50)
         sent = fake.state.requests[-1].body["max_output_tokens"]
         with client.responses.stream(model=MODEL, input="hi") as stream:
@@ -215,7 +211,7 @@ def test_a_client_that_leaves_cancels_the_engine_call(
 
 
 def test_engine_errors_keep_their_status(ponder: str, fake: FakeEngineHandle) -> None:
-    client = oai(ponder)
+    client = openai_client(ponder)
     for stream in (False, True):
         fake.config.failures.append(Failure(status=503, message="engine down"))
         with pytest.raises(openai.APIStatusError) as failed:
@@ -244,6 +240,6 @@ def test_a_dead_replica_fails_over_to_a_live_one(fake: FakeEngineHandle) -> None
     )
     calls = fake.state.calls
     with running_ponder(settings) as url:
-        answers = [oai(url).responses.create(model=MODEL, input="hi") for _ in range(2)]
+        answers = [openai_client(url).responses.create(model=MODEL, input="hi") for _ in range(2)]
     assert all(a.model_extra and a.model_extra["ponder"]["engine_api"] for a in answers)
     assert fake.state.calls == calls + 2

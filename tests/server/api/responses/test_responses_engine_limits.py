@@ -12,12 +12,11 @@ import re
 from collections.abc import Iterator
 
 import httpx
-import openai
 import pytest
 
 from server.settings import Settings
 from testing.fake_engine import FakeEngineConfig, FakeEngineHandle, running_fake_engine
-from testing.ponder import running_ponder
+from testing.ponder import openai_client, running_ponder
 from tests.server.conftest import STORE_IN_MEMORY, wait_until
 
 MODEL = "fake-model"
@@ -66,10 +65,6 @@ def capped(fakes: tuple[FakeEngineHandle, ...]) -> Iterator[str]:
     )
     with running_ponder(settings) as url:
         yield url
-
-
-def oai(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
 
 
 def metrics(url: str, name: str) -> dict[frozenset[str], float]:
@@ -123,7 +118,7 @@ def test_a_requests_own_timeout_bounds_the_engine_call(
 
 
 def test_engine_calls_are_counted_as_runs(replicated: str) -> None:
-    client = oai(replicated)
+    client = openai_client(replicated)
     labels = frozenset({f'model="{MODEL}"', 'scaffold="single"'})
     tokens, calls = "ponder_run_tokens_total", "ponder_run_engine_calls_total"
     before = metrics(replicated, tokens), metrics(replicated, calls)
