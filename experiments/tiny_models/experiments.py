@@ -134,6 +134,22 @@ async def run_condition(
     return {key: [r[key] for r in rows] for key in keys}
 
 
+def summarize_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """Add to one condition's ``entry`` (its ``correct``, ``completion_tokens`` and
+    ``prompt_tokens``, a row per seed) the accuracy summary and the mean tokens per problem;
+    returns ``entry``.
+
+    >>> rows = {"correct": [[1, 0]], "completion_tokens": [[4, 6]], "prompt_tokens": [[8, 8]]}
+    >>> entry = summarize_entry(rows)
+    >>> entry["summary"]["accuracy"], entry["completion_tokens_mean"], entry["prompt_tokens_mean"]
+    (0.5, 5.0, 8.0)
+    """
+    entry["summary"] = summarize(entry["correct"])
+    entry["completion_tokens_mean"] = _mean(per_problem(entry["completion_tokens"]))
+    entry["prompt_tokens_mean"] = _mean(per_problem(entry["prompt_tokens"]))
+    return entry
+
+
 def make_engine(spec: str, model_dir: Path, served_name: str) -> Any:
     """``local`` -> ``local:model_dir`` on one thread; else an engine URL (see
     :func:`scaffolds.engines.factory.engine_from_url`) serving ``served_name``."""
@@ -204,9 +220,7 @@ async def evaluate_model(
                     entry["wall_s"].append(round(time.monotonic() - started, 1))
                     for key in ("correct", "completion_tokens", "prompt_tokens"):
                         entry[key].append(run[key])
-                entry["summary"] = summarize(entry["correct"])
-                entry["completion_tokens_mean"] = _mean(per_problem(entry["completion_tokens"]))
-                entry["prompt_tokens_mean"] = _mean(per_problem(entry["prompt_tokens"]))
+                summarize_entry(entry)
                 acc = entry["summary"]["accuracy"]
                 progress.console.print(f"{name:>8} {condition.label:<14} acc {acc:.3f}")
                 out[condition.label] = entry
@@ -216,6 +230,33 @@ async def evaluate_model(
 
 
 # --------------------------------------------------------------------------- commands
+
+
+def run_results(
+    args: argparse.Namespace,
+    items: Sequence[AdditionProblem],
+    models: dict[str, Any],
+    started: float,
+    *,
+    training: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A ``base`` or ``gsr`` command's results: the problems, seeds and engine it ran
+    with, the ``training`` of its models (``gsr``), the ``models`` and the wall time since
+    ``started`` (:func:`time.monotonic`).
+
+    >>> args = argparse.Namespace(problem_seed=0, seeds=[0, 1], engine="local")
+    >>> list(run_results(args, [], {}, time.monotonic(), training={}))
+    ['problems', 'problem_seed', 'seeds', 'engine', 'training', 'models', 'wall_s']
+    """
+    results: dict[str, Any] = {
+        "problems": len(items),
+        "problem_seed": args.problem_seed,
+        "seeds": list(args.seeds),
+        "engine": args.engine,
+    }
+    if training is not None:
+        results["training"] = training
+    return results | {"models": models, "wall_s": round(time.monotonic() - started, 1)}
 
 
 def _base(args: argparse.Namespace) -> None:
@@ -234,14 +275,7 @@ def _base(args: argparse.Namespace) -> None:
             )
         )
     }
-    results = {
-        "problems": len(items),
-        "problem_seed": args.problem_seed,
-        "seeds": list(args.seeds),
-        "engine": args.engine,
-        "models": models,
-        "wall_s": round(time.monotonic() - started, 1),
-    }
+    results = run_results(args, items, models, started)
     add_pairs(
         results,
         [
@@ -301,15 +335,7 @@ def _gsr(args: argparse.Namespace) -> None:
                 concurrency=args.concurrency,
             )
         )
-    results = {
-        "problems": len(items),
-        "problem_seed": args.problem_seed,
-        "seeds": list(args.seeds),
-        "engine": args.engine,
-        "training": timings,
-        "models": models,
-        "wall_s": round(time.monotonic() - started, 1),
-    }
+    results = run_results(args, items, models, started, training=timings)
     add_pairs(
         results,
         [

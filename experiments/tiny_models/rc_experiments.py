@@ -42,12 +42,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.tiny_models.experiments import request_seed
+from experiments.tiny_models.experiments import request_seed, summarize_entry
 from experiments.tiny_models.listsum_task import READ_PER_CHUNK, ListSumProblem, problems
 from experiments.tiny_models.rc_report import error_table, field_table, plot, plot_steps, step_table
 from experiments.tiny_models.report import RESULTS, restate
-from scaffolds.evaluation.stats import add_pairs, markdown, per_problem, summarize
-from scaffolds.evaluation.stats import mean as _mean
+from scaffolds.evaluation.stats import add_pairs, markdown
 
 MAX_TOKENS = 16
 """Per-call budget of ``single``: a chunk is at most 10 tokens."""
@@ -178,9 +177,7 @@ async def evaluate(
                     entry[key].append(run[key])
                 if condition == RC_GREEDY:
                     entry["first_error"] = run["first_error"]
-            entry["summary"] = summarize(entry["correct"])
-            entry["completion_tokens_mean"] = _mean(per_problem(entry["completion_tokens"]))
-            entry["prompt_tokens_mean"] = _mean(per_problem(entry["prompt_tokens"]))
+            summarize_entry(entry)
             print(
                 f"{name:>6} L={items[0].length:<3} {condition.label:<15} "
                 f"acc {entry['summary']['accuracy']:.3f}  wall {sum(entry['wall_s']):.0f}s",
