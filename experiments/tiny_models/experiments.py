@@ -38,16 +38,21 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from experiments.tiny_models.report import RESULTS, compare, restate, save, save_comparison
 from scaffolds.evaluation.addition_task import AdditionProblem, problems
 from scaffolds.evaluation.stats import add_pairs, per_problem, summarize
 from scaffolds.evaluation.stats import mean as _mean
 from scaffolds.models import model_path
+
+if TYPE_CHECKING:
+    from scaffolds.evaluation.loop import Job
+
+Item = TypeVar("Item")
 
 SHIPPED = model_path("ponder-addition")
 """The shipped addition model (package data of :mod:`scaffolds.models`)."""
@@ -100,7 +105,6 @@ async def run_condition(
     """One pass of ``condition`` over ``items`` (the evaluation loop of
     :mod:`scaffolds.evaluation.loop`): per-problem correctness and tokens."""
     from scaffolds import RunSettings, SamplingParams, solve
-    from scaffolds.evaluation.loop import Job, make_jobs, run_jobs
 
     async def one(job: Job[AdditionProblem]) -> dict[str, Any]:
         item = job.problem
@@ -121,16 +125,42 @@ async def run_condition(
             "answers": answer,
         }
 
+    keys = ("correct", "completion_tokens", "prompt_tokens", "answers")
+    return await one_pass(
+        condition.label, items, seed, one, keys, concurrency=concurrency, on_done=on_done
+    )
+
+
+async def one_pass(
+    label: str,
+    items: Sequence[Item],
+    seed: int,
+    one: Callable[[Job[Item]], Awaitable[dict[str, Any]]],
+    keys: Sequence[str],
+    *,
+    concurrency: int,
+    on_done: Callable[[], None] | None = None,
+) -> dict[str, list[Any]]:
+    """``one`` over every item (the evaluation loop of :mod:`scaffolds.evaluation.loop`,
+    ``concurrency`` at once, ``on_done`` called as each lands): each of ``keys`` of the rows
+    it returns, a list in the items' order.
+
+    >>> async def one(job):
+    ...     return {"twice": 2 * job.problem, "seed": job.sample}
+    >>> asyncio.run(one_pass("double", [1, 2, 3], 7, one, ("twice", "seed"), concurrency=2))
+    {'twice': [2, 4, 6], 'seed': [7, 7, 7]}
+    """
+    from scaffolds.evaluation.loop import make_jobs, run_jobs
+
     rows: list[dict[str, Any]] = [{} for _ in items]
 
-    def landed(job: Job[AdditionProblem], row: dict[str, Any]) -> None:
+    def landed(job: Job[Item], row: dict[str, Any]) -> None:
         rows[job.index] = row
         if on_done is not None:
             on_done()
 
-    jobs = make_jobs([condition.label], items, [seed])
+    jobs = make_jobs([label], items, [seed])
     await run_jobs(jobs, one, concurrency=concurrency, on_job=landed)
-    keys = ("correct", "completion_tokens", "prompt_tokens", "answers")
     return {key: [r[key] for r in rows] for key in keys}
 
 
