@@ -33,6 +33,7 @@ __all__ = [
     "TrainSettings",
     "load_model",
     "log_callback",
+    "model_to_train",
     "progress_log_callback",
     "retain_freed_memory",
     "save_final",
@@ -159,6 +160,33 @@ def load_model(path: str | Path, *, threads: int | None = None) -> tuple[Any, An
     # float32 master weights whatever the folder holds (a prepared SmolLM2 is bf16): pure
     # bf16 training on a CPU is slower and rounds small updates away; --bf16 autocasts.
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    return model, tokenizer
+
+
+def model_to_train(
+    model: str | Path | Any,
+    tokenizer: Any = None,
+    *,
+    threads: int | None = None,
+    init_adapter: str | Path | None = None,
+) -> tuple[Any, Any]:
+    """The model and tokenizer a trainer starts from: ``model`` a folder (or hub name) is
+    loaded with :func:`load_model`, a loaded model needs its ``tokenizer``; with
+    ``init_adapter``, that LoRA adapter of the model, trainable, wraps it.
+
+    >>> model_to_train(object())
+    Traceback (most recent call last):
+    ...
+    ValueError: pass the tokenizer with a loaded model
+    """
+    if isinstance(model, str | Path):
+        model, tokenizer = load_model(model, threads=threads)
+    elif tokenizer is None:
+        raise ValueError("pass the tokenizer with a loaded model")
+    if init_adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(init_adapter), is_trainable=True)
     return model, tokenizer
 
 

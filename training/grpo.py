@@ -30,7 +30,7 @@ from typing import Annotated, Any
 from scaffolds.cli_options import Flag
 from training.common import (
     TrainSettings,
-    load_model,
+    model_to_train,
     save_final,
     settings_dict,
     trainer_args,
@@ -240,14 +240,9 @@ def run_grpo(
     settings = settings or TrainSettings()
     grpo = grpo or GRPOSettings()
     rollout = rollout or RolloutSettings()
-    if isinstance(model, str | Path):
-        model, tokenizer = load_model(model, threads=settings.threads)
-    elif tokenizer is None:
-        raise ValueError("pass the tokenizer with a loaded model")
-    if init_adapter is not None:
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(model, str(init_adapter), is_trainable=True)
+    model, tokenizer = model_to_train(
+        model, tokenizer, threads=settings.threads, init_adapter=init_adapter
+    )
     trainer = make_grpo_trainer(
         model,
         tokenizer,

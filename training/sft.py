@@ -24,7 +24,7 @@ from typing import Any
 
 from training.common import (
     TrainSettings,
-    load_model,
+    model_to_train,
     save_final,
     settings_dict,
     trainer_args,
@@ -97,14 +97,9 @@ def run_sft(
     settings = settings or TrainSettings()
     if lora is not None and init_adapter is not None:
         raise ValueError("lora and init_adapter: a new adapter, or one to train further")
-    if isinstance(model, str | Path):
-        model, tokenizer = load_model(model, threads=settings.threads)
-    elif tokenizer is None:
-        raise ValueError("pass the tokenizer with a loaded model")
-    if init_adapter is not None:
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(model, str(init_adapter), is_trainable=True)
+    model, tokenizer = model_to_train(
+        model, tokenizer, threads=settings.threads, init_adapter=init_adapter
+    )
     trainer = make_sft_trainer(model, tokenizer, rows, output_dir, settings, lora=lora, **config)
     checkpoint = last_checkpoint(output_dir) if resume else None
     trainer.train(resume_from_checkpoint=checkpoint)

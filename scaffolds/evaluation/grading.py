@@ -114,6 +114,12 @@ class AnswerReader:
     answer_format: AnswerFormat
     thinking: ThinkingMarkers
 
+    def __init__(
+        self, *, answer_format: AnswerFormat = "lenient", thinking: ThinkingMarkers | None = None
+    ) -> None:
+        self.answer_format = answer_format
+        self.thinking = thinking or ThinkingMarkers()
+
     def read(self, text: str) -> str | None:
         """The final answer of ``text`` in this grader's format, after its thinking."""
         return self.thinking.answer(text, self.answer_format)
@@ -134,9 +140,8 @@ class MathGrader(AnswerReader):
         answer_format: AnswerFormat = "lenient",
         thinking: ThinkingMarkers | None = None,
     ) -> None:
+        super().__init__(answer_format=answer_format, thinking=thinking)
         self.checker = AnswerChecker(max_workers=workers, timeout_s=timeout_s, inline=inline)
-        self.answer_format: AnswerFormat = answer_format
-        self.thinking = thinking or ThinkingMarkers()
 
     async def grade(self, problem: ProblemRow, text: str, answer: str | None = None) -> Grade:
         if problem.answer is None:
@@ -167,12 +172,6 @@ class ExactGrader(AnswerReader):
 
     name = "exact"
     per_step = True
-
-    def __init__(
-        self, *, answer_format: AnswerFormat = "lenient", thinking: ThinkingMarkers | None = None
-    ) -> None:
-        self.answer_format: AnswerFormat = answer_format
-        self.thinking = thinking or ThinkingMarkers()
 
     async def grade(self, problem: ProblemRow, text: str, answer: str | None = None) -> Grade:
         if problem.answer is None:

@@ -3,15 +3,44 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
 
 from scaffolds.engines.mock import MockEngine
-from scaffolds.engines.protocol import GenerateRequest
+from scaffolds.engines.protocol import Completion, GenerateRequest
 
 Reply = Callable[[GenerateRequest], str | list[str]]
+
+
+def partial_of(request: GenerateRequest) -> str:
+    """The path a step search asks the model to continue: the chat prompt's trailing
+    assistant message, or "" at the root (no assistant message yet).
+
+    >>> from scaffolds.engines.protocol import Message
+    >>> ask = Message("user", "What is 12 * 4?")
+    >>> partial_of(GenerateRequest([ask, Message("assistant", "12 * 4 =\\n\\n")]))
+    '12 * 4 =\\n\\n'
+    >>> partial_of(GenerateRequest([ask]))
+    ''
+    """
+    prompt = request.prompt
+    assert not isinstance(prompt, str)
+    return prompt[-1].content if prompt[-1].role == "assistant" else ""
+
+
+def tree_engine(tree: Mapping[str, Sequence[Completion]]) -> MockEngine:
+    """A MockEngine that continues each path (:func:`partial_of`) with the first ``n`` of
+    the steps ``tree`` lists for it.
+
+    >>> engine = tree_engine({"": [Completion("A1", "stop"), Completion("B1", "stop")]})
+    >>> from scaffolds.engines.protocol import Message, SamplingParams
+    >>> ask = GenerateRequest([Message("user", "?")], SamplingParams(n=1))
+    >>> [c.text for c in asyncio.run(engine.generate(ask)).completions]
+    ['A1']
+    """
+    return MockEngine(lambda request: tree[partial_of(request)][: request.params.n])
 
 
 def step_of(request: GenerateRequest) -> str:

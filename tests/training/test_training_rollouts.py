@@ -80,21 +80,19 @@ def test_stored_contexts_render_the_serving_templates(row: dict[str, Any], expec
     assert len(group.completions) == 4
 
 
-def test_policy_made_contexts_are_traced_and_shared() -> None:
+@pytest.mark.parametrize(
+    ("mode", "kind"), [("gsr_refine", "refine"), ("rsa_aggregate", "aggregate")]
+)
+def test_policy_made_candidates_are_traced_and_shared(mode: str, kind: str) -> None:
     engine = MockEngine(scripted)
-    group = run({"prompt": "P?", "mode": "gsr_refine"}, engine)
+    group = run({"prompt": "P?", "mode": mode}, engine)
     assert [r.params.n for r in engine.requests] == [3, 4]  # 3 candidates once, then the group
     assert group.plan.context == {"candidates": ["\\boxed{8}"] * 3}
     kinds = [e.kind for e in group.events if getattr(e, "type", "") == "step_started"]
-    assert kinds == ["generate", "refine"]
+    assert kinds == ["generate", kind]
 
-    engine = MockEngine(scripted)
-    group = run({"prompt": "P?", "mode": "rsa_aggregate"}, engine)
-    assert [r.params.n for r in engine.requests] == [3, 4]  # 3 members once, then the group
-    assert group.plan.context == {"candidates": ["\\boxed{8}"] * 3}
-    kinds = [e.kind for e in group.events if getattr(e, "type", "") == "step_started"]
-    assert kinds == ["generate", "aggregate"]
 
+def test_policy_made_contexts_are_traced_and_shared() -> None:
     engine = MockEngine(scripted)
     group = run({"prompt": "P?", "mode": "rc_continue"}, engine)
     assert group.plan.context == {"summary": "my summary"}

@@ -26,6 +26,7 @@ from scaffolds.strategies import Beam, ParticleFilter
 from scaffolds.strategies.base import Strategy
 from scaffolds.strategies.beam import finished
 from testing.scripted_verifier import ScriptedVerifier
+from tests.scaffolds.scripted import partial_of, tree_engine
 
 PROBLEM = Problem.from_messages((Message("user", "What is 12 * 4?"),))
 README = Path(__file__).resolve().parents[3] / "README.md"
@@ -47,16 +48,6 @@ PF_ITS_HUB = (
 
 def step(text: str, matched: bool = SEPARATOR) -> Completion:
     return Completion(text, "stop", completion_tokens=len(text.split()), stop_matched=matched)
-
-
-def partial_of(request: GenerateRequest) -> str:
-    prompt = request.prompt
-    assert not isinstance(prompt, str)
-    return prompt[-1].content if prompt[-1].role == "assistant" else ""
-
-
-def tree_engine(tree: dict[str, list[Completion]]) -> MockEngine:
-    return MockEngine(lambda request: tree[partial_of(request)][: request.params.n])
 
 
 def chain_engine() -> MockEngine:

@@ -8,11 +8,11 @@ import pytest
 
 from scaffolds.core.run import run_scaffold
 from scaffolds.core.run_settings import RunSettings
-from scaffolds.engines.mock import MockEngine
-from scaffolds.engines.protocol import Completion, GenerateRequest, Message, SamplingParams
+from scaffolds.engines.protocol import Completion, Message, SamplingParams
 from scaffolds.problem import Problem
 from scaffolds.strategies import Beam, ParticleFilter
 from testing.scripted_verifier import ScriptedVerifier
+from tests.scaffolds.scripted import partial_of, tree_engine
 
 PROBLEM = Problem.from_messages((Message("user", "What is 12 * 4?"),))
 
@@ -22,16 +22,6 @@ EOS, SEPARATOR, UNSAID = False, True, None
 
 def step(text: str, matched: bool | None, finish: str = "stop") -> Completion:
     return Completion(text, finish, completion_tokens=len(text.split()), stop_matched=matched)
-
-
-def partial_of(request: GenerateRequest) -> str:
-    prompt = request.prompt
-    assert not isinstance(prompt, str)
-    return prompt[-1].content if prompt[-1].role == "assistant" else ""
-
-
-def tree_engine(tree: dict[str, list[Completion]]) -> MockEngine:
-    return MockEngine(lambda request: tree[partial_of(request)][: request.params.n])
 
 
 SCORES = {"12 * 4 = 48": 0.9, "Let me think": 0.8, "12 * 4 =": 0.7, "\\boxed{48}": 0.97}

@@ -17,7 +17,7 @@ from scaffolds.errors import InvalidRequestError
 from scaffolds.problem import Budget, Problem
 from scaffolds.strategies import Beam, BestOfN, Majority, ParticleFilter, Strategy
 from testing.scripted_verifier import ScriptedVerifier
-from tests.scaffolds.scripted import Script
+from tests.scaffolds.scripted import Script, partial_of
 
 PROBLEM = Problem.from_messages((Message("user", "What is 6*7?"),))
 
@@ -133,12 +133,6 @@ TREE = {
 }
 SCORES = {"A1": 0.9, "B1": 0.2, "C1": 0.8, "D1": 0.1, "a2": 0.3, "so \\boxed{7}": 0.95}
 SCORES |= {"c2": 0.6, "c2b": 0.5, "\\boxed{8}": 0.7, "\\boxed{9}": 0.99}
-
-
-def partial_of(request: GenerateRequest) -> str:
-    prompt = request.prompt
-    assert not isinstance(prompt, str)
-    return prompt[-1].content if prompt[-1].role == "assistant" else ""
 
 
 def grow(request: GenerateRequest) -> list[str]:
