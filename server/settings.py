@@ -111,6 +111,11 @@ class Settings(ModelOptions, BaseSettings):
     """Runs executing at once (what the engine gets is bounded by --max-sequences)."""
     queue_size: int = Field(default=4096, ge=0)
     """Requests that may wait for a run; more get 429."""
+    reserved_runs: int = Field(default=1, ge=0)
+    """Run slots kept for other client keys once a second key has sent a request: no one
+    key then executes more than --max-concurrent-runs minus these at once, so another
+    key's request starts at once while one key floods. A lone key (auth off, or one key)
+    uses every slot; never all are kept."""
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=256)
     """Largest request body in bytes; larger get 413."""
     max_budget_tokens: int | None = Field(default=None, ge=1)
@@ -134,7 +139,8 @@ class Settings(ModelOptions, BaseSettings):
     """On SIGTERM, seconds in-flight requests get to finish before they are cancelled."""
     workers: int = Field(default=1, ge=1, le=256)
     """Server processes sharing the port. Each has its own run slots and queue
-    (--max-concurrent-runs and --queue-size are per worker); /metrics sums them all."""
+    (--max-concurrent-runs, --queue-size and --reserved-runs are per worker); /metrics
+    sums them all."""
 
     # -- engines -----------------------------------------------------------------------
     engine_connect_timeout_s: Annotated[float, Flag("--engine-connect-timeout")] = Field(

@@ -11,10 +11,10 @@ The runs waiting for a slot wait in one queue per client key, and a freed slot g
 the waiting key with the fewest runs executing, the one served longest ago among equals
 (round robin): one key's thousand queued runs do not starve another key's single
 request, which takes the next free slot unless a key with fewer runs executing waits.
+
 Before it queues, a request is held to its key's own limits (:mod:`server.runs.quotas`:
 runs at once, requests per minute, a token quota with something left).
 
->>> from server.keys import ClientKey
 >>> limiter = RunLimiter(max_running=1, queue_size=0)
 >>> slot = limiter.admit()
 >>> try:
@@ -24,6 +24,48 @@ runs at once, requests per minute, a token quota with something left).
 1
 >>> slot.release(); limiter.admitted
 0
+
+A few slots are kept for the other keys: ``reserved`` of them (``--reserved-runs``, 1 by
+default), so that no key executes more than ``max_running - reserved`` runs at once and
+the last free slots never go to a key that holds almost all of them. A flooding key's
+runs past that wait in its queue (one of its own runs that ends lets the next go), and
+another key's request takes a reserved slot at once instead of waiting for one of the
+flood's runs to end. The reserve holds from the moment a second key is admitted: until
+then no other key has asked, so a lone key uses every slot: with no keys configured
+(every request :data:`~server.keys.ANONYMOUS`'s) or one, it always does. The price:
+once two keys have asked, a key alone executes at most ``max_running - reserved`` runs
+(1,023 of 1,024 at the defaults), and a second key's very first request may still wait
+for one of the flood's runs. The reserve is never all the slots (at most
+``max_running - 1``).
+
+>>> from server.keys import ClientKey
+>>> a, b = ClientKey("a", "team-a"), ClientKey("b", "team-b")
+>>> async def grants():
+...     limiter = RunLimiter(max_running=3, queue_size=10, reserved=1)
+...     limiter.admit(b).release()  # b has asked once: the reserve holds
+...     floods = [limiter.admit(a) for _ in range(3)]
+...     for slot in floods[:2]:
+...         await slot.acquire()  # a takes two of three slots
+...     third = asyncio.create_task(floods[2].acquire())
+...     await asyncio.sleep(0)  # a's third waits: the last slot is kept for another key
+...     probe = limiter.admit(b)
+...     at_once = probe.free  # b takes it without waiting
+...     await probe.acquire()
+...     floods[0].release()  # a's own freed slot lets its third run go
+...     await third
+...     return at_once, limiter.running
+>>> asyncio.run(grants())
+(True, 3)
+
+A lone key (here :data:`~server.keys.ANONYMOUS`, as with auth off) runs three:
+
+>>> async def alone():
+...     limiter = RunLimiter(max_running=3, queue_size=10, reserved=1)
+...     for slot in [limiter.admit() for _ in range(3)]:
+...         await slot.acquire()
+...     return limiter.running
+>>> asyncio.run(alone())
+3
 """
 
 from __future__ import annotations
@@ -54,13 +96,14 @@ class RunSlot:
     @property
     def free(self) -> bool:
         """Whether :meth:`acquire` would take a run slot at once, without waiting."""
-        return self._limiter.free
+        return self._limiter.free_for(self.key.name)
 
     async def acquire(self) -> None:
-        """Take a run slot: at once when one is free and nobody waits, else in turn from
-        this key's queue (round robin across the keys that wait)."""
+        """Take a run slot: at once when one is free for this key and no waiting key may
+        take it, else in turn from this key's queue (round robin across the keys that
+        wait)."""
         limiter = self._limiter
-        if limiter.free:
+        if limiter.free_for(self.key.name):
             limiter.start(self.key.name)
         else:
             await limiter.wait_turn(self.key.name)
@@ -89,7 +132,8 @@ class RunSlot:
 
 
 class RunLimiter:
-    """At most ``max_running`` runs at once, ``queue_size`` waiting; others get 429.
+    """At most ``max_running`` runs at once, ``queue_size`` waiting; others get 429. Once
+    two keys have asked, one key executes at most ``max_running - reserved`` runs.
 
     A freed slot goes to the waiting keys in turn (``a`` was served last, so ``b`` first):
 
@@ -119,9 +163,15 @@ class RunLimiter:
         queue_size: int,
         metrics: Metrics | None = None,
         quotas: KeyQuotas | None = None,
+        reserved: int = 0,
     ):
         self.max_running = max_running
         self.queue_size = queue_size
+        self.reserved = max(0, min(reserved, max_running - 1))
+        """Slots no one key may take once two keys have asked (never all of them)."""
+        self.shared = False
+        """Whether a second key has asked (from then on the reserve holds)."""
+        self._first_key: str | None = None
         self.metrics = metrics
         self.quotas = quotas or KeyQuotas()
         self.admitted = 0
@@ -138,9 +188,19 @@ class RunLimiter:
         self._ticks = 0
 
     @property
-    def free(self) -> bool:
-        """Whether a run slot is free and nobody waits for one."""
-        return self.running < self.max_running and not self._waiting
+    def share(self) -> int:
+        """The most runs one key may execute at once: all but the reserved slots once two
+        keys have asked, else all of them."""
+        return self.max_running - self.reserved if self.shared else self.max_running
+
+    def _may_start(self, name: str) -> bool:
+        """Whether a slot is free and key ``name`` is under its :attr:`share`."""
+        return self.running < self.max_running and self._running_by.get(name, 0) < self.share
+
+    def free_for(self, name: str) -> bool:
+        """Whether a run of key ``name`` would take a slot at once: one is free for it and
+        no waiting key may take it first (one at its share waits for a slot of its own)."""
+        return self._may_start(name) and not any(self._may_start(k) for k in self._waiting)
 
     @property
     def waiting(self) -> int:
@@ -153,7 +213,12 @@ class RunLimiter:
     def admit(self, key: ClientKey = ANONYMOUS) -> RunSlot:
         """Reserve a place (running or queued) for a request of ``key``, or raise: the
         key's own limits first (:class:`~server.errors.KeyLimitError`, 429), then the
-        server's (:class:`OverloadedError`, 429)."""
+        server's (:class:`OverloadedError`, 429). A second key that asks, admitted or not,
+        turns the reserve on (:attr:`shared`)."""
+        if not self.shared:
+            if self._first_key is None:
+                self._first_key = key.name
+            self.shared = key.name != self._first_key
         self.quotas.check(key, self.held_by(key))
         if self.admitted >= self.max_running + self.queue_size:
             waiting = max(0, self.admitted - self.max_running)
@@ -199,7 +264,9 @@ class RunLimiter:
 
     def hand_on(self, name: str) -> None:
         """Key ``name``'s run gave its slot back: give it to the waiting key with the
-        fewest runs executing, the one served longest ago among equals, or leave it free."""
+        fewest runs executing, the one served longest ago among equals, of those under
+        their :attr:`share`, or leave it free (kept for another key when every waiting key
+        is at its share: one of theirs that ends lets the next of theirs go)."""
         self.running -= 1
         left = self._running_by.get(name, 0) - 1
         if left > 0:
@@ -208,11 +275,8 @@ class RunLimiter:
             self._running_by.pop(name, None)
             if name not in self._waiting:
                 self._served.pop(name, None)  # nothing of the key left to remember
-        while self._waiting and self.running < self.max_running:
-            turn = min(
-                self._waiting,
-                key=lambda k: (self._running_by.get(k, 0), self._served.get(k, 0)),
-            )
+        while ready := [k for k in self._waiting if self._may_start(k)]:
+            turn = min(ready, key=lambda k: (self._running_by.get(k, 0), self._served.get(k, 0)))
             queue = self._waiting[turn]
             future = queue.popleft()
             if not queue:

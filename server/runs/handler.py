@@ -91,7 +91,12 @@ class Serving:
         """Serving over :meth:`ServedModels.build` (which raises on a bad scaffold)."""
         metrics = metrics or Metrics()
         served = ServedModels.build(settings, metrics=metrics, engines=engines)
-        limiter = RunLimiter(settings.max_concurrent_runs, settings.queue_size, metrics)
+        limiter = RunLimiter(
+            settings.max_concurrent_runs,
+            settings.queue_size,
+            metrics,
+            reserved=settings.reserved_runs,
+        )
         return cls(settings, served, metrics=metrics, limiter=limiter)
 
     @property

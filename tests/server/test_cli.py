@@ -45,6 +45,7 @@ def test_help_documents_every_flag_and_env_var() -> None:
         ("--config", "PONDER_CONFIG"),
         ("--max-concurrent-runs", "PONDER_MAX_CONCURRENT_RUNS"),
         ("--queue-size", "PONDER_QUEUE_SIZE"),
+        ("--reserved-runs", "PONDER_RESERVED_RUNS"),
         ("--max-body-bytes", "PONDER_MAX_BODY_BYTES"),
         ("--graceful-timeout", "PONDER_GRACEFUL_TIMEOUT_S"),
     ]:

@@ -42,6 +42,7 @@ def test_frozen() -> None:
         ({"engines": (URL,)}, "model: --model"),
         ({"port": 70000}, "port:"),
         ({"max_concurrent_runs": 0}, "max_concurrent_runs:"),
+        ({"reserved_runs": -1}, "reserved_runs:"),
         ({"model": "a+b", "engines": (URL,)}, "model:"),
         ({"model": "m", "engines": (URL,), "aliases": ["nospec"]}, "aliases:"),
         ({"api_key_file": "/no/such/file"}, "api_key_file: no such file"),
@@ -64,12 +65,14 @@ def test_env_vars(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PONDER_ALIASES", "g=gsr(n=4, solver=single); r=rc(steps=2)")
     monkeypatch.setenv("PONDER_API_KEYS", "k1,k2")
     monkeypatch.setenv("PONDER_MAX_CONCURRENT_RUNS", "3")
+    monkeypatch.setenv("PONDER_RESERVED_RUNS", "2")
     s = Settings()
     [m] = s.served_models()
     assert m.engines == (URL, "http://other:1/v1")
     assert m.alias_specs() == {"m+g": "gsr(n=4, solver=single)", "m+r": "rc(steps=2)"}
     assert s.client_api_keys() == ("k1", "k2")
     assert s.max_concurrent_runs == 3
+    assert s.reserved_runs == 2
     assert "k1" not in repr(s)  # keys are secrets
     # Flags (init arguments) beat the environment.
     assert Settings(max_concurrent_runs=5).max_concurrent_runs == 5
