@@ -79,7 +79,8 @@ class OneWriteProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: Any) -> None:  # uvloop's is no asyncio.Transport
         self.gathering = GatheringTransport(transport, self.loop)
-        super().connection_made(self.gathering)
+        gathering: Any = self.gathering  # it passes for the transport it wraps
+        super().connection_made(gathering)
 
     def on_response_complete(self) -> None:
         self.gathering.flush()  # the callback it scheduled finds nothing left to write
