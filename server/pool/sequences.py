@@ -299,26 +299,27 @@ class StepTurns:
 
     def __init__(self) -> None:
         self._asking: dict[str | None, deque[asyncio.Future[None]]] = {}
-        self._giving = False
+        self._giving: asyncio.AbstractEventLoop | None = None
+        """The loop that will give the turns asked for (None: none asked)."""
 
     @property
     def asking(self) -> bool:
-        """Whether turns asked for are waiting to be given (at the next pass)."""
-        return self._giving
+        """Whether turns asked for on this event loop wait to be given (at its next pass)."""
+        return self._giving is asyncio.get_running_loop()
 
     async def turn(self, key: str | None) -> None:
         """Return in ``key``'s turn among the runs that asked in this pass of the loop."""
         loop = asyncio.get_running_loop()
+        if self._giving is not loop:  # (turns left on a loop that stopped are void)
+            self._asking, self._giving = {}, loop
+            loop.call_soon(self._give)
         future: asyncio.Future[None] = loop.create_future()
         self._asking.setdefault(key, deque()).append(future)
-        if not self._giving:
-            self._giving = True
-            loop.call_soon(self._give)
         await future
 
     def _give(self) -> None:
         """Give every turn asked for so far, in the order :class:`StepTurns` says."""
-        self._giving = False
+        self._giving = None
         queues = sorted(self._asking.values(), key=len)  # stable: first asked first
         self._asking = {}
         while queues:

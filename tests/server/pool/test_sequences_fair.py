@@ -342,3 +342,22 @@ async def test_turns_go_key_by_key_in_rounds_and_skip_a_cancelled_run() -> None:
     # fewest asking first (b: 1, c: 2, a: 3), one each a round, each key's in its order
     assert resumed == ["b-0", "c-0", "a-0", "c-1", "a-2"]
     assert tasks["a-1"].cancelled()
+
+
+def test_turns_left_pending_on_a_stopped_loop_do_not_hold_up_the_next() -> None:
+    turns = StepTurns()
+
+    async def ask_and_stop() -> None:
+        asyncio.get_running_loop().create_task(turns.turn("a"))
+        await asyncio.sleep(0)  # asked; the pass that gives it never comes
+
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(ask_and_stop())
+    loop.close()
+
+    async def ask() -> bool:
+        before = turns.asking
+        await turns.turn("a")
+        return before
+
+    assert asyncio.run(ask()) is False
