@@ -38,13 +38,7 @@ from scaffolds.engines.protocol import (
 )
 from scaffolds.fanout import gather
 from server.pool.replica_engine import ReplicaEngine, engine_health
-from server.pool.sequences import (
-    SequenceGate,
-    StepTurns,
-    engine_capacity,
-    run_key,
-    sequence_bound,
-)
+from server.pool.sequences import SequenceGate, engine_capacity, run_key, sequence_bound
 
 if TYPE_CHECKING:
     from server.model_settings import ModelConfig
@@ -102,12 +96,7 @@ class MeteredEngine:
 
     With ``max_sequences`` None the gate's bound is taken from the engine at
     :meth:`start` where it says its capacity (else it stays the default). ``close_s``
-    bounds the close of a stream its consumer left (:meth:`metered_stream`).
-
-    A call that answers while another key's calls are in flight at the gate resumes its
-    run in its key's turn (``turns``, :class:`~server.pool.sequences.StepTurns`, shared
-    by the server's models): the steps of the answers that arrive together run key by
-    key, not in arrival order behind one key's thousand."""
+    bounds the close of a stream its consumer left (:meth:`metered_stream`)."""
 
     def __init__(
         self,
@@ -117,10 +106,8 @@ class MeteredEngine:
         *,
         max_sequences: int | None = None,
         close_s: float = STREAM_CLOSE_S,
-        turns: StepTurns | None = None,
     ):
         self.inner = inner
-        self.turns = turns or StepTurns()
         self.close_s = close_s
         self.metrics = metrics
         self.model = model
@@ -186,8 +173,7 @@ class MeteredEngine:
         """Make one engine call once its ``sequences`` fit the gate, recording its
         outcome, latency (from when it left the gate) and tokens; a call cancelled while
         it waited never reached the engine and is not counted."""
-        key = run_key.get()
-        async with self.gate.hold(sequences, key=key):
+        async with self.gate.hold(sequences, key=run_key.get()):
             started = time.perf_counter()
             try:
                 result = await call()
@@ -198,8 +184,6 @@ class MeteredEngine:
                 self._record(started, "error", None)
                 raise
         self._record(started, "ok", usage_of(result))
-        if self.turns.asking or self.gate.others_in_flight(key):
-            await self.turns.turn(key)  # the run resumes in its key's turn (StepTurns)
         return result
 
     def stream(self, request: GenerateRequest) -> AsyncIterator[StreamItem]:

@@ -43,7 +43,6 @@ __all__ = [
     "DEFAULT_SEQUENCES",
     "Held",
     "SequenceGate",
-    "StepTurns",
     "engine_capacity",
     "run_key",
     "sequence_bound",
@@ -137,11 +136,6 @@ class SequenceGate:
     def held_by(self, key: str | None) -> int:
         """The sequences ``key``'s calls hold now."""
         return self._held_by.get(key, 0)
-
-    def others_in_flight(self, key: str | None) -> bool:
-        """Whether a key other than ``key`` holds sequences now."""
-        held = self._held_by
-        return len(held) > 1 or (len(held) == 1 and key not in held)
 
     def resize(self, limit: int) -> None:
         """Set a new bound; waiters that now fit go at once."""
@@ -265,69 +259,6 @@ class Held:
         if not self.released:
             self.released = True
             self._gate._release(self._sequences, self._key)
-
-
-class StepTurns:
-    """Turns on the event loop for runs resuming after an engine call, fair across keys.
-
-    An event loop runs what is ready in the order it became ready. When a thousand of one
-    key's engine calls answer at once, the thousand steps they resume (each a scaffold's
-    next move: its next call sent, or its response written; about a millisecond of CPU)
-    run back to back, and the call of another key that answered just after them resumes
-    only after all of them: a second of the loop. A run that :meth:`turn` s instead
-    waits for its turn: the turns asked for in one pass of the loop are given, at the
-    start of the next, key by key in rounds (one turn per key a round; the key asking
-    for fewest first, then the key that asked first; each key's in the order asked), so
-    that key's call goes first, whatever the other's flood. A turn costs its run one more
-    pass through the loop's ready queue, so the metered engine asks for one only while
-    another key's calls are in flight (:meth:`SequenceGate.others_in_flight`) or turns
-    are being asked in this pass already (:attr:`asking`, so that the runs resuming later
-    in the pass do not overtake those that asked): with one key, nothing changes.
-
-    Key ``a``'s three runs ask first, ``b``'s last; ``b`` resumes second:
-
-    >>> async def order() -> list[str]:
-    ...     turns, resumed = StepTurns(), []
-    ...     async def run(key: str) -> None:
-    ...         await turns.turn(key)
-    ...         resumed.append(key)
-    ...     await asyncio.gather(*(run(k) for k in ("a", "a", "a", "b")))
-    ...     return resumed
-    >>> asyncio.run(order())
-    ['b', 'a', 'a', 'a']
-    """
-
-    def __init__(self) -> None:
-        self._asking: dict[str | None, deque[asyncio.Future[None]]] = {}
-        self._giving: asyncio.AbstractEventLoop | None = None
-        """The loop that will give the turns asked for (None: none asked)."""
-
-    @property
-    def asking(self) -> bool:
-        """Whether turns asked for on this event loop wait to be given (at its next pass)."""
-        return self._giving is asyncio.get_running_loop()
-
-    async def turn(self, key: str | None) -> None:
-        """Return in ``key``'s turn among the runs that asked in this pass of the loop."""
-        loop = asyncio.get_running_loop()
-        if self._giving is not loop:  # (turns left on a loop that stopped are void)
-            self._asking, self._giving = {}, loop
-            loop.call_soon(self._give)
-        future: asyncio.Future[None] = loop.create_future()
-        self._asking.setdefault(key, deque()).append(future)
-        await future
-
-    def _give(self) -> None:
-        """Give every turn asked for so far, in the order :class:`StepTurns` says."""
-        self._giving = None
-        queues = sorted(self._asking.values(), key=len)  # stable: first asked first
-        self._asking = {}
-        while queues:
-            for queue in queues:
-                future = queue.popleft()
-                if not future.done():  # its run was cancelled meanwhile
-                    future.set_result(None)
-            queues = [queue for queue in queues if queue]
 
 
 def sequence_bound(set_bound: int | None, reported: int | None, replicas: int) -> int:

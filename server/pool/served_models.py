@@ -44,7 +44,6 @@ from server.pool.metered import (
     replica_status,
 )
 from server.pool.replica_engine import engine_health
-from server.pool.sequences import StepTurns
 from server.settings import Settings
 from server.telemetry.metrics import Metrics
 
@@ -198,7 +197,6 @@ class ServedModels:
         metrics = metrics or Metrics()
         registry, limits = default_registry(), settings.spec_limits()
         models: dict[str, ServedModel] = {}
-        turns = StepTurns()  # one event loop: the models' calls take their turns together
         for config in settings.served_models():
             if engines is not None and config.name in engines:
                 inner = engines[config.name]
@@ -233,9 +231,7 @@ class ServedModels:
             for step, strategy in effort.items():
                 where = f"models.{config.name}.effort_policy.{step}"
                 check_scaffold_templates(files, strategy, where)
-            engine = MeteredEngine(
-                inner, metrics, config.name, max_sequences=config.max_sequences, turns=turns
-            )
+            engine = MeteredEngine(inner, metrics, config.name, max_sequences=config.max_sequences)
             models[config.name] = ServedModel(
                 config,
                 engine,
