@@ -306,7 +306,8 @@ async def optillm_rows(
 
 KEYED_SERVER_CODE = """
 import sys, uvicorn
-from server.app.app import create_app
+from server.app.app import ONE_WRITE, create_app
+from server.app.collector import tune_collector
 from server.keys import ANONYMOUS, ClientKey
 from server.settings import Settings
 port, engine, model, running = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
@@ -319,11 +320,13 @@ async def keyed(scope, receive, send):  # as auth does from a keys file
         key = keys.get(dict(scope["headers"]).get(b"authorization"), ANONYMOUS)
         scope = {**scope, "state": {**scope.get("state", {}), "client_key": key}}
     await app(scope, receive, send)
+tune_collector()  # as ponder serve runs: its protocol, its collector
 uvicorn.run(keyed, host="127.0.0.1", port=port, access_log=False, log_level="warning",
-            backlog=16384, timeout_keep_alive=60)
+            backlog=16384, timeout_keep_alive=60, http=ONE_WRITE)
 """
 """Ponder with two client keys, ``sk-a`` and ``sk-b`` (a stand-in for a keys file: it
-sets the request's key as the auth middleware does)."""
+sets the request's key as the auth middleware does), served as ``ponder serve`` serves
+(:func:`server.app.app.serve`: its one-write HTTP protocol, and the collector tuned)."""
 
 
 @dataclass

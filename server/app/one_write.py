@@ -6,8 +6,11 @@ uvicorn writes a response's status line and headers as soon as the app sends
 calls for every answer, each one delivering a loopback packet and waking the client.
 :class:`OneWriteProtocol` hands the connection a transport that gathers the writes made
 in one turn of the loop and passes them on together at the start of the next, so a
-response whose head and body are sent back to back leaves in one write. Streamed chunks
-that arrive turn by turn still leave as they come; closing flushes what is pending first.
+response whose head and body are sent back to back leaves in one write. A response that
+is complete leaves at once, in the same turn (its task's last step, with no callback
+after it: under a burst, a turn of the loop is every other request's step too). Streamed
+chunks that arrive turn by turn still leave as they come; closing flushes what is
+pending first.
 
 ``ponder serve`` runs with it (:func:`server.app.app.serve`) when httptools is installed.
 
@@ -71,8 +74,14 @@ class GatheringTransport:
 
 
 class OneWriteProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol over a :class:`GatheringTransport`."""
+    """uvicorn's httptools protocol over a :class:`GatheringTransport`; a complete
+    response is written as soon as its last body message is sent."""
 
     def connection_made(self, transport: Any) -> None:  # uvloop's is no asyncio.Transport
-        gathering: Any = GatheringTransport(transport, self.loop)
+        self.gathering = GatheringTransport(transport, self.loop)
+        gathering: Any = self.gathering  # it passes for the transport it wraps
         super().connection_made(gathering)
+
+    def on_response_complete(self) -> None:
+        self.gathering.flush()  # the callback it scheduled finds nothing left to write
+        super().on_response_complete()

@@ -4,6 +4,7 @@ real uvicorn on loopback and on a recording transport."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Any
 
 import httpx
@@ -80,14 +81,16 @@ async def test_close_flushes_first_and_abort_drops() -> None:
 
 def test_ponder_answers_in_one_write_per_response(monkeypatch: pytest.MonkeyPatch) -> None:
     """Over a real uvicorn with ``ponder serve``'s protocol: three answers on one
-    keep-alive connection are three socket writes (uvicorn alone makes six), and a
-    stream still arrives whole."""
+    keep-alive connection are three socket writes (uvicorn alone makes six), each made
+    as its response completes, and a stream still arrives whole."""
     writes: list[int] = []
+    callers: list[str] = []
     flush = GatheringTransport.flush
 
     def counting(self: GatheringTransport) -> None:
         if self._pending:
             writes.append(len(self._pending))
+            callers.append(sys._getframe(1).f_code.co_name)
         flush(self)
 
     monkeypatch.setattr(one_write.GatheringTransport, "flush", counting)
@@ -98,6 +101,9 @@ def test_ponder_answers_in_one_write_per_response(monkeypatch: pytest.MonkeyPatc
             assert reply.status_code == 200 and reply.headers["x-request-id"]
             assert reply.json()["choices"][0]["message"]["content"].endswith("\\boxed{4}")
         assert writes == [2, 2, 2]  # head and body, gathered
+        # each left as its response completed, not a loop turn later (a callback
+        # behind every other request's step, under a burst)
+        assert callers == ["on_response_complete"] * 3
 
         sdk = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
         stream: Any = sdk.chat.completions.create(
