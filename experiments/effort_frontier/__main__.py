@@ -5,7 +5,8 @@ the package doc).
 ``report`` rebuilds ``results/report.{json,md}`` and the plot from the pools, byte for
 byte (seeded resampling). ``served-run`` draws the pools and runs the levels through
 served models (:mod:`experiments.effort_frontier.served`), writing ``served/``;
-``served-report`` rebuilds ``results/served_report.{json,md}`` and its plot from them.
+``served-report`` rebuilds ``results/served_report.{json,md}`` and its plot from them
+(``--served served served-seed2``: over both seeds, each seed's own and together).
 """
 
 from __future__ import annotations
@@ -263,14 +264,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     s.add_argument("--out", type=Path, default=HERE / "served")
     s.add_argument("--logs", type=Path, default=Path("/tmp/effort_frontier_served"))
     sr = sub.add_parser("served-report", help="the served run's report from its rows")
-    sr.add_argument("--served", type=Path, default=HERE / "served")
+    sr.add_argument(
+        "--served",
+        type=Path,
+        nargs="+",
+        default=[HERE / "served"],
+        help="one folder a seed (served-run's --out); several: the report over them",
+    )
     sr.add_argument("--out", type=Path, default=HERE / "results")
     args = parser.parse_args(argv)
     if args.command == "served-report":
         from experiments.effort_frontier.served import served_report
 
+        missing = [str(f) for f in args.served if not f.is_dir()]
+        if missing:
+            parser.error(f"no such folder: {', '.join(missing)}")
+
         for model, r_ in served_report(args.served, PROBLEMS, args.out).items():
-            print(model, json.dumps(r_["problems"]), json.dumps(r_["goal"]))
+            print(model, r_.get("seeds", ""), json.dumps(r_["problems"]), json.dumps(r_["goal"]))
     elif args.command == "served-run":
         from experiments.effort_frontier.served import served_run
 

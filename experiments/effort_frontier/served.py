@@ -478,8 +478,6 @@ def served_study(
     specs resampled from the pool on the held-out problems served, and each served
     condition against its own spec's resampled prediction, ``majority(k=pool)`` resampled
     and the best fixed spec at no more than its tokens (all paired on the same problems)."""
-    from scaffolds.evaluation.stats import mean, paired, per_problem
-
     calib = {pid: pool[pid] for pid in calibration_ids if pid in pool}
     cal = calibrate_pool(calib, repeats=repeats, tolerance=tolerance)
     top = cal["pool"]
@@ -489,50 +487,202 @@ def served_study(
     for c in conditions:
         covered = [pid for pid in covered if pid in levels[c]]
     held = {pid: pool[pid] for pid in covered}
+    fixed, rows, goal = _compare(
+        [held], [levels], conditions, covered, top, repeats=repeats, tolerance=tolerance
+    )
+    return {
+        "pool": top,
+        "problems": {"pool": len(pool), "calibration": cal["problems"], "held_out": len(covered)},
+        "repeats": repeats,
+        "baseline": f"majority(k={top})",
+        "calibration": {k: cal[k] for k in ("levels", "auto", "auto_target", "fixed", "policy")},
+        "fixed": fixed,
+        "served": rows,
+        "goal": goal,
+    }
+
+
+UNION_SPECS = ("majority(k=16)", "majority(k=32)", "adaptive()")
+"""Resampled on the seeds' pools put together (32 samples a problem from two seeds):
+``adaptive()`` at its default ``max_k`` (32) beside the 16 and 32 votes."""
+
+
+def common_problems(
+    seeds: Sequence[tuple[Mapping[str, Any], Mapping[str, Mapping[str, Any]]]],
+    held_ids: Sequence[str],
+) -> tuple[list[str], list[str]]:
+    """(conditions, problems) every seed covers: the served conditions each seed has rows
+    of, and the held-out problems in each seed's pool with a row for each such condition.
+
+    >>> a = ({"p1": [], "p3": []}, {"low": {"p1": {}, "p3": {}}, "high": {"p1": {}}})
+    >>> b = ({"p1": [], "p3": []}, {"low": {"p1": {}, "p3": {}}})
+    >>> common_problems([a, b], ["p1", "p3"]), common_problems([a], ["p1", "p3"])
+    ((['low'], ['p1', 'p3']), (['low', 'high'], ['p1']))
+    """
+    conditions = [c for c in (*EFFORTS, *FIXED) if all(c in lv for _, lv in seeds)]
+    covered = [
+        pid
+        for pid in held_ids
+        if all(pid in pool and all(pid in lv[c] for c in conditions) for pool, lv in seeds)
+    ]
+    return conditions, covered
+
+
+def union_study(
+    pools: Sequence[Mapping[str, Sequence[Sample]]],
+    covered: Sequence[str],
+    *,
+    repeats: int = REPEATS,
+) -> dict[str, Any]:
+    """The seeds' pools of each problem in ``covered`` put together (independent draws of
+    one prompt: two pools of 16 are one of 32), :data:`UNION_SPECS` resampled on it, each
+    paired with ``majority(k=16)`` on the same union.
+
+    >>> right, wrong = Sample("1", True, 1), Sample("2", False, 1)
+    >>> u = union_study([{"p": [right] * 16}, {"p": [right] * 15 + [wrong]}], ["p"], repeats=1)
+    >>> u["pool"], u["specs"]["majority(k=32)"]["completion_tokens"]
+    (32, 32.0)
+    >>> u["specs"]["adaptive()"]["accuracy"], u["specs"]["adaptive()"]["vs_majority16"]["diff"]
+    (1.0, 0.0)
+    """
+    from scaffolds.evaluation.stats import paired, per_problem
+
+    union = {pid: [s for pool in pools for s in pool[pid]] for pid in covered}
+    size = min(len(u) for u in union.values())
+    sims = {s: simulate(s, union, repeats=repeats, seed=0) for s in UNION_SPECS}
+    specs = {}
+    for s, sim in sims.items():
+        e = _point(per_problem(sim["correct"]), per_problem(sim["tokens"]))
+        e["vs_majority16"] = paired(sim["correct"], sims["majority(k=16)"]["correct"])
+        specs[s] = e
+    return {"pool": size, "problems": len(union), "repeats": repeats, "specs": specs}
+
+
+def combined_study(
+    seeds: Mapping[str, tuple[Mapping[str, Sequence[Sample]], Mapping[str, Any]]],
+    calibration_ids: Sequence[str],
+    held_ids: Sequence[str],
+    *,
+    repeats: int = REPEATS,
+    tolerance: float = TOLERANCE,
+) -> dict[str, Any]:
+    """One model over several independent seeds (name -> (its pool, its served rows)),
+    each calibrated on its own pool: per seed :func:`served_study` and together
+    :func:`_compare`, both on the conditions and held-out problems every seed covers
+    (:func:`common_problems`); with two seeds or more, :func:`union_study`."""
+    conditions, covered = common_problems(list(seeds.values()), held_ids)
+    per_seed = {
+        name: served_study(
+            pool,
+            {c: lv[c] for c in conditions},
+            calibration_ids,
+            covered,
+            repeats=repeats,
+            tolerance=tolerance,
+        )
+        for name, (pool, lv) in seeds.items()
+    }
+    top = min(r["pool"] for r in per_seed.values())
+    helds = [{pid: pool[pid] for pid in covered} for pool, _ in seeds.values()]
+    fixed, rows, goal = _compare(
+        helds,
+        [lv for _, lv in seeds.values()],
+        conditions,
+        covered,
+        top,
+        repeats=repeats,
+        tolerance=tolerance,
+    )
+    pools = [pool for pool, _ in seeds.values()]
+    return {
+        "seeds": list(seeds),
+        "pool": top,
+        "problems": {"held_out": len(covered)},
+        "repeats": repeats,
+        "baseline": f"majority(k={top})",
+        "per_seed": per_seed,
+        "fixed": fixed,
+        "served": rows,
+        "goal": goal,
+        "union": union_study(pools, covered, repeats=repeats)
+        if len(pools) > 1 and covered
+        else None,
+    }
+
+
+def _point(correct: Sequence[float], tokens: Sequence[float]) -> dict[str, Any]:
+    from scaffolds.evaluation.stats import mean, mean_se
+
+    acc, _, half = mean_se(correct)
+    return {"accuracy": acc, "ci95": [acc - half, acc + half], "completion_tokens": mean(tokens)}
+
+
+def _pooled(
+    spec: str | Sequence[str], helds: Sequence[Mapping[str, Sequence[Sample]]], repeats: int
+) -> dict[str, list[list[float]]]:
+    """``spec`` (one, or one a seed) resampled on each seed's pool, the seeds' orders
+    stacked: per problem the mean over them is the mean of the seeds' means.
+
+    >>> helds = [{"p": [Sample("1", True, 5)] * 2}, {"p": [Sample("2", False, 7)] * 2}]
+    >>> _pooled("single", helds, 2)
+    {'correct': [[1.0], [1.0], [0.0], [0.0]], 'tokens': [[5.0], [5.0], [7.0], [7.0]]}
+    """
+    each = [spec] * len(helds) if isinstance(spec, str) else list(spec)
+    runs = [simulate(s, h, repeats=repeats, seed=0) for s, h in zip(each, helds, strict=True)]
+    return {k: [row for run in runs for row in run[k]] for k in ("correct", "tokens")}
+
+
+def _compare(
+    helds: Sequence[Mapping[str, Sequence[Sample]]],
+    levels: Sequence[Mapping[str, Mapping[str, Mapping[str, Any]]]],
+    conditions: Sequence[str],
+    covered: Sequence[str],
+    top: int,
+    *,
+    repeats: int,
+    tolerance: float,
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any] | None]:
+    """The fixed specs resampled, the served rows and the goal, over one seed or several
+    (``helds[i]`` and ``levels[i]`` seed i's pool on ``covered`` and its served rows):
+    per problem each number is the mean over the seeds (a seed's resampled number the
+    mean over its orders), intervals over problems, every comparison paired."""
+    from scaffolds.evaluation.stats import paired, per_problem
+
     baseline = f"majority(k={top})"
     specs = fixed_specs(top)
-    sims = {s: simulate(s, held, repeats=repeats, seed=0) for s in specs} if held else {}
-
-    def point(correct: Sequence[float], tokens: Sequence[float]) -> dict[str, Any]:
-        from scaffolds.evaluation.stats import mean_se
-
-        acc, _, half = mean_se(correct)
-        return {
-            "accuracy": acc,
-            "ci95": [acc - half, acc + half],
-            "completion_tokens": mean(tokens),
-        }
-
+    sims = {s: _pooled(s, helds, repeats) for s in specs} if covered else {}
     fixed = {
-        s: point(per_problem(sims[s]["correct"]), per_problem(sims[s]["tokens"])) for s in sims
+        s: _point(per_problem(sims[s]["correct"]), per_problem(sims[s]["tokens"])) for s in sims
     }
     rows = []
     for c in conditions:
-        served = [levels[c][pid] for pid in covered]
-        spec = served[0]["spec"] if served else None
-        correct = [float(r["correct"]) for r in served]
-        tokens = [float(r["completion_tokens"]) for r in served]
-        row: dict[str, Any] = {"condition": c, "spec": spec, **point(correct, tokens)}
-        if spec is not None and held:
+        served = [[lv[c][pid] for pid in covered] for lv in levels]
+        ran = [s[0]["spec"] if s else None for s in served]
+        by_seed = [[float(r["correct"]) for r in s] for s in served]
+        correct = per_problem(by_seed)
+        tokens = per_problem([[float(r["completion_tokens"]) for r in s] for s in served])
+        spec = ran[0] if len(ran) == 1 else ran
+        row: dict[str, Any] = {"condition": c, "spec": spec, **_point(correct, tokens)}
+        if covered and all(r is not None for r in ran):
             try:
-                pred = simulate(spec, held, repeats=repeats, seed=0)
+                pred = _pooled([str(r) for r in ran], helds, repeats)
             except ValueError:  # not a vote of samples (gsr), or beyond the pool
                 pred = None
             if pred is not None:
                 p_correct = per_problem(pred["correct"])
-                row["resampled"] = point(p_correct, per_problem(pred["tokens"]))
+                row["resampled"] = _point(p_correct, per_problem(pred["tokens"]))
                 row["vs_resampled"] = _interval(
                     [a - b for a, b in zip(correct, p_correct, strict=True)]
                 )
             base = fixed[baseline]
-            row["vs_baseline"] = paired([correct], sims[baseline]["correct"])
+            row["vs_baseline"] = paired(by_seed, sims[baseline]["correct"])
             row["token_share"] = row["completion_tokens"] / base["completion_tokens"]
             cheaper = [
                 s for s in specs if fixed[s]["completion_tokens"] <= row["completion_tokens"]
             ]
             if cheaper:
                 best = max(cheaper, key=lambda s: (fixed[s]["accuracy"], -specs.index(s)))
-                row["vs_best_fixed"] = {"spec": best, **paired([correct], sims[best]["correct"])}
+                row["vs_best_fixed"] = {"spec": best, **paired(by_seed, sims[best]["correct"])}
         rows.append(row)
     high = next((r for r in rows if r["condition"] == "high" and "vs_baseline" in r), None)
     goal = None
@@ -546,100 +696,189 @@ def served_study(
                 if r["condition"] in EFFORTS and "vs_best_fixed" in r
             ),
         }
-    return {
-        "pool": top,
-        "problems": {"pool": len(pool), "calibration": cal["problems"], "held_out": len(covered)},
-        "repeats": repeats,
-        "baseline": baseline,
-        "calibration": {k: cal[k] for k in ("levels", "auto", "auto_target", "fixed", "policy")},
-        "fixed": fixed,
-        "served": rows,
-        "goal": goal,
-    }
+    return fixed, rows, goal
 
 
 def _d(d: Mapping[str, Any]) -> str:
     return f"{d['diff']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"
 
 
+def _ran(spec: str | Sequence[str] | None) -> str:
+    """The spec a request ran, one a seed where several.
+
+    >>> _ran("single"), _ran(["single", "majority(k=4)"])
+    ('`single`', '`single` / `majority(k=4)`')
+    """
+    if isinstance(spec, str) or spec is None:
+        return f"`{spec}`"
+    return " / ".join(f"`{s}`" for s in spec)
+
+
+def _tables(r: Mapping[str, Any], fixed_on: str, served_as: str) -> list[str]:
+    """The fixed specs' table, the served table and the goal of :func:`_compare`'s numbers."""
+    lines = [
+        f"Fixed specs resampled from {fixed_on}, the frontier baseline {r['baseline']}:",
+        "",
+        "| spec | accuracy [95% CI] | gen tok/prob |",
+        "|---|---|---:|",
+    ]
+    for spec, e in r["fixed"].items():
+        lines.append(
+            f"| `{spec}` | {e['accuracy']:.3f} [{e['ci95'][0]:.3f}, {e['ci95'][1]:.3f}] "
+            f"| {e['completion_tokens']:.1f} |"
+        )
+    lines += [
+        "",
+        f"Served ({served_as}):",
+        "",
+        "| request | spec that ran | accuracy [95% CI] | gen tok/prob | resampled same spec "
+        f"| served - resampled | tokens / {r['baseline']} | - {r['baseline']} "
+        "| - best fixed at <= its tokens |",
+        "|---|---|---|---:|---|---|---:|---|---|",
+    ]
+    for row in r["served"]:
+        res = row.get("resampled")
+        res_s = f"{res['accuracy']:.3f} at {res['completion_tokens']:.1f}" if res else ""
+        vs = _d(row["vs_resampled"]) if "vs_resampled" in row else ""
+        base = _d(row["vs_baseline"]) if "vs_baseline" in row else ""
+        share = f"{row['token_share']:.2f}" if "token_share" in row else ""
+        best = row.get("vs_best_fixed")
+        best_s = f"`{best['spec']}`: {_d(best)}" if best else ""
+        lines.append(
+            f"| {row['condition']} | {_ran(row['spec'])} | {row['accuracy']:.3f} "
+            f"[{row['ci95'][0]:.3f}, {row['ci95'][1]:.3f}] | {row['completion_tokens']:.1f} "
+            f"| {res_s} | {vs} | {share} | {base} | {best_s} |"
+        )
+    goal = r["goal"]
+    if goal is not None:
+        met = "met" if goal["high_within_1pt_at_half_tokens"] else "not met"
+        front = "yes" if goal["levels_on_or_above_frontier"] else "no"
+        lines += [
+            "",
+            f"Goal, high within 1 point of {r['baseline']} (paired 95% CI) at <= half its "
+            f"tokens: **{met}**; every level on or above the fixed specs' frontier (no "
+            f"interval wholly below the best fixed spec at its tokens): **{front}**.",
+        ]
+    return lines
+
+
+def _seed_lines(r: Mapping[str, Any], heading: str) -> list[str]:
+    """One seed's section (:func:`served_study`'s numbers) under ``heading``."""
+    cal = r["calibration"]
+    n = r["problems"]
+    return [
+        heading,
+        "",
+        f"Pool: {r['pool']} samples a problem on {n['pool']} problems; calibrated on "
+        f"{n['calibration']}; served and compared on {n['held_out']} held-out problems "
+        f"(resampled rows: {r['repeats']} orders of each pool).",
+        "",
+        "Calibrated: "
+        + ", ".join(f"{k} = `{v}`" for k, v in cal["levels"].items())
+        + f"; auto = `{cal['auto']}`.",
+        "",
+        *_tables(r, "the served pool (held-out problems)", "one run a problem"),
+        "",
+    ]
+
+
 def served_markdown(reports: Mapping[str, Mapping[str, Any]]) -> str:
     """The report's tables (see :func:`served_study`)."""
     lines = ["# Effort levels and auto through served models (issue 53)", ""]
     for model, r in reports.items():
-        cal = r["calibration"]
-        n = r["problems"]
-        lines += [
-            f"## {model}",
-            "",
-            f"Pool: {r['pool']} samples a problem on {n['pool']} problems; calibrated on "
-            f"{n['calibration']}; served and compared on {n['held_out']} held-out problems "
-            f"(resampled rows: {r['repeats']} orders of each pool).",
-            "",
-            "Calibrated: "
-            + ", ".join(f"{k} = `{v}`" for k, v in cal["levels"].items())
-            + f"; auto = `{cal['auto']}`.",
-            "",
-            f"Fixed specs resampled from the served pool (held-out problems), the frontier "
-            f"baseline {r['baseline']}:",
-            "",
-            "| spec | accuracy [95% CI] | gen tok/prob |",
-            "|---|---|---:|",
-        ]
-        for spec, e in r["fixed"].items():
-            lines.append(
-                f"| `{spec}` | {e['accuracy']:.3f} [{e['ci95'][0]:.3f}, {e['ci95'][1]:.3f}] "
-                f"| {e['completion_tokens']:.1f} |"
-            )
-        lines += [
-            "",
-            "Served (one run a problem):",
-            "",
-            "| request | spec that ran | accuracy [95% CI] | gen tok/prob | resampled same spec "
-            f"| served - resampled | tokens / {r['baseline']} | - {r['baseline']} "
-            "| - best fixed at <= its tokens |",
-            "|---|---|---|---:|---|---|---:|---|---|",
-        ]
-        for row in r["served"]:
-            res = row.get("resampled")
-            res_s = f"{res['accuracy']:.3f} at {res['completion_tokens']:.1f}" if res else ""
-            vs = _d(row["vs_resampled"]) if "vs_resampled" in row else ""
-            base = _d(row["vs_baseline"]) if "vs_baseline" in row else ""
-            share = f"{row['token_share']:.2f}" if "token_share" in row else ""
-            best = row.get("vs_best_fixed")
-            best_s = f"`{best['spec']}`: {_d(best)}" if best else ""
-            lines.append(
-                f"| {row['condition']} | `{row['spec']}` | {row['accuracy']:.3f} "
-                f"[{row['ci95'][0]:.3f}, {row['ci95'][1]:.3f}] | {row['completion_tokens']:.1f} "
-                f"| {res_s} | {vs} | {share} | {base} | {best_s} |"
-            )
-        goal = r["goal"]
-        if goal is not None:
-            met = "met" if goal["high_within_1pt_at_half_tokens"] else "not met"
-            front = "yes" if goal["levels_on_or_above_frontier"] else "no"
-            lines += [
-                "",
-                f"Goal, high within 1 point of {r['baseline']} (paired 95% CI) at <= half its "
-                f"tokens: **{met}**; every level on or above the fixed specs' frontier (no "
-                f"interval wholly below the best fixed spec at its tokens): **{front}**.",
-            ]
-        lines.append("")
+        lines += _seed_lines(r, f"## {model}")
     return "\n".join(lines)
 
 
-def served_report(folder: Path, problems_path: Path, out: Path) -> dict[str, Any]:
+def combined_markdown(reports: Mapping[str, Mapping[str, Any]]) -> str:
+    """The report over several seeds (see :func:`combined_study`): per model the levels
+    each seed calibrated, the numbers together, the union pool's, then each seed's."""
+    lines = ["# Effort levels and auto through served models (issue 53), several seeds", ""]
+    for model, r in reports.items():
+        seeds = r["seeds"]
+        lines += [
+            f"## {model}: {len(seeds)} seed{'s' if len(seeds) > 1 else ''} "
+            f"({', '.join(f'`{s}`' for s in seeds)}), {r['problems']['held_out']} held-out "
+            "problems every seed covers",
+            "",
+            "Each seed is an independent draw: its own pool, its own calibration on the even "
+            "problems, its own served rows on the odd ones. The levels each seed calibrated:",
+            "",
+            "| level | " + " | ".join(f"`{s}`" for s in seeds) + " |",
+            "|---|" + "---|" * len(seeds),
+        ]
+        for level in (*EFFORTS[:-1], "auto"):
+            specs = []
+            for s in seeds:
+                cal = r["per_seed"][s]["calibration"]
+                specs.append(cal["auto"] if level == "auto" else cal["levels"][level])
+            lines.append(f"| {level} | " + " | ".join(f"`{x}`" for x in specs) + " |")
+        lines += [
+            "",
+            "### Together",
+            "",
+            "Per problem the mean over the seeds (a resampled number the mean of each "
+            f"seed's {r['repeats']} orders of its own pool), 95% intervals over problems, "
+            "every difference paired per problem.",
+            "",
+            *_tables(
+                r,
+                "each seed's pool (held-out problems)",
+                "one run a problem a seed; `ran` lists each seed's spec",
+            ),
+            "",
+        ]
+        union = r["union"]
+        if union is not None:
+            lines += [
+                f"### The seeds' pools together: {union['pool']} samples a problem",
+                "",
+                f"On the same {union['problems']} problems, each problem's pools from every "
+                f"seed as one pool (independent draws of one prompt), {union['repeats']} "
+                "orders of it:",
+                "",
+                "| spec | accuracy [95% CI] | gen tok/prob | - `majority(k=16)` |",
+                "|---|---|---:|---|",
+            ]
+            for spec, e in union["specs"].items():
+                lines.append(
+                    f"| `{spec}` | {e['accuracy']:.3f} [{e['ci95'][0]:.3f}, "
+                    f"{e['ci95'][1]:.3f}] | {e['completion_tokens']:.1f} "
+                    f"| {_d(e['vs_majority16'])} |"
+                )
+            lines.append("")
+        for s in seeds:
+            lines += _seed_lines(r["per_seed"][s], f"### Seed `{s}`")
+    return "\n".join(lines)
+
+
+def served_report(folders: Sequence[Path], problems_path: Path, out: Path) -> dict[str, Any]:
     """``out/served_report.{json,md}`` and ``out/served_accuracy_vs_tokens.png`` from the
-    committed rows in ``folder``."""
+    committed rows in ``folders`` (one seed each). One folder: every model with a pool
+    (:func:`served_study`); several: every model with served rows in some folder, over
+    the folders that have them (:func:`combined_study`), the plot of the seeds together."""
     from scaffolds.evaluation.stats import plot
 
     ids = [p["id"] for p in load_problems_rows(problems_path)]
     cal_ids, held_ids = split(ids)
-    reports = {}
-    for short in MODELS:
-        pool_path = folder / f"pool-{short}.jsonl"
-        if not pool_path.exists():
-            continue
-        levels = read_levels(folder / f"levels-{short}.jsonl")
-        reports[short] = served_study(read_pool(pool_path), levels, cal_ids, held_ids)
+    reports: dict[str, Any] = {}
+    if len(folders) == 1:
+        for short in MODELS:
+            pool_path = folders[0] / f"pool-{short}.jsonl"
+            if not pool_path.exists():
+                continue
+            levels = read_levels(folders[0] / f"levels-{short}.jsonl")
+            reports[short] = served_study(read_pool(pool_path), levels, cal_ids, held_ids)
+    else:
+        for short in MODELS:
+            seeds = {}
+            for folder in folders:
+                pool_path = folder / f"pool-{short}.jsonl"
+                levels = read_levels(folder / f"levels-{short}.jsonl")
+                if pool_path.exists() and levels:
+                    seeds[folder.name] = (read_pool(pool_path), levels)
+            if seeds:
+                reports[short] = combined_study(seeds, cal_ids, held_ids)
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"models": {}}
     markers = {}
@@ -652,14 +891,13 @@ def served_report(folder: Path, problems_path: Path, out: Path) -> dict[str, Any
             entries[label] = _plot_entry(row)
             markers[label] = "*"
     if any(results["models"].values()):
-        plot(
-            results,
-            out / "served_accuracy_vs_tokens.png",
-            title="served levels (*), fixed specs resampled from the served pool (o)",
-            markers=markers,
-        )
+        title = "served levels (*), fixed specs resampled from the served pool (o)"
+        if len(folders) > 1:
+            title += f", {len(folders)} seeds"
+        plot(results, out / "served_accuracy_vs_tokens.png", title=title, markers=markers)
     (out / "served_report.json").write_text(json.dumps(reports, indent=1) + "\n")
-    (out / "served_report.md").write_text(served_markdown(reports))
+    text = served_markdown(reports) if len(folders) == 1 else combined_markdown(reports)
+    (out / "served_report.md").write_text(text)
     return reports
 
 

@@ -3,6 +3,7 @@ hand; and the committed served rows rebuild the committed served report."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,13 @@ import pytest
 
 from clients.calibrate import Sample
 from experiments.effort_frontier.__main__ import main
-from experiments.effort_frontier.served import sample_rows, served_markdown, served_study, split
+from experiments.effort_frontier.served import (
+    sample_rows,
+    served_markdown,
+    served_report,
+    served_study,
+    split,
+)
 
 HERE = Path(__file__).resolve().parents[1]
 
@@ -141,3 +148,107 @@ def test_the_committed_served_report_is_rebuilt_from_its_rows(tmp_path: Path) ->
     committed = HERE / "results"
     for name in ("served_report.md", "served_report.json"):
         assert (tmp_path / name).read_text() == (committed / name).read_text()
+
+
+# -- several seeds ------------------------------------------------------------------------
+RIGHT_B = {"p0": True, "p1": True, "p2": True, "p5": True}
+"""Seed B's pool: the calibration half as seed A's (p0, p2 right), the held-out half not
+(p1, p5 right; p3, p7 wrong)."""
+
+
+def _write_seed(
+    folder: Path, right: dict[str, bool], levels: dict[str, dict[str, dict[str, Any]]]
+) -> None:
+    folder.mkdir()
+    with (folder / "pool-gsr.jsonl").open("w") as f:
+        for pid in IDS:
+            ok = right.get(pid, False)
+            sample = {"answer": "1" if ok else "2", "correct": ok, "tokens": 10}
+            f.write(json.dumps({"id": pid, "samples": [sample] * 16}) + "\n")
+    with (folder / "levels-gsr.jsonl").open("w") as f:
+        for condition, rows in levels.items():
+            for row in rows.values():
+                f.write(json.dumps({**row, "condition": condition}) + "\n")
+
+
+def _problems(tmp_path: Path) -> Path:
+    path = tmp_path / "problems.jsonl"
+    path.write_text(
+        "".join(json.dumps({"id": p, "problem": "?", "answer": "1"}) + "\n" for p in IDS)
+    )
+    return path
+
+
+def test_several_seeds_are_averaged_per_problem_on_the_problems_every_seed_covers(
+    tmp_path: Path,
+) -> None:
+    _write_seed(
+        tmp_path / "a",
+        RIGHT,
+        {
+            "minimal": _rows("single", [1, 1, 1, 0], 10),
+            "high": _rows("single", [1, 1, 0, 0], 100),
+            "gsr(n=4)": _rows("gsr(n=4)", [0, 1, 0, 0], 50),
+        },
+    )
+    high_b = {k: v for k, v in _rows("single", [1, 0, 0, 0], 100).items() if k != "p7"}
+    _write_seed(
+        tmp_path / "b", RIGHT_B, {"minimal": _rows("single", [1, 0, 1, 1], 20), "high": high_b}
+    )
+    out = tmp_path / "out"
+    reports = served_report([tmp_path / "a", tmp_path / "b"], _problems(tmp_path), out)
+    r = reports["gsr"]
+    # gsr(n=4) only in seed a: left out; p7 has no high in seed b: left out
+    assert r["seeds"] == ["a", "b"]
+    assert r["problems"] == {"held_out": 3}
+    assert [row["condition"] for row in r["served"]] == ["minimal", "high"]
+    # majority(k=16) per problem: a [1, 1, 0], b [1, 0, 1] on p1, p3, p5 -> [1, .5, .5]
+    assert r["fixed"]["majority(k=16)"]["accuracy"] == pytest.approx(2 / 3)
+    assert r["fixed"]["majority(k=16)"]["completion_tokens"] == 160.0
+    minimal, high = r["served"]
+    # minimal: a [1, 1, 1] at 10 tokens, b [1, 0, 1] at 20 -> [1, .5, 1] at 15
+    assert minimal["spec"] == ["single", "single"]
+    assert minimal["accuracy"] == pytest.approx(2.5 / 3)
+    assert minimal["completion_tokens"] == 15.0
+    # every spec votes as the pool's one answer: single resampled = majority(k=16)
+    assert minimal["resampled"]["accuracy"] == pytest.approx(2 / 3)
+    assert minimal["vs_resampled"]["diff"] == pytest.approx(1 / 6)  # [0, 0, .5]
+    assert minimal["vs_baseline"]["diff"] == pytest.approx(1 / 6)
+    # high: a [1, 1, 0], b [1, 0, 0] -> [1, .5, 0]; minus [1, .5, .5] -> [0, 0, -.5]
+    assert high["accuracy"] == 0.5
+    assert high["vs_baseline"]["diff"] == pytest.approx(-1 / 6)
+    assert high["token_share"] == 100 / 160
+    # each seed on its own, on the same three problems
+    assert r["per_seed"]["a"]["served"][0]["accuracy"] == 1.0
+    assert r["per_seed"]["b"]["served"][0]["accuracy"] == pytest.approx(2 / 3)
+    assert r["per_seed"]["b"]["calibration"]["levels"]["high"] == "single"
+    # the two pools of 16 of each problem as one of 32 (every sample 10 tokens)
+    union = r["union"]
+    assert (union["pool"], union["problems"]) == (32, 3)
+    assert union["specs"]["majority(k=32)"]["completion_tokens"] == 320.0
+    assert set(union["specs"]) == {"majority(k=16)", "majority(k=32)", "adaptive()"}
+    text = (out / "served_report.md").read_text()
+    assert "| minimal | `single` / `single` | 0.833" in text
+    assert "### Seed `b`" in text and "32 samples a problem" in text
+    assert (out / "served_accuracy_vs_tokens.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_two_identical_seeds_give_one_seed_s_numbers(tmp_path: Path) -> None:
+    levels = {
+        "minimal": _rows("single", [1, 1, 1, 0], 10),
+        "high": _rows("single", [1, 0, 0, 0], 80),
+    }
+    for name in ("a", "b"):
+        _write_seed(tmp_path / name, RIGHT, levels)
+    problems = _problems(tmp_path)
+    one = served_report([tmp_path / "a"], problems, tmp_path / "one")["gsr"]
+    two = served_report([tmp_path / "a", tmp_path / "b"], problems, tmp_path / "two")["gsr"]
+    assert two["fixed"] == one["fixed"]
+    for x, y in zip(one["served"], two["served"], strict=True):
+        assert y["spec"] == [x["spec"]] * 2
+        assert {k: v for k, v in y.items() if k != "spec"} == {
+            k: v for k, v in x.items() if k != "spec"
+        }
+    assert two["goal"] == one["goal"]
+    # one folder: the one-seed report as before (no seeds, no union)
+    assert "seeds" not in one and two["per_seed"]["a"] == one
