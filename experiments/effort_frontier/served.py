@@ -890,10 +890,19 @@ def served_report(folders: Sequence[Path], problems_path: Path, out: Path) -> di
             label = f"served {row['condition']}"
             entries[label] = _plot_entry(row)
             markers[label] = "*"
+        union = r.get("union")
+        for spec, e in (union["specs"] if union else {}).items():
+            if spec != "majority(k=16)":  # beside the seeds' own, as good as on top
+                label = f"pool {union['pool']}: {spec}"
+                entries[label] = _plot_entry(e)
+                markers[label] = "s"
     if any(results["models"].values()):
         title = "served levels (*), fixed specs resampled from the served pool (o)"
         if len(folders) > 1:
-            title += f", {len(folders)} seeds"
+            title = (
+                f"{len(folders)} seeds: served levels (*), fixed specs resampled from the "
+                "served pools (o),\nthe pools of a problem together (s)"
+            )
         plot(results, out / "served_accuracy_vs_tokens.png", title=title, markers=markers)
     (out / "served_report.json").write_text(json.dumps(reports, indent=1) + "\n")
     text = served_markdown(reports) if len(folders) == 1 else combined_markdown(reports)
