@@ -29,5 +29,7 @@ not 16), ``adaptive``'s default ``max_k=32`` (run here at the pool's size), and
 calibrated on its even half, and the held-out half sent once per ``reasoning_effort``
 and as ``gsr(n=4)`` to ``ponder serve`` loading that policy (rows in ``served/``);
 ``served-report`` rebuilds ``results/served_report.{json,md}`` and
-``results/served_accuracy_vs_tokens.png`` from those rows.
+``results/served_accuracy_vs_tokens.png`` from those rows. Given several folders (one
+``served-run --out`` a seed), it reports each seed, the seeds averaged per problem, and
+``adaptive()`` at its default ``max_k=32`` on the seeds' pools of a problem together.
 """

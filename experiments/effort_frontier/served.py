@@ -535,8 +535,8 @@ def union_study(
     repeats: int = REPEATS,
 ) -> dict[str, Any]:
     """The seeds' pools of each problem in ``covered`` put together (independent draws of
-    one prompt: two pools of 16 are one of 32), :data:`UNION_SPECS` resampled on it, each
-    paired with ``majority(k=16)`` on the same union.
+    one prompt: two pools of 16 are one of 32), :data:`UNION_SPECS` resampled on it (those
+    the pool holds), each paired with ``majority(k=16)`` on the same union.
 
     >>> right, wrong = Sample("1", True, 1), Sample("2", False, 1)
     >>> u = union_study([{"p": [right] * 16}, {"p": [right] * 15 + [wrong]}], ["p"], repeats=1)
@@ -549,7 +549,10 @@ def union_study(
 
     union = {pid: [s for pool in pools for s in pool[pid]] for pid in covered}
     size = min(len(u) for u in union.values())
-    sims = {s: simulate(s, union, repeats=repeats, seed=0) for s in UNION_SPECS}
+    sims = {}
+    for s in UNION_SPECS:
+        with contextlib.suppress(ValueError):  # beyond a short pool: left out
+            sims[s] = simulate(s, union, repeats=repeats, seed=0)
     specs = {}
     for s, sim in sims.items():
         e = _point(per_problem(sim["correct"]), per_problem(sim["tokens"]))
